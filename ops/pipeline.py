@@ -1,0 +1,176 @@
+"""The pipeline builder: ``sp.read.from_callback(...).map(...).write.to_console().named(...)``.
+
+Every step returns a new, immutable object, so a partial pipeline can be reused safely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pyspark.sql import SparkSession
+
+from state import PipelineLayout, check_name, resolve_warehouse
+
+from .errors import PipelineDefinitionError
+from .operators import STATELESS, Filter, Map, Operator
+from .sinks import ConsoleSink, DeltaSink, Sink
+from .sources import CallbackSource, PublishReport, Source
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When to checkpoint within a run (a run always checkpoints at its end).
+
+    ``every_batches=1`` (the default) checkpoints after every micro-batch; ``every_seconds``
+    checkpoints when that much time passed since the last one, whichever comes first.
+    """
+
+    every_batches: int | None = 1
+    every_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.every_batches is not None and self.every_batches < 1:
+            raise PipelineDefinitionError(f"every_batches must be >= 1, got {self.every_batches}")
+        if self.every_seconds is not None and self.every_seconds <= 0:
+            raise PipelineDefinitionError(f"every_seconds must be > 0, got {self.every_seconds}")
+
+    def due(self, batches_since: int, seconds_since: float) -> bool:
+        by_count = self.every_batches is not None and batches_since >= self.every_batches
+        by_time = self.every_seconds is not None and seconds_since >= self.every_seconds
+        return by_count or by_time
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A source and the operators applied to it, so far."""
+
+    source: Source
+    operators: tuple[Operator, ...] = ()
+
+    def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
+            vectorized: bool = False, codec: str = "json") -> "Stream":
+        """Apply ``fn`` to each batch.
+
+        Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
+        key): ``fn(op, md, data)`` may call ``sp.get(op, md)`` and ``sp.set(op, md, value)``.
+        Give ``name`` to keep state stable if you later reorder operators.
+
+        >>> stream.map(running_sum, state=0)
+        """
+        if not callable(fn):
+            raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
+        op = Map(fn=fn, name=self._name_for(name, fn), state=state, vectorized=vectorized,
+                 codec=codec)
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> "Stream":
+        """Keep rows where ``fn(data)`` is True."""
+        op = Filter(fn=fn, name=self._name_for(name, fn))
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    @property
+    def write(self) -> "Writer":
+        """Choose a sink: ``.write.to_console()`` or ``.write.to_delta("name")``."""
+        return Writer(self, ())
+
+    def _name_for(self, name: str | None, fn: Callable[..., Any]) -> str:
+        taken = {op.name for op in self.operators}
+        if name is not None:
+            check_name("operator", name)
+            if name in taken:
+                raise PipelineDefinitionError(f"operator name {name!r} is used twice")
+            return name
+        base = getattr(fn, "__name__", "op")
+        base = base if base.isidentifier() and not base.startswith("_") else "op"
+        candidate, n = base, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{base}_{n}"
+        return candidate
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Adds a sink and yields the pipeline."""
+
+    stream: Stream
+    sinks: tuple[Sink, ...]
+    name: str | None = None
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+
+    def to_console(self) -> "Pipeline":
+        return self._with(ConsoleSink())
+
+    def to_delta(self, name: str, path: str | None = None) -> "Pipeline":
+        """Append to the Delta table ``<warehouse>/<pipeline>/<name>`` (or ``path``)."""
+        check_name("sink", name)
+        return self._with(DeltaSink(name=name, path=path))
+
+    def _with(self, sink: Sink) -> "Pipeline":
+        if any(existing.name == sink.name for existing in self.sinks):
+            raise PipelineDefinitionError(f"sink name {sink.name!r} is used twice")
+        return Pipeline(stream=self.stream, sinks=self.sinks + (sink,), name=self.name,
+                        checkpoint=self.checkpoint)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A runnable pipeline: source, operators, sinks and a name that locates its tables."""
+
+    stream: Stream
+    sinks: tuple[Sink, ...]
+    name: str | None = None
+    checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+
+    def named(self, name: str) -> "Pipeline":
+        """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
+        return dataclasses.replace(self, name=check_name("pipeline", name))
+
+    def checkpoint_every(self, batches: int | None = 1, seconds: float | None = None) -> "Pipeline":
+        """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end)."""
+        return dataclasses.replace(self, checkpoint=CheckpointPolicy(batches, seconds))
+
+    @property
+    def write(self) -> Writer:
+        """Add another sink (fan-out): every sink receives the same output."""
+        return Writer(self.stream, self.sinks, self.name, self.checkpoint)
+
+    @property
+    def source(self) -> Source:
+        return self.stream.source
+
+    def layout(self, warehouse: str | None = None) -> PipelineLayout:
+        if self.name is None:
+            raise PipelineDefinitionError("the pipeline has no name: call .named('...') first")
+        return PipelineLayout(resolve_warehouse(warehouse), self.name)
+
+    def sink(self, name: str) -> Sink:
+        for sink in self.sinks:
+            if sink.name == name:
+                return sink
+        raise PipelineDefinitionError(f"pipeline {self.name!r} has no sink {name!r}")
+
+    def run_once(self, spark: SparkSession, warehouse: str | None = None,
+                 max_batches: int | None = None, progress: Callable[..., None] | None = None):
+        """Recover, then run micro-batches until the source is drained or ``max_batches`` ran.
+
+        Returns a :class:`~ops.executor.RunReport`.
+        """
+        from .executor import run_pipeline  # executor imports this module
+
+        return run_pipeline(self, spark, warehouse=warehouse, max_batches=max_batches,
+                            progress=progress)
+
+    def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,
+                dedupe_id: str | None = None) -> PublishReport:
+        """Durably append records to the pipeline's callback inbox (one Delta commit).
+
+        Invalid records are stored too and go to ``_dead_letters`` when processed; the report
+        lists them. With ``dedupe_id`` a repeated publish of the same id stores nothing.
+        """
+        if not isinstance(self.source, CallbackSource):
+            raise PipelineDefinitionError(
+                f"pipeline {self.name!r} does not read from a callback; publish to its source")
+        return self.source.publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)

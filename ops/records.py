@@ -1,0 +1,150 @@
+"""Validation of incoming records against a source's declared schema.
+
+A record that fails is never dropped silently: it goes to the pipeline's dead-letter table with
+the reason, while the other records of the batch carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from .errors import PipelineDefinitionError
+
+
+def _as_long(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("is a boolean, not an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value)
+    raise ValueError(f"{value!r} is not an integer")
+
+
+def _as_double(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("is a boolean, not a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number") from None
+        if math.isfinite(number):
+            return number
+    raise ValueError(f"{value!r} is not a number")
+
+
+def _as_string(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError(f"{value!r} is not a string")
+
+
+def _as_boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{value!r} is not a boolean")
+
+
+def _as_timestamp(value: Any) -> pd.Timestamp:
+    try:
+        stamp = pd.Timestamp(value, unit="s") if isinstance(value, (int, float)) else pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{value!r} is not a timestamp (ISO-8601 text or epoch seconds)") from None
+    if pd.isna(stamp):
+        raise ValueError(f"{value!r} is not a timestamp")
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "long": _as_long, "double": _as_double, "string": _as_string,
+    "boolean": _as_boolean, "timestamp": _as_timestamp,
+}
+_DTYPES = {"long": "int64", "double": "float64", "string": "object", "boolean": "bool",
+           "timestamp": "datetime64[ns, UTC]"}
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """Field name -> type (``long``, ``double``, ``string``, ``boolean``, ``timestamp``).
+
+    ``key`` (if any) must be present and non-null in every record. Fields not in the schema pass
+    through untouched; with no schema at all, records pass as they are and only the key is checked.
+    """
+
+    fields: Mapping[str, str]
+    key: str | tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name, kind in self.fields.items():
+            if kind not in _CONVERTERS:
+                raise PipelineDefinitionError(
+                    f"field {name!r} has unknown type {kind!r}; use one of {sorted(_CONVERTERS)}")
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        if self.key is None:
+            return ()
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
+
+    def check(self, record: Any) -> dict[str, Any]:
+        """The record converted to the schema's types; ``ValueError`` names the field at fault."""
+        if not isinstance(record, dict):
+            raise ValueError(f"record is a {type(record).__name__}, not an object")
+        for name in self.key_fields:
+            if record.get(name) is None:
+                raise ValueError(f"key field {name!r} is missing or null")
+        converted = dict(record)
+        for name, kind in self.fields.items():
+            if record.get(name) is None:
+                if name in self.key_fields:
+                    continue
+                converted[name] = None
+                continue
+            try:
+                converted[name] = _CONVERTERS[kind](record[name])
+            except ValueError as exc:
+                raise ValueError(f"field {name!r} {exc}; expected {kind}") from None
+        return converted
+
+    def frame(self, records: list[dict[str, Any]], index: list[int]) -> pd.DataFrame:
+        """Checked records as a DataFrame with the schema's dtypes where no value is missing."""
+        frame = pd.DataFrame.from_records(records, index=index) if records else pd.DataFrame(
+            {name: pd.Series(dtype=_DTYPES[kind]) for name, kind in self.fields.items()})
+        for name, kind in self.fields.items():
+            if name in frame and len(frame) and frame[name].notna().all():
+                frame[name] = frame[name].astype(_DTYPES[kind])
+        return frame
+
+
+def parse_payload(text: str) -> Any:
+    """Decode one stored record; ``ValueError`` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"record is not valid JSON ({exc.msg} at {exc.pos})") from None
+
+
+def encode_record(record: Any) -> str:
+    """Encode a published record for the inbox. Anything JSON cannot hold is kept as its repr,
+    so the record is still stored (and dead-lettered by validation) rather than lost."""
+    return json.dumps(record, default=lambda value: _json_fallback(value), separators=(",", ":"))
+
+
+def _json_fallback(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return repr(value)

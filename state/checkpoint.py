@@ -1,0 +1,125 @@
+"""Checkpoints: the one commit point of the protocol.
+
+A checkpoint is one Delta commit to the pipeline's ``_state`` table holding the state rows that
+changed since the previous checkpoint plus one row with ``operator='__checkpoint__'`` whose value
+is the :class:`Checkpoint` record (source offsets, tracked variables, hook markers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession, functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from . import tables
+from .errors import CheckpointConflict, CorruptStateError
+from .faults import fault_point
+from .layout import PipelineLayout
+
+CHECKPOINT_OPERATOR = "__checkpoint__"
+STATE_SCHEMA = StructType([
+    StructField("operator", StringType(), False),
+    StructField("key", StringType(), False),
+    StructField("value", StringType(), True),
+    StructField("deleted", BooleanType(), False),
+    StructField("checkpoint_id", LongType(), False),
+])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a pipeline needs to resume: the last batch included and everything saved with it.
+
+    ``epoch`` changes when an operator rewinds the pipeline (reset to an older checkpoint), so the
+    idempotency keys of later writes never collide with those of the abandoned timeline.
+    """
+
+    checkpoint_id: int
+    batch_id: int
+    offsets: dict[str, Any] = field(default_factory=dict)
+    tracked: dict[str, str] = field(default_factory=dict)
+    markers: dict[str, Any] = field(default_factory=dict)
+    epoch: int = 0
+    run_id: str = ""
+    created_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Checkpoint":
+        return cls(**json.loads(text))
+
+
+class CheckpointLog:
+    """Reads and commits the checkpoints of one pipeline."""
+
+    def __init__(self, spark: SparkSession, layout: PipelineLayout):
+        self._spark = spark
+        self._layout = layout
+
+    def ensure_table(self) -> None:
+        tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",))
+
+    def records(self):
+        """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""
+        return (tables.read(self._spark, self._layout.state)
+                .where(F.col("operator") == CHECKPOINT_OPERATOR)
+                .select("checkpoint_id", "value"))
+
+    def latest(self) -> Checkpoint | None:
+        """The newest committed checkpoint, or ``None`` for a pipeline that never checkpointed."""
+        if not tables.exists(self._spark, self._layout.state):
+            return None
+        row = self.records().orderBy(F.col("checkpoint_id").desc()).limit(1).collect()
+        return Checkpoint.from_json(row[0]["value"]) if row else None
+
+    def get(self, checkpoint_id: int) -> Checkpoint | None:
+        """Checkpoint ``checkpoint_id`` if it is retained."""
+        rows = self.records().where(F.col("checkpoint_id") == checkpoint_id).collect()
+        if len(rows) > 1:
+            raise CorruptStateError(
+                f"{self._layout.state} holds {len(rows)} records for checkpoint {checkpoint_id}")
+        return Checkpoint.from_json(rows[0]["value"]) if rows else None
+
+    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame) -> None:
+        """Append ``state_rows`` and the checkpoint record in one Delta commit.
+
+        1. Build one frame: the changed state rows plus the checkpoint row.
+        2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint@epoch, id)``:
+           a second writer of the same checkpoint id is skipped by Delta, never duplicated.
+        3. Read the record back: if it is not ours, another run won and this one must stop.
+        """
+        record = pd.DataFrame([{
+            "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
+            "deleted": False, "checkpoint_id": checkpoint.checkpoint_id}])
+        rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
+        rows["checkpoint_id"] = checkpoint.checkpoint_id
+        frame = tables.to_frame(self._spark, rows, STATE_SCHEMA)
+        fault_point("before_checkpoint_commit")
+        app_id = f"{self._layout.pipeline}/checkpoint@{checkpoint.epoch}"
+        tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
+                      partition_by=("operator",),
+                      user_metadata=json.dumps({"checkpoint_id": checkpoint.checkpoint_id}))
+        fault_point("after_checkpoint_commit")
+        stored = self.get(checkpoint.checkpoint_id)
+        if stored is None or stored.run_id != checkpoint.run_id:
+            raise CheckpointConflict(
+                f"pipeline {self._layout.pipeline!r}: checkpoint {checkpoint.checkpoint_id} was "
+                f"committed by another run ({stored.run_id if stored else 'unknown'}); this run "
+                f"({checkpoint.run_id}) stopped without committing. Run only one instance at a time.")
+
+
+def new_checkpoint(previous: Checkpoint | None, *, batch_id: int, offsets: dict[str, Any],
+                   tracked: dict[str, str], markers: dict[str, Any], run_id: str) -> Checkpoint:
+    """The checkpoint that follows ``previous`` (or the first one)."""
+    return Checkpoint(
+        checkpoint_id=(previous.checkpoint_id + 1) if previous else 1,
+        batch_id=batch_id, offsets=offsets, tracked=tracked, markers=markers,
+        epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time())

@@ -1,0 +1,108 @@
+"""Encoding of state keys and values as text, so the ``_state`` table stays readable with SQL."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+from typing import Any, Hashable, Protocol
+
+from .errors import EncodingError
+
+UNKEYED = ""  # the stored key of an operator's unkeyed state; encoded keys are never empty
+
+
+def encode_key(key: Hashable) -> str:
+    """Encode a key deterministically: JSON of the scalar, tuples as JSON arrays.
+
+    ``0`` and ``"0"`` stay distinct (``0`` vs ``"0"`` with quotes); ``None`` means unkeyed.
+    """
+    if key is None:
+        return UNKEYED
+    if hasattr(key, "item") and not isinstance(key, (str, bytes, tuple)):
+        key = key.item()  # numpy scalar -> Python scalar, so 1 and np.int64(1) encode alike
+    if isinstance(key, tuple):
+        return json.dumps([_plain(part) for part in key], separators=(",", ":"))
+    return json.dumps(_plain(key), separators=(",", ":"))
+
+
+def decode_key(text: str) -> Hashable:
+    """Inverse of :func:`encode_key`."""
+    if text == UNKEYED:
+        return None
+    value = json.loads(text)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _plain(part: Any) -> Any:
+    if hasattr(part, "item") and not isinstance(part, (str, bytes)):
+        part = part.item()
+    if isinstance(part, float) and part.is_integer():
+        return part  # keep floats as floats: 1.0 and 1 are different keys, as in pandas groupby
+    if part is None or isinstance(part, (str, int, float, bool)):
+        return part
+    raise TypeError(f"key part {part!r} of type {type(part).__name__} is not a string or number")
+
+
+class Codec(Protocol):
+    """Turns state values into text and back."""
+
+    name: str
+
+    def encode(self, value: Any) -> str: ...
+
+    def decode(self, text: str) -> Any: ...
+
+
+class JsonCodec:
+    """The default: values readable with SQL (``get_json_object(value, '$.x')``)."""
+
+    name = "json"
+
+    def encode(self, value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), default=_json_default, allow_nan=True)
+
+    def decode(self, text: str) -> Any:
+        return json.loads(text)
+
+
+class PickleCodec:
+    """Opt-in codec for arbitrary Python objects (stored as base64 pickle: not readable with SQL)."""
+
+    name = "pickle"
+
+    def encode(self, value: Any) -> str:
+        return base64.b64encode(pickle.dumps(value, protocol=5)).decode("ascii")
+
+    def decode(self, text: str) -> Any:
+        return pickle.loads(base64.b64decode(text))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):  # numpy arrays
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+CODECS: dict[str, Codec] = {"json": JsonCodec(), "pickle": PickleCodec()}
+
+
+def codec_named(name: str) -> Codec:
+    """The codec called ``name`` (``json`` or ``pickle``)."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise EncodingError(f"unknown state codec {name!r}; use one of {sorted(CODECS)}") from None
+
+
+def encode_value(codec: Codec, value: Any, *, operator: str, key: Hashable) -> str:
+    """Encode ``value`` or raise an :class:`EncodingError` naming the operator and key."""
+    try:
+        return codec.encode(value)
+    except Exception as exc:
+        raise EncodingError(
+            f"state of operator {operator!r} for key {key!r} cannot be encoded with the "
+            f"{codec.name} codec ({exc}); return JSON-compatible values or use codec='pickle'"
+        ) from exc

@@ -1,0 +1,21 @@
+"""Exceptions of the state engine. ``StreamError`` is the root of every error this project raises."""
+
+
+class StreamError(Exception):
+    """Root of all lakestream errors."""
+
+
+class StateError(StreamError):
+    """State could not be read or written."""
+
+
+class EncodingError(StateError):
+    """A state value or tracked variable could not be encoded; names the operator and key."""
+
+
+class CheckpointConflict(StateError):
+    """Another run committed the same checkpoint first: this run stops, nothing of it is committed."""
+
+
+class CorruptStateError(StateError):
+    """Stored state does not match what the protocol guarantees; names the table and what is wrong."""

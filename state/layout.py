@@ -1,0 +1,65 @@
+"""Where a pipeline's tables live under the warehouse root."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import StateError
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+DEFAULT_WAREHOUSE = "./warehouse"
+
+
+def check_name(kind: str, name: str) -> str:
+    """Reject names that are unsafe as folder and table names."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise StateError(
+            f"{kind} name {name!r} is invalid: use a letter then letters, digits or '_' (max 128)")
+    return name
+
+
+def resolve_warehouse(warehouse: str | None = None) -> str:
+    """The warehouse root: the argument, ``$LAKESTREAM_WAREHOUSE`` or ``./warehouse``.
+
+    Local paths become absolute; URIs such as ``s3a://…`` or ``abfss://…`` pass through unchanged.
+    """
+    root = warehouse or os.environ.get("LAKESTREAM_WAREHOUSE") or DEFAULT_WAREHOUSE
+    if "://" in root or root.startswith("file:"):
+        return root.rstrip("/")
+    return os.path.abspath(root)
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """Paths of every table pipeline ``pipeline`` owns under ``warehouse``."""
+
+    warehouse: str
+    pipeline: str
+
+    def __post_init__(self) -> None:
+        check_name("pipeline", self.pipeline)
+
+    @property
+    def root(self) -> str:
+        return f"{self.warehouse}/{self.pipeline}"
+
+    @property
+    def state(self) -> str:
+        return f"{self.root}/_state"
+
+    @property
+    def batches(self) -> str:
+        return f"{self.root}/_batches"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.root}/_dead_letters"
+
+    def inbox(self, callback: str) -> str:
+        return f"{self.root}/_inbox_{check_name('callback', callback)}"
+
+    def table(self, name: str) -> str:
+        """A sink or global table owned by the pipeline."""
+        return f"{self.root}/{check_name('table', name)}"

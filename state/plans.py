@@ -1,0 +1,80 @@
+"""Batch plans: the exact source slice of each micro-batch, recorded before the batch runs.
+
+A replayed batch reuses its recorded plan, so its input never changes once planned; when two
+runs race to plan the same batch, the first plan written wins and both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession, functions as F
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from . import tables
+from .errors import CorruptStateError
+from .layout import PipelineLayout
+
+PLAN_SCHEMA = StructType([
+    StructField("batch_id", LongType(), False),
+    StructField("epoch", LongType(), False),
+    StructField("ranges", StringType(), False),
+    StructField("planned_at", DoubleType(), False),
+])
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Batch ``batch_id`` reads, per source, positions after ``start`` up to and including ``end``."""
+
+    batch_id: int
+    ranges: dict[str, tuple[Any, Any]]
+
+    def end_positions(self) -> dict[str, Any]:
+        return {source: end for source, (_, end) in self.ranges.items()}
+
+
+class BatchPlans:
+    """The ``_batches`` table of one pipeline."""
+
+    def __init__(self, spark: SparkSession, layout: PipelineLayout):
+        self._spark = spark
+        self._layout = layout
+
+    def ensure_table(self) -> None:
+        tables.ensure(self._spark, self._layout.batches, PLAN_SCHEMA)
+
+    def after(self, batch_id: int, epoch: int) -> dict[int, BatchPlan]:
+        """Plans recorded for batches after ``batch_id`` in ``epoch`` (left by a run that died)."""
+        rows = (tables.read(self._spark, self._layout.batches)
+                .where((F.col("batch_id") > batch_id) & (F.col("epoch") == epoch))
+                .select("batch_id", "ranges").collect())
+        plans: dict[int, BatchPlan] = {}
+        for row in rows:
+            if row["batch_id"] in plans:
+                raise CorruptStateError(
+                    f"{self._layout.batches} holds two plans for batch {row['batch_id']}")
+            plans[row["batch_id"]] = _decode(row["batch_id"], row["ranges"])
+        return plans
+
+    def record(self, plan: BatchPlan, epoch: int) -> BatchPlan:
+        """Record ``plan`` unless a plan for its batch exists; return the plan that stands."""
+        row = pd.DataFrame([{"batch_id": plan.batch_id, "epoch": epoch,
+                             "ranges": json.dumps(plan.ranges), "planned_at": time.time()}])
+        tables.append(tables.to_frame(self._spark, row, PLAN_SCHEMA), self._layout.batches,
+                      txn=(f"{self._layout.pipeline}/plans@{epoch}", plan.batch_id))
+        stored = self.after(plan.batch_id - 1, epoch).get(plan.batch_id)
+        if stored is None:
+            raise CorruptStateError(
+                f"plan of batch {plan.batch_id} is missing from {self._layout.batches} right "
+                "after it was written")
+        return stored
+
+
+def _decode(batch_id: int, text: str) -> BatchPlan:
+    ranges = {source: tuple(bounds) for source, bounds in json.loads(text).items()}
+    return BatchPlan(batch_id=batch_id, ranges=ranges)

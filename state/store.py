@@ -1,0 +1,159 @@
+"""Managed operator state: per-key (or unkeyed) values cached for a run, changes kept until a checkpoint."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Hashable, Iterable
+
+import pandas as pd
+from pyspark.sql import SparkSession, functions as F
+
+from . import tables
+from .checkpoint import STATE_SCHEMA
+from .codecs import Codec, codec_named, decode_key, encode_key, encode_value
+from .layout import PipelineLayout
+
+# Up to this many keys a state read filters with IN (pushed down to Parquet); beyond, a semi-join.
+_IN_LIST_LIMIT = 2000
+_MISSING = object()
+
+Loader = Callable[[str, list[str]], dict[str, str]]
+
+
+class OperatorState:
+    """The state of one operator during a run.
+
+    Values are loaded from the ``_state`` table the first time a key is seen in the run (only the
+    batch's keys, never the whole table) and kept in memory; ``set`` marks a key changed until the
+    next checkpoint writes it.
+    """
+
+    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader):
+        self.name = name
+        self._initial = initial
+        self._codec = codec
+        self._loader = loader
+        self._values: dict[Hashable, Any] = {}
+        self._known: set[Hashable] = set()  # keys whose stored value (or absence) is loaded
+        self._changed: set[Hashable] = set()
+
+    def prefetch(self, keys: Iterable[Hashable]) -> None:
+        """Load the stored values of ``keys`` not yet seen in this run, in one read."""
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._known]
+        if not wanted:
+            return
+        stored = self._loader(self.name, [encode_key(key) for key in wanted])
+        for key in wanted:
+            text = stored.get(encode_key(key))
+            if text is not None:
+                self._values[key] = self._codec.decode(text)
+            self._known.add(key)
+
+    def get(self, key: Hashable) -> Any:
+        """The value for ``key``; the initial state when the key has none."""
+        self.prefetch([key])
+        value = self._values.get(key, _MISSING)
+        if value is _MISSING:
+            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys
+            value = copy.deepcopy(self._initial)
+            self._values[key] = value
+        return value
+
+    def get_many(self, keys: Iterable[Hashable]) -> pd.Series:
+        """Values for many keys at once, as a Series indexed by key (vectorized operators)."""
+        keys = list(keys)
+        self.prefetch(keys)
+        return pd.Series([self.get(key) for key in keys], index=pd.Index(keys, tupleize_cols=False),
+                         dtype=object if not keys else None)
+
+    def set(self, key: Hashable, value: Any) -> None:
+        """Replace the value for ``key``; written at the next checkpoint."""
+        self._known.add(key)
+        self._values[key] = value
+        self._changed.add(key)
+
+    def set_many(self, values: pd.Series) -> None:
+        """Replace the values of every key in the Series' index."""
+        for key, value in zip(values.index, values.tolist()):
+            self.set(key, value)
+
+    def delete(self, key: Hashable) -> None:
+        """Forget ``key``: a tombstone is written and the key reads as initial state again."""
+        self._known.add(key)
+        self._values.pop(key, None)
+        self._changed.add(key)
+
+    def changed_rows(self) -> pd.DataFrame:
+        """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
+        rows = []
+        for key in self._changed:
+            value = self._values.get(key, _MISSING)
+            deleted = value is _MISSING
+            text = None if deleted else encode_value(self._codec, value, operator=self.name, key=key)
+            rows.append((self.name, encode_key(key), text, deleted))
+        return pd.DataFrame(rows, columns=["operator", "key", "value", "deleted"])
+
+    def mark_checkpointed(self) -> None:
+        self._changed.clear()
+
+    @property
+    def changed_keys(self) -> int:
+        return len(self._changed)
+
+
+class StateStore:
+    """All managed state of one pipeline for one run, read as of checkpoint ``as_of``."""
+
+    def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None):
+        self._spark = spark
+        self._layout = layout
+        self._as_of = as_of
+        self._operators: dict[str, OperatorState] = {}
+
+    def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
+        """The state of operator ``name`` (created on first use)."""
+        if name not in self._operators:
+            self._operators[name] = OperatorState(name, initial, codec_named(codec), self._load)
+        return self._operators[name]
+
+    def changed_rows(self) -> pd.DataFrame:
+        """Every operator's changed rows, for the checkpoint commit."""
+        frames = [op.changed_rows() for op in self._operators.values() if op.changed_keys]
+        if not frames:
+            return pd.DataFrame(columns=["operator", "key", "value", "deleted"])
+        return pd.concat(frames, ignore_index=True)
+
+    def mark_checkpointed(self, checkpoint_id: int) -> None:
+        self._as_of = checkpoint_id
+        for op in self._operators.values():
+            op.mark_checkpointed()
+
+    def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
+        if self._as_of is None:
+            return {}  # nothing was ever checkpointed: every key starts from initial state
+        latest = latest_values(self._spark, self._layout, operator, self._as_of, keys)
+        return dict(zip(latest["key"], latest["value"]))
+
+
+def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,
+                  keys: list[str] | None = None) -> pd.DataFrame:
+    """Latest ``key, value`` per key of ``operator`` up to checkpoint ``as_of`` (tombstones dropped)."""
+    rows = (tables.read(spark, layout.state)
+            .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= as_of)))
+    if keys is not None and len(keys) <= _IN_LIST_LIMIT:
+        rows = rows.where(F.col("key").isin(keys))
+    elif keys is not None:
+        wanted = spark.createDataFrame(pd.DataFrame({"key": keys}))
+        rows = rows.join(F.broadcast(wanted), "key", "left_semi")
+    latest = (rows.groupBy("key")
+              .agg(F.max_by(F.struct("value", "deleted"), "checkpoint_id").alias("last"))
+              .where(~F.col("last.deleted"))
+              .select("key", F.col("last.value").alias("value")))
+    return latest.toPandas()
+
+
+def decode_state(frame: pd.DataFrame, codec: str = "json") -> pd.DataFrame:
+    """Decode a ``key, value`` frame of encoded state into Python keys and values."""
+    chosen = codec_named(codec)
+    return pd.DataFrame({"key": [decode_key(k) for k in frame["key"]],
+                         "value": [chosen.decode(v) for v in frame["value"]]})

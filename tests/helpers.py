@@ -1,0 +1,18 @@
+"""Small readers shared by tests."""
+
+from ops import Pipeline
+from state import tables
+
+
+def sink_rows(spark, pipeline: Pipeline, warehouse: str, sink: str = "sums"):
+    """A Delta sink's rows in batch and row order, as pandas."""
+    path = pipeline.layout(warehouse).table(sink)
+    return tables.read(spark, path).orderBy("_batch_id", "_row").toPandas()
+
+
+def sink_column(spark, pipeline: Pipeline, warehouse: str, column: str, sink: str = "sums"):
+    return [int(v) for v in sink_rows(spark, pipeline, warehouse, sink)[column]]
+
+
+def dead_letters(spark, pipeline: Pipeline, warehouse: str):
+    return tables.read(spark, pipeline.layout(warehouse).dead_letters).orderBy("position").toPandas()
