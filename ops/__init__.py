@@ -9,6 +9,9 @@
 ...             .map(running_sum, state=0).write.to_console()).named("running_sum")
 """
 
+from state import (CheckpointConflict, EncodingError, GlobalTable, HookContext, Hooks,
+                   StreamError, Tracked, global_table, track)
+
 from .api import Metadata, Op, get, set  # noqa: A004 - KX's names
 from .errors import BadRecordError, ConfigError, OperatorError, PipelineDefinitionError
 from .executor import BatchReport, RunReport, run_pipeline
@@ -16,10 +19,13 @@ from .pipeline import CheckpointPolicy, Pipeline, Stream, Writer
 from .sinks import ConsoleSink, DeltaSink, Sink
 from .sources import CallbackSource, PublishReport, Source, read
 from .session import SparkConfig, spark_session
+from .state_access import changed_keys, compact, read_state
 
 __all__ = [
-    "BadRecordError", "BatchReport", "CallbackSource", "CheckpointPolicy", "ConfigError",
-    "ConsoleSink", "DeltaSink", "Metadata", "Op", "OperatorError", "Pipeline",
-    "PipelineDefinitionError", "PublishReport", "RunReport", "Sink", "Source", "SparkConfig",
-    "Stream", "Writer", "get", "read", "run_pipeline", "set", "spark_session",
+    "BadRecordError", "BatchReport", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
+    "ConfigError", "EncodingError", "StreamError",
+    "ConsoleSink", "DeltaSink", "GlobalTable", "HookContext", "Hooks", "Metadata", "Op",
+    "OperatorError", "Pipeline", "PipelineDefinitionError", "PublishReport", "RunReport", "Sink",
+    "Source", "SparkConfig", "Stream", "Tracked", "Writer", "changed_keys", "compact", "get",
+    "global_table", "read", "read_state", "run_pipeline", "set", "spark_session", "track",
 ]

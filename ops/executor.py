@@ -17,8 +17,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from state import (BatchPlan, BatchPlans, Checkpoint, CheckpointLog, StateStore, fault_point,
-                   new_checkpoint, tables)
+from state import (BatchPlan, BatchPlans, Checkpoint, CheckpointLog, HookContext, StateStore,
+                   fault_point, new_checkpoint, restore_all, save_all, tables)
 
 from ._context import RunContext
 from .operators import BatchScope
@@ -79,31 +79,45 @@ class RunReport:
 
 
 class _Run:
-    """State of one run; the public entry point is :func:`run_pipeline`."""
+    """One run of one pipeline; the public entry point is :func:`run_pipeline`."""
 
     def __init__(self, pipeline, spark: SparkSession, warehouse: str | None):
         self.pipeline = pipeline
-        layout = pipeline.layout(warehouse)
-        self.checkpoints = CheckpointLog(spark, layout)
-        self.plans = BatchPlans(spark, layout)
-        self.ctx: RunContext | None = None
         self.spark = spark
-        self.layout = layout
+        self.layout = pipeline.layout(warehouse)
+        self.checkpoints = CheckpointLog(spark, self.layout)
+        self.plans = BatchPlans(spark, self.layout)
+        self.hooks = pipeline.all_hooks()
+        self.hook_ctx = HookContext(spark, self.layout, uuid.uuid4().hex, self.checkpoints)
         self.last: Checkpoint | None = None
+
+    def call_hooks(self, method: str, *args: Any) -> dict[str, Any]:
+        """Call ``method`` on every hook, in order; return their results by marker key."""
+        results = {key: getattr(hook, method)(self.hook_ctx, *args) for key, hook in self.hooks}
+        fault_point(f"hook_{method}")
+        return results
 
     # 1. recover -------------------------------------------------------------------------------
     def recover(self) -> None:
+        """Read the last checkpoint; restore tracked variables; let hooks truncate global state."""
         self.checkpoints.ensure_table()
         self.plans.ensure_table()
         tables.ensure(self.spark, self.layout.dead_letters, DEAD_LETTER_SCHEMA)
         self.last = self.checkpoints.latest()
         epoch = self.last.epoch if self.last else 0
-        self.ctx = RunContext(self.spark, self.layout, epoch, run_id=uuid.uuid4().hex)
+        self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
         self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None)
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
         self.pending_plans = self.plans.after(self.batch_id, epoch)
+        restore_all(self.pipeline.tracked, self.last.tracked if self.last else {})
+        self.hook_ctx.checkpoint_id = self.last.checkpoint_id if self.last else None
+        self.hook_ctx.batch_id = self.batch_id
+        markers = self.last.markers if self.last else {}
+        for key, hook in self.hooks:
+            hook.on_recover(self.hook_ctx, markers.get(key))
+        fault_point("hook_on_recover")
         if self.last:
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
@@ -111,6 +125,7 @@ class _Run:
 
     # 2. plan ----------------------------------------------------------------------------------
     def plan_next(self) -> tuple[BatchPlan, bool] | None:
+        """The recorded plan of the next batch (a replay), else a new one; None when drained."""
         batch_id = self.batch_id + 1
         if batch_id in self.pending_plans:
             return self.pending_plans.pop(batch_id), True
@@ -136,9 +151,9 @@ class _Run:
         for sink in self.pipeline.sinks:
             sink.write(self.ctx, plan.batch_id, frame)
             fault_point("after_sink_write")
-        self.batch_id = plan.batch_id
+        self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
-        keys = sliced.good[list(scope.key_fields)].drop_duplicates().shape[0] if scope.key_fields else 0
+        keys = len(sliced.good[list(scope.key_fields)].drop_duplicates()) if scope.key_fields else 0
         return BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
                            len(sliced.rejected), keys, time.perf_counter() - started, replayed)
 
@@ -148,28 +163,72 @@ class _Run:
         rows = rejected.assign(batch_id=batch_id, source=source)
         log.warning("%s batch %d: %d record(s) to dead letters; first: %s", self.pipeline.name,
                     batch_id, len(rows), rows["reason"].iloc[0])
-        tables.append(tables.to_frame(self.spark, rows[[f.name for f in DEAD_LETTER_SCHEMA]],
+        tables.append(tables.to_frame(self.spark, rows[DEAD_LETTER_SCHEMA.names],
                                       DEAD_LETTER_SCHEMA),
                       self.layout.dead_letters, txn=self.ctx.txn("dead_letters", batch_id))
 
     # 5. checkpoint ----------------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint:
+        """1. hooks return markers; 2. one commit of changed state + record; 3. post hooks."""
+        markers = self.call_hooks("on_checkpoint")
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
-                                    tracked={}, markers={}, run_id=self.ctx.run_id)
+                                    tracked=save_all(self.pipeline.tracked), markers=markers,
+                                    run_id=self.ctx.run_id)
         self.checkpoints.commit(checkpoint, self.store.changed_rows())
         self.store.mark_checkpointed(checkpoint.checkpoint_id)
         self.last = checkpoint
+        self.hook_ctx.checkpoint_id = checkpoint.checkpoint_id
+        self.call_hooks("on_post_checkpoint", checkpoint.checkpoint_id)
         return checkpoint
+
+    def fail(self, error: BaseException) -> None:
+        """Tell every hook; an error inside ``on_error`` must not hide the original one."""
+        for key, hook in self.hooks:
+            try:
+                hook.on_error(self.hook_ctx, error)
+            except Exception:
+                log.exception("%s: on_error hook %s failed", self.pipeline.name, key)
+
+    def teardown(self) -> None:
+        for key, hook in self.hooks:
+            try:
+                hook.on_teardown(self.hook_ctx)
+            except Exception:
+                log.exception("%s: on_teardown hook %s failed", self.pipeline.name, key)
 
 
 def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None) -> RunReport:
-    """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran)."""
+    """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran).
+
+    Order: ``on_setup``, recovery (``on_recover``), ``on_start``, batches with checkpoints as the
+    pipeline's policy says, a final checkpoint, ``on_finish``; ``on_error`` on failure;
+    ``on_teardown`` always.
+    """
     started = time.perf_counter()
     run = _Run(pipeline, spark, warehouse)
-    run.recover()
     report = RunReport(pipeline=pipeline.name)
+    try:
+        run.call_hooks("on_setup")
+        run.recover()
+        run.call_hooks("on_start")
+        _run_batches(run, report, max_batches, progress)
+        run.call_hooks("on_finish")
+    except BaseException as error:
+        run.fail(error)
+        raise
+    finally:
+        run.teardown()
+    report.checkpoint_id = run.last.checkpoint_id if run.last else None
+    report.last_batch_id = run.batch_id
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_batches(run: _Run, report: RunReport, max_batches: int | None,
+                 progress: Callable[[BatchReport], None] | None) -> None:
+    policy = run.pipeline.checkpoint
     since_batches, since_time = 0, time.monotonic()
     while max_batches is None or len(report.batches) < max_batches:
         planned = run.plan_next()
@@ -179,16 +238,12 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
         report.batches.append(batch)
         since_batches += 1
         log.info("%s batch %d: %d rows in, %d out, %d dead letters, %.0f rows/s%s",
-                 pipeline.name, batch.batch_id, batch.rows_in, batch.rows_out, batch.dead_letters,
-                 batch.rows_per_second, " (replay)" if batch.replayed else "")
+                 run.pipeline.name, batch.batch_id, batch.rows_in, batch.rows_out,
+                 batch.dead_letters, batch.rows_per_second, " (replay)" if batch.replayed else "")
         if progress:
             progress(batch)
-        if pipeline.checkpoint.due(since_batches, time.monotonic() - since_time):
+        if policy.due(since_batches, time.monotonic() - since_time):
             run.checkpoint()
             since_batches, since_time = 0, time.monotonic()
     if since_batches:
         run.checkpoint()
-    report.checkpoint_id = run.last.checkpoint_id if run.last else None
-    report.last_batch_id = run.batch_id
-    report.seconds = time.perf_counter() - started
-    return report

@@ -49,6 +49,7 @@ class Map(Operator):
     state: Any = STATELESS
     vectorized: bool = False
     codec: str = "json"
+    hooks: Any = None
 
     @property
     def stateful(self) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from state import PipelineLayout, check_name, resolve_warehouse
+from state import Hooks, PipelineLayout, Tracked, check_name, resolve_warehouse
 
 from .errors import PipelineDefinitionError
 from .operators import STATELESS, Filter, Map, Operator
@@ -50,19 +50,22 @@ class Stream:
     operators: tuple[Operator, ...] = ()
 
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
-            vectorized: bool = False, codec: str = "json") -> "Stream":
+            vectorized: bool = False, codec: str = "json",
+            hooks: Hooks | None = None) -> "Stream":
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
         key): ``fn(op, md, data)`` may call ``sp.get(op, md)`` and ``sp.set(op, md, value)``.
-        Give ``name`` to keep state stable if you later reorder operators.
+        Give ``name`` to keep state stable if you later reorder operators. ``vectorized=True``
+        calls ``fn`` once per batch with every key (``get`` returns a Series indexed by key);
+        ``codec="pickle"`` stores arbitrary objects; ``hooks`` are this operator's lifecycle hooks.
 
         >>> stream.map(running_sum, state=0)
         """
         if not callable(fn):
             raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
         op = Map(fn=fn, name=self._name_for(name, fn), state=state, vectorized=vectorized,
-                 codec=codec)
+                 codec=codec, hooks=hooks)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> "Stream":
@@ -73,7 +76,7 @@ class Stream:
     @property
     def write(self) -> "Writer":
         """Choose a sink: ``.write.to_console()`` or ``.write.to_delta("name")``."""
-        return Writer(self, ())
+        return Writer(Pipeline(stream=self, sinks=()))
 
     def _name_for(self, name: str | None, fn: Callable[..., Any]) -> str:
         taken = {op.name for op in self.operators}
@@ -95,10 +98,7 @@ class Stream:
 class Writer:
     """Adds a sink and yields the pipeline."""
 
-    stream: Stream
-    sinks: tuple[Sink, ...]
-    name: str | None = None
-    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    pipeline: "Pipeline"
 
     def to_console(self) -> "Pipeline":
         return self._with(ConsoleSink())
@@ -109,10 +109,9 @@ class Writer:
         return self._with(DeltaSink(name=name, path=path))
 
     def _with(self, sink: Sink) -> "Pipeline":
-        if any(existing.name == sink.name for existing in self.sinks):
+        if any(existing.name == sink.name for existing in self.pipeline.sinks):
             raise PipelineDefinitionError(f"sink name {sink.name!r} is used twice")
-        return Pipeline(stream=self.stream, sinks=self.sinks + (sink,), name=self.name,
-                        checkpoint=self.checkpoint)
+        return dataclasses.replace(self.pipeline, sinks=self.pipeline.sinks + (sink,))
 
 
 @dataclass(frozen=True)
@@ -123,6 +122,8 @@ class Pipeline:
     sinks: tuple[Sink, ...]
     name: str | None = None
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    tracked: tuple[Tracked, ...] = ()
+    hooks: tuple[Hooks, ...] = ()
 
     def named(self, name: str) -> "Pipeline":
         """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
@@ -132,10 +133,34 @@ class Pipeline:
         """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end)."""
         return dataclasses.replace(self, checkpoint=CheckpointPolicy(batches, seconds))
 
+    def track(self, *variables: Tracked) -> "Pipeline":
+        """Save these tracked variables (``sp.track(name, initial)``) with every checkpoint;
+        they are restored before any operator runs after a restart."""
+        names = [v.name for v in self.tracked + variables]
+        if len(set(names)) != len(names):
+            raise PipelineDefinitionError(f"tracked variable names repeat: {sorted(names)}")
+        return dataclasses.replace(self, tracked=self.tracked + variables)
+
+    def with_hooks(self, *hooks: Hooks) -> "Pipeline":
+        """Add pipeline-wide lifecycle hooks (``sp.Hooks`` subclasses, global tables)."""
+        updated = dataclasses.replace(self, hooks=self.hooks + hooks)
+        keys = [key for key, _ in updated.all_hooks()]
+        if len(set(keys)) != len(keys):
+            raise PipelineDefinitionError(
+                f"hooks need distinct marker keys (set a `marker_key` attribute): {keys}")
+        return updated
+
+    def all_hooks(self) -> list[tuple[str, Hooks]]:
+        """Every hook with the key its marker is stored under: pipeline-wide, then per operator."""
+        keyed = [(hook_key(hook), hook) for hook in self.hooks]
+        keyed += [(f"op:{op.name}", op.hooks) for op in self.stream.operators
+                  if getattr(op, "hooks", None) is not None]
+        return keyed
+
     @property
     def write(self) -> Writer:
         """Add another sink (fan-out): every sink receives the same output."""
-        return Writer(self.stream, self.sinks, self.name, self.checkpoint)
+        return Writer(self)
 
     @property
     def source(self) -> Source:
@@ -174,3 +199,8 @@ class Pipeline:
             raise PipelineDefinitionError(
                 f"pipeline {self.name!r} does not read from a callback; publish to its source")
         return self.source.publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
+
+
+def hook_key(hook: Hooks) -> str:
+    """Where a pipeline-wide hook's marker is stored: its ``marker_key``, else its class name."""
+    return getattr(hook, "marker_key", None) or type(hook).__name__

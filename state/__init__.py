@@ -9,14 +9,20 @@ from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
 from .errors import (CheckpointConflict, CorruptStateError, EncodingError, StateError,
                      StreamError)
 from .faults import fault_point
+from .global_tables import GlobalTable, global_table
+from .hooks import HookContext, Hooks
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
+from .queries import changed_keys, compact, read_state
 from .store import OperatorState, StateStore, decode_state, latest_values
+from .tracking import Tracked, restore_all, save_all, track
 
 __all__ = [
     "CHECKPOINT_OPERATOR", "STATE_SCHEMA", "BatchPlan", "BatchPlans", "Checkpoint",
-    "CheckpointConflict", "CheckpointLog", "CorruptStateError", "EncodingError", "JsonCodec",
-    "OperatorState", "PickleCodec", "PipelineLayout", "StateError", "StateStore", "StreamError",
-    "check_name", "codec_named", "decode_key", "decode_state", "encode_key", "fault_point",
-    "latest_values", "new_checkpoint", "resolve_warehouse", "tables",
+    "CheckpointConflict", "CheckpointLog", "CorruptStateError", "EncodingError", "GlobalTable",
+    "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
+    "StateError", "StateStore", "StreamError", "Tracked", "changed_keys", "check_name",
+    "codec_named", "compact", "decode_key", "decode_state", "encode_key", "fault_point",
+    "global_table", "latest_values", "new_checkpoint", "read_state", "resolve_warehouse",
+    "restore_all", "save_all", "tables", "track",
 ]

@@ -1,0 +1,115 @@
+"""Reading state from outside a pipeline, and compacting the changelog."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pandas as pd
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+from . import tables
+from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog
+from .codecs import codec_named, decode_key
+from .errors import CheckpointConflict, StateError
+from .layout import PipelineLayout
+
+log = logging.getLogger(__name__)
+
+
+def _checkpoint_version(spark: SparkSession, layout: PipelineLayout, checkpoint_id: int) -> int:
+    """The Delta version of ``_state`` at which checkpoint ``checkpoint_id`` was committed."""
+    history = DeltaTable.forPath(spark, layout.state).history().select("version", "userMetadata")
+    for row in history.collect():
+        meta = json.loads(row["userMetadata"]) if row["userMetadata"] else {}
+        if meta.get("checkpoint_id") == checkpoint_id:
+            return int(row["version"])
+    raise StateError(f"checkpoint {checkpoint_id} of pipeline {layout.pipeline!r} is not retained "
+                     "(never committed, or its Delta version was vacuumed)")
+
+
+def _changelog_as_of(spark: SparkSession, layout: PipelineLayout,
+                     checkpoint_id: int | None) -> tuple[DataFrame, int]:
+    """The changelog as it stood when ``checkpoint_id`` (default: the latest) was committed."""
+    if not tables.exists(spark, layout.state):
+        raise StateError(f"pipeline {layout.pipeline!r} has no state at {layout.state}")
+    latest = CheckpointLog(spark, layout).latest()
+    if latest is None:
+        raise StateError(f"pipeline {layout.pipeline!r} has not checkpointed yet")
+    if checkpoint_id is None or checkpoint_id == latest.checkpoint_id:
+        return tables.read(spark, layout.state), latest.checkpoint_id
+    if checkpoint_id > latest.checkpoint_id or checkpoint_id < 1:
+        raise StateError(f"pipeline {layout.pipeline!r} has checkpoints 1..{latest.checkpoint_id}, "
+                         f"not {checkpoint_id}")
+    version = _checkpoint_version(spark, layout, checkpoint_id)
+    frame = spark.read.format("delta").option("versionAsOf", version).load(layout.state)
+    return frame, checkpoint_id
+
+
+def _latest_per_key(rows: DataFrame) -> DataFrame:
+    return (rows.groupBy("operator", "key")
+            .agg(F.max_by(F.struct("value", "deleted", "checkpoint_id"), "checkpoint_id")
+                 .alias("last"))
+            .select("operator", "key", "last.value", "last.deleted", "last.checkpoint_id"))
+
+
+def _decoded(rows: pd.DataFrame, codec: str) -> pd.DataFrame:
+    chosen = codec_named(codec)
+    rows = rows.sort_values("key", kind="stable").reset_index(drop=True)
+    return pd.DataFrame({
+        "key": [decode_key(k) for k in rows["key"]],
+        "value": [None if v is None else chosen.decode(v) for v in rows["value"]],
+        **({"deleted": rows["deleted"].tolist()} if "deleted" in rows else {}),
+        "checkpoint_id": rows["checkpoint_id"].tolist()})
+
+
+def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
+               as_of: int | None = None, codec: str = "json") -> pd.DataFrame:
+    """``key, value, checkpoint_id`` of every key of ``operator`` as of checkpoint ``as_of``.
+
+    ``as_of`` may be any retained checkpoint (default: the latest); older checkpoints are read
+    through Delta time travel, so they stay readable after compaction until vacuum.
+    """
+    changelog, upto = _changelog_as_of(spark, layout, as_of)
+    rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
+    latest = _latest_per_key(rows).where(~F.col("deleted")).toPandas()
+    return _decoded(latest, codec).drop(columns="deleted")
+
+
+def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, after: int,
+                 upto: int | None = None, codec: str = "json") -> pd.DataFrame:
+    """Keys of ``operator`` changed by checkpoints ``after+1 .. upto``, with their value at
+    ``upto`` (``deleted`` marks keys removed)."""
+    changelog, upto = _changelog_as_of(spark, layout, upto)
+    rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
+    latest = _latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
+    return _decoded(latest, codec)
+
+
+def compact(spark: SparkSession, layout: PipelineLayout) -> int:
+    """Rewrite ``_state`` to the latest row per key (tombstones dropped) and every checkpoint
+    record, in one overwrite commit. Readers of the latest checkpoint see no difference; older
+    checkpoints stay readable by time travel until vacuum. Returns the rows kept.
+    """
+    last = CheckpointLog(spark, layout).latest()
+    if last is None:
+        return 0
+    changelog = tables.read(spark, layout.state).where(F.col("checkpoint_id") <= last.checkpoint_id)
+    state_rows = (_latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
+                  .where(~F.col("deleted")))
+    records = changelog.where(F.col("operator") == CHECKPOINT_OPERATOR)
+    compacted = state_rows.select(*STATE_SCHEMA.names).unionByName(records).localCheckpoint()
+    kept = compacted.count()
+    try:
+        (compacted.write.format("delta").mode("overwrite").partitionBy("operator")
+         .option("userMetadata", json.dumps({"compacted_through": last.checkpoint_id}))
+         .save(layout.state))
+    except Exception as exc:
+        if "Concurrent" in type(exc).__name__ or "Concurrent" in str(exc)[:200]:
+            raise CheckpointConflict(
+                f"compaction of {layout.state} raced a checkpoint commit and was abandoned; "
+                "nothing changed. Run it again (or when the pipeline is idle).") from exc
+        raise
+    log.info("compacted %s through checkpoint %d: %d rows", layout.state, last.checkpoint_id, kept)
+    return kept

@@ -1,0 +1,58 @@
+"""The multi-batch pipeline crash tests run in a child process (``python -m ...``).
+
+It exercises everything recovery must restore: keyed managed state, a tracked variable, a global
+append-only table truncated to its marker, a Delta sink, and checkpoints every two batches (so
+uncheckpointed state is held in memory between them).
+"""
+
+import os
+import time
+from pathlib import Path
+
+import ops as sp
+
+SCHEMA = {"k": "long", "x": "long"}
+audit = sp.global_table("audit", index="idx")
+rows_seen = sp.track("rows_seen", {"total": 0, "by_key": {}})
+
+
+class _Barrier(sp.Hooks):
+    """Test-only: holds each run at on_start until N runs got there, to force true overlap."""
+
+    marker_key = "barrier"
+
+    def on_start(self, ctx):
+        folder = os.environ.get("CRASH_TEST_BARRIER")
+        if not folder:
+            return
+        Path(folder, str(os.getpid())).touch()
+        deadline = time.monotonic() + 120
+        while len(list(Path(folder).iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def running_sum(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    rows_seen.value["total"] += len(data)
+    rows_seen.value["by_key"][md.key] = rows_seen.value["by_key"].get(md.key, 0) + len(data)
+    out = data.assign(total=total)
+    audit.append(out[["k", "total"]])
+    return out
+
+
+def build(name: str = "crashy"):
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .map(running_sum, state=0)
+             .write.to_delta("out"))
+            .named(name).checkpoint_every(batches=2).track(rows_seen).with_hooks(audit, _Barrier()))
+
+
+# Six publishes -> six batches of two keys each.
+INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b}]
+         for b in range(6)]
+
+if __name__ == "__main__":
+    spark = sp.spark_session()
+    report = build().run_once(spark)
+    print(f"DONE checkpoint={report.checkpoint_id} batches={len(report.batches)}", flush=True)

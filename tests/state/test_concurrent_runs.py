@@ -1,0 +1,36 @@
+"""Two runs of the same pipeline at once: one wins, the other stops with a clear error."""
+
+import subprocess
+import sys
+
+import pytest
+
+import ops as sp
+from state import tables
+from tests.state import crash_pipeline as cp
+from tests.state.test_crash_recovery import _outcome, _publish_all
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_no_duplicates_no_lost_updates(spark, warehouse, child_env, oracle,
+                                                        tmp_path):
+    pipeline = cp.build()
+    _publish_all(spark, pipeline, warehouse)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = dict(child_env, CRASH_TEST_BARRIER=str(barrier))
+    cmd = [sys.executable, "-m", "tests.state.crash_pipeline"]
+    children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    results = [(child.wait(timeout=600), *child.communicate()) for child in children]
+
+    codes = sorted(code for code, _, _ in results)
+    assert codes[0] == 0 and codes[1] != 0, results
+    loser_err = next(err for code, _, err in results if code != 0)
+    assert "CheckpointConflict" in loser_err and "committed by another run" in loser_err
+
+    pipeline.run_once(spark, warehouse)  # a later run recovers; nothing left to do but clean up
+    outcome = _outcome(spark, pipeline, warehouse)
+    assert outcome == oracle
+    audit = tables.read(spark, pipeline.layout(warehouse).table("audit"))
+    assert audit.count() == audit.select("idx").distinct().count()
