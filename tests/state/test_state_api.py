@@ -1,0 +1,236 @@
+"""Managed state, codecs, checkpoint policies, tracked variables, hooks and state reads."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from delta.tables import DeltaTable
+
+import ops as sp
+from state import CheckpointLog, EncodingError, tables
+from tests.helpers import sink_rows
+
+
+def _keyed(pipeline_name, fn, key="k", schema=None, **map_args):
+    schema = schema or {"k": "long", "x": "long"}
+    return (sp.read.from_callback("in", key=key, schema=schema, max_versions=1)
+            .map(fn, state=map_args.pop("state", 0), **map_args)
+            .write.to_delta("out")).named(pipeline_name)
+
+
+def add_x(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def add_x_vectorized(op, md, data):
+    previous = sp.get(op, md)                       # Series indexed by key
+    running = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(previous)
+    sp.set(op, md, running.groupby(data["k"]).last().astype(int))
+    return data.assign(total=running.astype("int64"))
+
+
+def test_per_key_and_vectorized_agree_on_10k_keys(spark, warehouse):
+    rng = np.random.default_rng(7)
+    batches = [pd.DataFrame({"k": rng.integers(0, 10_000, 20_000), "x": rng.integers(-50, 50, 20_000)})
+               for _ in range(2)]
+    per_key = _keyed("per_key", add_x, name="sum")
+    vectorized = _keyed("vectorized", add_x_vectorized, name="sum", vectorized=True)
+    for pipeline in (per_key, vectorized):
+        for batch in batches:
+            pipeline.publish(spark, batch, warehouse)
+        assert len(pipeline.run_once(spark, warehouse).batches) == 2
+
+    a, b = (sink_rows(spark, p, warehouse, "out") for p in (per_key, vectorized))
+    assert len(a) == 40_000
+    pd.testing.assert_frame_equal(a[["k", "x", "total", "_batch_id", "_row"]],
+                                  b[["k", "x", "total", "_batch_id", "_row"]])
+    state_a, state_b = (sp.read_state(spark, p, "sum", warehouse=warehouse) for p in (per_key, vectorized))
+    assert len(state_a) == len(set(pd.concat(batches)["k"]))
+    pd.testing.assert_frame_equal(state_a, state_b)
+    expected = pd.concat(batches).groupby("k")["x"].sum()
+    assert dict(zip(state_a["key"], state_a["value"])) == expected.to_dict()
+
+
+def test_string_and_tuple_keys(spark, warehouse):
+    schema = {"s": "string", "n": "long", "x": "long"}
+    by_string = _keyed("by_string", add_x, key="s", schema=schema)
+    by_pair = _keyed("by_pair", add_x, key=("s", "n"), schema=schema)
+    rows = [{"s": "a", "n": 1, "x": 1}, {"s": "a", "n": 2, "x": 2}, {"s": "0", "n": 1, "x": 3},
+            {"s": "a", "n": 1, "x": 4}]
+    for pipeline in (by_string, by_pair):
+        pipeline.publish(spark, rows, warehouse)
+        pipeline.run_once(spark, warehouse)
+    assert list(sink_rows(spark, by_string, warehouse, "out")["total"]) == [1, 3, 3, 7]
+    assert list(sink_rows(spark, by_pair, warehouse, "out")["total"]) == [1, 2, 3, 5]
+    pairs = sp.read_state(spark, by_pair, "add_x", warehouse=warehouse)
+    assert dict(zip(pairs["key"], pairs["value"])) == {("0", 1): 3, ("a", 1): 5, ("a", 2): 2}
+    # keys are typed: the string "0" is not the integer 0
+    assert sp.read_state(spark, by_string, "add_x", warehouse=warehouse)["key"].tolist() == ["0", "a"]
+
+
+def test_mutable_initial_state_is_not_shared_between_keys(spark, warehouse):
+    def collect(op, md, data):
+        seen = sp.get(op, md)
+        seen.extend(data["x"].tolist())
+        sp.set(op, md, seen)
+        return data.assign(n=len(seen))
+
+    pipeline = _keyed("lists", collect, state=[])
+    pipeline.publish(spark, [{"k": 1, "x": 1}, {"k": 2, "x": 2}, {"k": 1, "x": 3}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    values = sp.read_state(spark, pipeline, "collect", warehouse=warehouse)
+    assert values["value"].tolist() == [[1, 3], [2]]
+
+
+class Basket:
+    def __init__(self, items):
+        self.items = frozenset(items)
+
+    def __eq__(self, other):
+        return isinstance(other, Basket) and other.items == self.items
+
+
+def test_pickle_codec_keeps_arbitrary_objects_across_runs(spark, warehouse):
+    def basket(op, md, data):
+        current = sp.get(op, md)
+        sp.set(op, md, Basket(current.items | set(data["x"])))
+        return data
+
+    pipeline = _keyed("baskets", basket, state=Basket(()), codec="pickle")
+    pipeline.publish(spark, [{"k": 1, "x": 5}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    pipeline.publish(spark, [{"k": 1, "x": 6}], warehouse)
+    pipeline.run_once(spark, warehouse)  # second run loads state from Delta, not memory
+    stored = sp.read_state(spark, pipeline, "basket", warehouse=warehouse)
+    assert stored["value"].tolist() == [Basket({5, 6})]
+
+
+def test_unencodable_value_fails_the_batch_naming_operator_and_key(spark, warehouse):
+    def bad(op, md, data):
+        sp.set(op, md, object())
+        return data
+
+    pipeline = _keyed("unencodable", bad)
+    pipeline.publish(spark, [{"k": 42, "x": 1}], warehouse)
+    with pytest.raises(EncodingError, match=r"operator 'bad' for key 42 .*codec='pickle'"):
+        pipeline.run_once(spark, warehouse)
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest() is None
+
+
+def test_failing_function_commits_nothing_and_next_run_retries(spark, warehouse):
+    def fragile(op, md, data):
+        if (data["x"] == 13).any():
+            raise ValueError("unlucky")
+        return add_x(op, md, data)
+
+    pipeline = _keyed("fragile", fragile, name="sum")
+    pipeline.publish(spark, [{"k": 1, "x": 1}], warehouse)
+    pipeline.publish(spark, [{"k": 2, "x": 13}], warehouse)
+    with pytest.raises(sp.OperatorError) as failure:
+        pipeline.run_once(spark, warehouse)
+    message = str(failure.value)
+    assert all(part in message for part in
+               ("'fragile'", "operator 'sum'", "batch 2", "key 2", "ValueError: unlucky"))
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 1
+    assert sink_rows(spark, pipeline, warehouse, "out")["_batch_id"].tolist() == [1]
+
+    fixed = dataclasses.replace(pipeline, stream=_keyed("fragile", add_x, name="sum").stream)
+    report = fixed.run_once(spark, warehouse)
+    assert [b.replayed for b in report.batches] == [True]  # batch 2 reused its recorded plan
+    assert sink_rows(spark, pipeline, warehouse, "out")["total"].tolist() == [1, 13]
+
+
+def test_checkpoint_every_n_batches_holds_state_in_memory_between(spark, warehouse):
+    pipeline = _keyed("every3", add_x).checkpoint_every(batches=3)
+    for x in range(1, 6):
+        pipeline.publish(spark, [{"k": 1, "x": x}], warehouse)
+    report = pipeline.run_once(spark, warehouse)
+    assert len(report.batches) == 5 and report.checkpoint_id == 2  # after batch 3, and at the end
+    log = CheckpointLog(spark, pipeline.layout(warehouse))
+    assert [log.get(c).batch_id for c in (1, 2)] == [3, 5]
+    assert sp.read_state(spark, pipeline, "add_x", as_of=1, warehouse=warehouse)["value"].tolist() == [6]
+    assert sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)["value"].tolist() == [15]
+
+
+def test_checkpoint_every_t_seconds(spark, warehouse):
+    pipeline = _keyed("timed", add_x).checkpoint_every(batches=None, seconds=0.001)
+    for x in range(1, 4):
+        pipeline.publish(spark, [{"k": 1, "x": x}], warehouse)
+    assert pipeline.run_once(spark, warehouse).checkpoint_id == 3
+
+
+def test_one_commit_per_checkpoint_with_only_changed_keys(spark, warehouse):
+    pipeline = _keyed("commits", add_x)
+    pipeline.publish(spark, [{"k": k, "x": 1} for k in range(100)], warehouse)
+    pipeline.publish(spark, [{"k": 5, "x": 1}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    layout = pipeline.layout(warehouse)
+    history = DeltaTable.forPath(spark, layout.state).history().orderBy("version").toPandas()
+    commits = history[history["version"] > 0]  # version 0 created the empty table
+    assert commits["operation"].tolist() == ["WRITE", "WRITE"]  # one commit per checkpoint
+    assert commits["userMetadata"].tolist() == ['{"checkpoint_id": 1}', '{"checkpoint_id": 2}']
+    state_rows = tables.read(spark, layout.state).where("operator = 'add_x'").groupBy(
+        "checkpoint_id").count().orderBy("checkpoint_id").toPandas()
+    assert state_rows["count"].tolist() == [100, 1]  # the second checkpoint wrote one key
+
+
+def test_read_state_as_of_old_checkpoints_and_after_compaction(spark, warehouse):
+    pipeline = _keyed("history", add_x)
+    for rows in ([{"k": 1, "x": 1}, {"k": 2, "x": 10}], [{"k": 1, "x": 2}], [{"k": 3, "x": 5}]):
+        pipeline.publish(spark, rows, warehouse)
+    pipeline.run_once(spark, warehouse)
+    before = {c: sp.read_state(spark, pipeline, "add_x", as_of=c, warehouse=warehouse)
+              for c in (1, 2, 3)}
+    assert dict(zip(before[1]["key"], before[1]["value"])) == {1: 1, 2: 10}
+    assert dict(zip(before[3]["key"], before[3]["value"])) == {1: 3, 2: 10, 3: 5}
+    changed = sp.changed_keys(spark, pipeline, "add_x", after=1, warehouse=warehouse)
+    assert dict(zip(changed["key"], changed["value"])) == {1: 3, 3: 5}
+
+    kept = sp.compact(spark, pipeline, warehouse)
+    assert kept == 3 + 3  # three keys, three checkpoint records
+    for c in (1, 2, 3):  # latest read identical; older ones through time travel
+        pd.testing.assert_frame_equal(
+            sp.read_state(spark, pipeline, "add_x", as_of=c, warehouse=warehouse), before[c])
+    pipeline.publish(spark, [{"k": 1, "x": 100}], warehouse)
+    pipeline.run_once(spark, warehouse)  # runs continue on a compacted changelog
+    latest = sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)
+    assert dict(zip(latest["key"], latest["value"])) == {1: 103, 2: 10, 3: 5}
+    with pytest.raises(sp.StreamError, match="checkpoints 1..4, not 9"):
+        sp.read_state(spark, pipeline, "add_x", as_of=9, warehouse=warehouse)
+
+
+def test_tracked_variables_and_hook_order(spark, warehouse):
+    counter = sp.track("counter", {"rows": 0})
+    calls = []
+
+    class Recorder(sp.Hooks):
+        def on_setup(self, ctx): calls.append("setup")
+        def on_recover(self, ctx, marker): calls.append(f"recover:{marker}")
+        def on_start(self, ctx): calls.append(f"start:{counter.value['rows']}")
+        def on_checkpoint(self, ctx):
+            calls.append("checkpoint")
+            return counter.value["rows"]
+        def on_post_checkpoint(self, ctx, checkpoint_id): calls.append(f"post:{checkpoint_id}")
+        def on_finish(self, ctx): calls.append("finish")
+        def on_error(self, ctx, error): calls.append("error")
+        def on_teardown(self, ctx): calls.append("teardown")
+
+    def count(data):
+        counter.value["rows"] += len(data)
+        return data
+
+    pipeline = ((sp.read.from_callback("in", schema={"x": "long"}).map(count)
+                 .write.to_delta("out")).named("hooked").track(counter).with_hooks(Recorder()))
+    pipeline.publish(spark, [{"x": 1}, {"x": 2}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert calls == ["setup", "recover:None", "start:0", "checkpoint", "post:1", "finish", "teardown"]
+
+    counter.value = {"rows": -999}  # a restart: the value must come from the checkpoint
+    calls.clear()
+    pipeline.publish(spark, [{"x": 3}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert calls == ["setup", "recover:2", "start:2", "checkpoint", "post:2", "finish", "teardown"]
+    assert counter.value == {"rows": 3}
