@@ -15,6 +15,7 @@ from state import (CheckpointConflict, EncodingError, GlobalTable, HookContext, 
 from .api import Metadata, Op, get, set  # noqa: A004 - KX's names
 from .errors import BadRecordError, ConfigError, OperatorError, PipelineDefinitionError
 from .executor import BatchReport, RunReport, run_pipeline
+from .operators import BatchScope, Operator
 from .pipeline import CheckpointPolicy, Pipeline, Stream, Writer
 from .sinks import ConsoleSink, DeltaSink, Sink
 from .sources import CallbackSource, PublishReport, Source, read
@@ -22,7 +23,7 @@ from .session import SparkConfig, spark_session
 from .state_access import changed_keys, compact, read_state
 
 __all__ = [
-    "BadRecordError", "BatchReport", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
+    "BadRecordError", "BatchReport", "BatchScope", "Operator", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
     "ConfigError", "EncodingError", "StreamError",
     "ConsoleSink", "DeltaSink", "GlobalTable", "HookContext", "Hooks", "Metadata", "Op",
     "OperatorError", "Pipeline", "PipelineDefinitionError", "PublishReport", "RunReport", "Sink",

@@ -60,6 +60,7 @@ class RunReport:
     checkpoint_id: int | None = None
     last_batch_id: int | None = None
     seconds: float = 0.0
+    checkpoint_seconds: list[float] = field(default_factory=list)
 
     @property
     def rows_in(self) -> int:
@@ -133,7 +134,8 @@ class _Run:
         bounds = source.plan(self.ctx, self.offsets.get(source.name))
         if bounds is None:
             return None
-        plan = self.plans.record(BatchPlan(batch_id, {source.name: bounds}), self.ctx.epoch)
+        plan = self.plans.record(BatchPlan(batch_id, {source.name: bounds}), self.ctx.epoch,
+                                 self.ctx.run_id)
         fault_point("after_plan")
         return plan, False
 
@@ -243,7 +245,13 @@ def _run_batches(run: _Run, report: RunReport, max_batches: int | None,
         if progress:
             progress(batch)
         if policy.due(since_batches, time.monotonic() - since_time):
-            run.checkpoint()
+            _timed_checkpoint(run, report)
             since_batches, since_time = 0, time.monotonic()
     if since_batches:
-        run.checkpoint()
+        _timed_checkpoint(run, report)
+
+
+def _timed_checkpoint(run: _Run, report: RunReport) -> None:
+    started = time.perf_counter()
+    run.checkpoint()
+    report.checkpoint_seconds.append(time.perf_counter() - started)

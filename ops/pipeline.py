@@ -73,6 +73,19 @@ class Stream:
         op = Filter(fn=fn, name=self._name_for(name, fn))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
+    def via(self, operator: Operator) -> "Stream":
+        """Apply a user-defined operator (a subclass of ``sp.Operator``).
+
+        Its ``apply(scope, frame)`` may keep managed state through
+        ``scope.store.operator(self.name, initial)``, which checkpoints and recovers like ``map``.
+        """
+        if not isinstance(operator, Operator):
+            raise PipelineDefinitionError(f"via() takes an sp.Operator, got {type(operator).__name__}")
+        if operator.name in {op.name for op in self.operators}:
+            raise PipelineDefinitionError(f"operator name {operator.name!r} is used twice")
+        check_name("operator", operator.name)
+        return dataclasses.replace(self, operators=self.operators + (operator,))
+
     @property
     def write(self) -> "Writer":
         """Choose a sink: ``.write.to_console()`` or ``.write.to_delta("name")``."""

@@ -55,7 +55,7 @@ class SparkConfig:
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.session.timeZone": "UTC",
             # Delta rebuilds table snapshots with this many tasks; 50 is far too many for small logs.
-            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "1",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_LOG4J}",

@@ -7,7 +7,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import pandas as pd
-from pyspark.sql import DataFrame
 
 from state import tables
 
@@ -59,8 +58,8 @@ class DeltaSink(Sink):
             return
         rows = frame.reset_index(drop=True).assign(
             **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
-        spark_frame: DataFrame = ctx.spark.createDataFrame(rows)
-        tables.append(spark_frame, self.location(ctx), txn=ctx.txn(f"sink/{self.name}", batch_id))
+        tables.append(tables.to_frame(ctx.spark, rows), self.location(ctx),
+                      txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def read(self, ctx: RunContext) -> pd.DataFrame:
         """Everything written so far, in batch and row order."""

@@ -94,7 +94,8 @@ class CheckpointLog:
         1. Build one frame: the changed state rows plus the checkpoint row.
         2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint@epoch, id)``:
            a second writer of the same checkpoint id is skipped by Delta, never duplicated.
-        3. Read the record back: if it is not ours, another run won and this one must stop.
+        3. Verify the commit is ours (its metadata is in the log; else read the record back):
+           if another run committed this checkpoint id, this run must stop.
         """
         record = pd.DataFrame([{
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
@@ -104,11 +105,13 @@ class CheckpointLog:
         frame = tables.to_frame(self._spark, rows, STATE_SCHEMA)
         fault_point("before_checkpoint_commit")
         app_id = f"{self._layout.pipeline}/checkpoint@{checkpoint.epoch}"
+        stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id})
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
-                      partition_by=("operator",),
-                      user_metadata=json.dumps({"checkpoint_id": checkpoint.checkpoint_id}))
+                      partition_by=("operator",), user_metadata=stamp)
         fault_point("after_checkpoint_commit")
-        stored = self.get(checkpoint.checkpoint_id)
+        if stamp in tables.recent_metadata(self._spark, self._layout.state):
+            return
+        stored = self.get(checkpoint.checkpoint_id)  # not among recent commits: look it up
         if stored is None or stored.run_id != checkpoint.run_id:
             raise CheckpointConflict(
                 f"pipeline {self._layout.pipeline!r}: checkpoint {checkpoint.checkpoint_id} was "

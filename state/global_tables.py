@@ -57,7 +57,7 @@ class GlobalTable(Hooks):
             self.index: range(first, first + len(rows)),
             CHECKPOINT_COLUMN: self._covering_checkpoint, RUN_COLUMN: ctx.run_id})
         fault_point("before_global_append")
-        tables.append(ctx.spark.createDataFrame(tagged), self.path(ctx))
+        tables.append(tables.to_frame(ctx.spark, tagged), self.path(ctx))
         self._next_index = first + len(rows)
         fault_point("after_global_append")
         return self._next_index - 1

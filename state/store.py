@@ -52,19 +52,22 @@ class OperatorState:
     def get(self, key: Hashable) -> Any:
         """The value for ``key``; the initial state when the key has none."""
         self.prefetch([key])
-        value = self._values.get(key, _MISSING)
-        if value is _MISSING:
-            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys
-            value = copy.deepcopy(self._initial)
-            self._values[key] = value
-        return value
+        return self._value_of(key)
 
     def get_many(self, keys: Iterable[Hashable]) -> pd.Series:
         """Values for many keys at once, as a Series indexed by key (vectorized operators)."""
         keys = list(keys)
         self.prefetch(keys)
-        return pd.Series([self.get(key) for key in keys], index=pd.Index(keys, tupleize_cols=False),
-                         dtype=object if not keys else None)
+        return pd.Series([self._value_of(key) for key in keys], dtype=object if not keys else None,
+                         index=pd.Index(keys, tupleize_cols=False))
+
+    def _value_of(self, key: Hashable) -> Any:
+        value = self._values.get(key, _MISSING)
+        if value is _MISSING:
+            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys
+            value = self._initial if _immutable(self._initial) else copy.deepcopy(self._initial)
+            self._values[key] = value
+        return value
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
@@ -133,6 +136,10 @@ class StateStore:
             return {}  # nothing was ever checkpointed: every key starts from initial state
         latest = latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
+
+
+def _immutable(value: Any) -> bool:
+    return value is None or isinstance(value, (int, float, str, bytes, bool, frozenset))
 
 
 def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,

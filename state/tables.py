@@ -7,6 +7,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from .errors import CheckpointConflict
+
 
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table."""
@@ -25,8 +27,8 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
         writer = writer.partitionBy(*partition_by)
     try:
         writer.save(path)
-    except Exception:
-        if not exists(spark, path):  # losing the creation race is fine; anything else is not
+    except Exception as exc:
+        if not _lost_creation_race(exc):  # another writer created it first: that is fine
             raise
 
 
@@ -35,9 +37,16 @@ def read(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType) -> DataFrame:
-    """A Spark DataFrame from pandas rows (through Arrow), with an exact schema."""
-    return spark.createDataFrame(rows, schema=schema)
+_ONE_FILE_ROWS = 200_000
+
+
+def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType | None = None) -> DataFrame:
+    """A Spark DataFrame from pandas rows (through Arrow), with an exact schema when given.
+
+    Small frames become one partition, so a commit writes one file rather than one per core.
+    """
+    frame = spark.createDataFrame(rows, schema=schema) if schema else spark.createDataFrame(rows)
+    return frame.coalesce(1) if len(rows) <= _ONE_FILE_ROWS else frame
 
 
 def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
@@ -55,4 +64,29 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         writer = writer.option("userMetadata", user_metadata)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    writer.save(path)
+    try:
+        writer.save(path)
+    except Exception as exc:
+        if _lost_creation_race(exc):
+            writer.save(path)  # the table exists now; the idempotency id still guards the retry
+            return
+        if "Concurrent" in type(exc).__name__ or "DELTA_CONCURRENT" in str(exc)[:300]:
+            raise CheckpointConflict(
+                f"concurrent write to {path} with the same idempotency id {txn}: another run of "
+                "this pipeline is active; this run stopped. Run one instance at a time.") from exc
+        raise
+
+
+def _lost_creation_race(exc: Exception) -> bool:
+    """Two writers created the same empty table at once; Delta lets one win."""
+    return "ProtocolChanged" in type(exc).__name__ or "DELTA_PROTOCOL_CHANGED" in str(exc)[:300]
+
+
+def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[str]:
+    """``userMetadata`` of the last ``commits`` commits, newest first (cheap: reads the log only).
+
+    An idempotent append that Delta skipped leaves no commit, so finding one's own metadata here
+    proves the write happened without reading the table back.
+    """
+    rows = DeltaTable.forPath(spark, path).history(commits).select("userMetadata").collect()
+    return [row["userMetadata"] for row in rows if row["userMetadata"]]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import ops as sp
+from state import CheckpointLog, tables
 
 SCHEMA = {"k": "long", "x": "long"}
 audit = sp.global_table("audit", index="idx")
@@ -51,6 +52,30 @@ def build(name: str = "crashy"):
 # Six publishes -> six batches of two keys each.
 INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b}]
          for b in range(6)]
+
+def publish_all(spark, pipeline, warehouse):
+    for rows in INPUT:
+        pipeline.publish(spark, rows, warehouse)
+
+
+def outcome(spark, pipeline, warehouse):
+    """Everything that must match the crash-free run."""
+    layout = pipeline.layout(warehouse)
+    last = CheckpointLog(spark, layout).latest()
+    sink = tables.read(spark, layout.table("out")).orderBy("_batch_id", "_row").toPandas()
+    audit = (tables.read(spark, layout.table("audit")).orderBy("idx").toPandas()
+             [["idx", "k", "total"]])
+    state = sp.read_state(spark, pipeline, "running_sum", warehouse=warehouse)
+    rows_seen.restore(last.tracked["rows_seen"])
+    return {
+        "sink": sink[["k", "x", "total", "_batch_id", "_row"]].values.tolist(),
+        "audit": audit.values.tolist(),
+        "audit_marker": last.markers["global:audit"],
+        "state": sorted(zip(state["key"], state["value"])),
+        "tracked": rows_seen.value,
+        "batch": last.batch_id,
+    }
+
 
 if __name__ == "__main__":
     spark = sp.spark_session()

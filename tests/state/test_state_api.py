@@ -1,6 +1,7 @@
 """Managed state, codecs, checkpoint policies, tracked variables, hooks and state reads."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -171,7 +172,7 @@ def test_one_commit_per_checkpoint_with_only_changed_keys(spark, warehouse):
     history = DeltaTable.forPath(spark, layout.state).history().orderBy("version").toPandas()
     commits = history[history["version"] > 0]  # version 0 created the empty table
     assert commits["operation"].tolist() == ["WRITE", "WRITE"]  # one commit per checkpoint
-    assert commits["userMetadata"].tolist() == ['{"checkpoint_id": 1}', '{"checkpoint_id": 2}']
+    assert [json.loads(m)["checkpoint_id"] for m in commits["userMetadata"]] == [1, 2]
     state_rows = tables.read(spark, layout.state).where("operator = 'add_x'").groupBy(
         "checkpoint_id").count().orderBy("checkpoint_id").toPandas()
     assert state_rows["count"].tolist() == [100, 1]  # the second checkpoint wrote one key
@@ -234,3 +235,33 @@ def test_tracked_variables_and_hook_order(spark, warehouse):
     pipeline.run_once(spark, warehouse)
     assert calls == ["setup", "recover:2", "start:2", "checkpoint", "post:2", "finish", "teardown"]
     assert counter.value == {"rows": 3}
+
+
+class FirstSeen(sp.Operator):
+    """A user-defined stateful operator: passes each key's first row only, ever."""
+
+    name = "first_seen"
+
+    def apply(self, scope, frame):
+        seen = scope.store.operator(self.name, initial=False)
+        keys = frame["k"].tolist()
+        seen.prefetch(keys)
+        keep = []
+        for key in keys:
+            keep.append(not seen.get(key))
+            seen.set(key, True)
+        return frame[keep]
+
+
+def test_user_defined_stateful_operator_and_sql_readable_state(spark, warehouse):
+    pipeline = ((sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
+                 .via(FirstSeen()).write.to_delta("out")).named("dedupe"))
+    pipeline.publish(spark, [{"k": 1, "x": 1}, {"k": 1, "x": 2}, {"k": 2, "x": 3}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    pipeline.publish(spark, [{"k": 2, "x": 4}, {"k": 3, "x": 5}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert sink_rows(spark, pipeline, warehouse, "out")["x"].tolist() == [1, 3, 5]
+    readable = spark.sql(
+        f"SELECT DISTINCT key, CAST(value AS BOOLEAN) AS seen FROM delta.`{pipeline.layout(warehouse).state}` "
+        "WHERE operator = 'first_seen' ORDER BY key").toPandas()
+    assert readable.values.tolist() == [["1", True], ["2", True], ["3", True]]
