@@ -29,7 +29,8 @@ def jvm_peak_mb(spark) -> float:
     """Peak heap use of the driver JVM (where local Spark executors also run), MiB."""
     jvm = spark.sparkContext._jvm
     pools = jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-    return sum(pool.getPeakUsage().getUsed() for pool in pools if str(pool.getType()) == "Heap") / 2**20
+    heap = [pool for pool in pools if str(pool.getType().toString()).lower().startswith("heap")]
+    return sum(pool.getPeakUsage().getUsed() for pool in heap) / 2**20
 
 
 def write_results(name: str, payload: dict) -> Path:

@@ -25,6 +25,7 @@ from .operators import BatchScope
 
 log = logging.getLogger(__name__)
 
+_PLAN_AHEAD = 32  # most batches planned (and recorded) in one commit
 DEAD_LETTER_SCHEMA = StructType([
     StructField("batch_id", LongType(), False),
     StructField("source", StringType(), False),
@@ -112,6 +113,7 @@ class _Run:
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
         self.pending_plans = self.plans.after(self.batch_id, epoch)
+        self.replaying = bool(self.pending_plans)  # plans left by a run that died: a replay
         restore_all(self.pipeline.tracked, self.last.tracked if self.last else {})
         self.hook_ctx.checkpoint_id = self.last.checkpoint_id if self.last else None
         self.hook_ctx.batch_id = self.batch_id
@@ -125,19 +127,25 @@ class _Run:
                      len(self.pending_plans))
 
     # 2. plan ----------------------------------------------------------------------------------
-    def plan_next(self) -> tuple[BatchPlan, bool] | None:
-        """The recorded plan of the next batch (a replay), else a new one; None when drained."""
+    def plan_next(self, budget: int) -> tuple[BatchPlan, bool] | None:
+        """The recorded plan of the next batch (a replay), else a new one; None when drained.
+
+        New plans are made up to ``budget`` batches ahead and recorded in one commit, so a run
+        that drains a backlog pays for one plan commit, not one per batch.
+        """
         batch_id = self.batch_id + 1
         if batch_id in self.pending_plans:
-            return self.pending_plans.pop(batch_id), True
+            return self.pending_plans.pop(batch_id), self.replaying
+        self.replaying = False
         source = self.pipeline.source
-        bounds = source.plan(self.ctx, self.offsets.get(source.name))
-        if bounds is None:
+        slices = source.plan(self.ctx, self.offsets.get(source.name),
+                             limit=max(1, min(budget, _PLAN_AHEAD)))
+        if not slices:
             return None
-        plan = self.plans.record(BatchPlan(batch_id, {source.name: bounds}), self.ctx.epoch,
-                                 self.ctx.run_id)
+        plans = [BatchPlan(batch_id + n, {source.name: bounds}) for n, bounds in enumerate(slices)]
+        self.pending_plans = self.plans.record(plans, self.ctx.epoch, self.ctx.run_id)
         fault_point("after_plan")
-        return plan, False
+        return self.pending_plans.pop(batch_id), False
 
     # 3.-4. run operators, write sinks ---------------------------------------------------------
     def run_batch(self, plan: BatchPlan, replayed: bool) -> BatchReport:
@@ -233,7 +241,8 @@ def _run_batches(run: _Run, report: RunReport, max_batches: int | None,
     policy = run.pipeline.checkpoint
     since_batches, since_time = 0, time.monotonic()
     while max_batches is None or len(report.batches) < max_batches:
-        planned = run.plan_next()
+        budget = (max_batches - len(report.batches)) if max_batches is not None else _PLAN_AHEAD
+        planned = run.plan_next(budget)
         if planned is None:
             break
         batch = run.run_batch(*planned)

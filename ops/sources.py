@@ -47,16 +47,13 @@ class Source(ABC):
         """Create what the source needs (idempotent)."""
 
     @abstractmethod
-    def plan(self, ctx: RunContext, after: Any) -> tuple[Any, Any] | None:
-        """The next slice after position ``after`` (``None``: from the beginning), or ``None``."""
+    def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Up to ``limit`` consecutive slices after position ``after`` (``None``: from the
+        beginning); empty when nothing new is there."""
 
     @abstractmethod
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         """Exactly the records of ``(start, end]``, in order, validated."""
-
-    @abstractmethod
-    def lag(self, ctx: RunContext, after: Any) -> int | None:
-        """How many positions (commits, files) are waiting after ``after``."""
 
 
 @dataclass(frozen=True)
@@ -83,16 +80,10 @@ class CallbackSource(Source):
     def setup(self, ctx: RunContext) -> None:
         _ensure_inbox(ctx.spark, ctx.layout.inbox(self.name))
 
-    def plan(self, ctx: RunContext, after: Any) -> tuple[Any, Any] | None:
+    def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
         start = 0 if after is None else int(after)
         latest = _latest_version(ctx.spark, ctx.layout.inbox(self.name))
-        if latest <= start:
-            return None
-        end = latest if self.max_versions is None else min(latest, start + self.max_versions)
-        return start, end
-
-    def lag(self, ctx: RunContext, after: Any) -> int | None:
-        return max(0, _latest_version(ctx.spark, ctx.layout.inbox(self.name)) - int(after or 0))
+        return _version_slices(start, latest, self.max_versions, limit)
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         rows = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
@@ -148,17 +139,10 @@ class DeltaTableSource(Source):
         if not tables.exists(ctx.spark, self.path):
             raise BadRecordError(f"source {self.name!r}: no Delta table at {self.path}")
 
-    def plan(self, ctx: RunContext, after: Any) -> tuple[Any, Any] | None:
+    def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
         start = _BEFORE_FIRST_VERSION if after is None else int(after)
-        latest = _latest_version(ctx.spark, self.path)
-        if latest <= start:
-            return None
-        end = latest if self.max_versions is None else min(latest, start + self.max_versions)
-        return start, end
-
-    def lag(self, ctx: RunContext, after: Any) -> int | None:
-        start = _BEFORE_FIRST_VERSION if after is None else int(after)
-        return max(0, _latest_version(ctx.spark, self.path) - start)
+        return _version_slices(start, _latest_version(ctx.spark, self.path), self.max_versions,
+                               limit)
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         changes = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
@@ -176,6 +160,17 @@ class DeltaTableSource(Source):
             "raw": [row.to_json() for _, row in bad.iterrows()]},
             columns=["position", "reason", "raw"])
         return Slice(good=rows[~missing], rejected=rejected)
+
+
+def _version_slices(start: int, latest: int, step: int | None,
+                    limit: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end]`` version ranges of at most ``step`` versions up to ``latest``."""
+    slices = []
+    while start < latest and len(slices) < limit:
+        end = latest if step is None else min(latest, start + step)
+        slices.append((start, end))
+        start = end
+    return slices
 
 
 def _ensure_inbox(spark: SparkSession, path: str) -> None:

@@ -14,7 +14,7 @@ from .hooks import HookContext, Hooks
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
-from .store import OperatorState, StateStore, decode_state, latest_values
+from .store import OperatorState, StateStore
 from .tracking import Tracked, restore_all, save_all, track
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
     "CheckpointConflict", "CheckpointLog", "CorruptStateError", "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "changed_keys", "check_name",
-    "codec_named", "compact", "decode_key", "decode_state", "encode_key", "fault_point",
-    "global_table", "latest_values", "new_checkpoint", "read_state", "resolve_warehouse",
+    "codec_named", "compact", "decode_key", "encode_key", "fault_point",
+    "global_table", "new_checkpoint", "read_state", "resolve_warehouse",
     "restore_all", "save_all", "tables", "track",
 ]

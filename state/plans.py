@@ -61,21 +61,23 @@ class BatchPlans:
             plans[row["batch_id"]] = _decode(row["batch_id"], row["ranges"])
         return plans
 
-    def record(self, plan: BatchPlan, epoch: int, run_id: str) -> BatchPlan:
-        """Record ``plan`` unless a plan for its batch exists; return the plan that stands."""
-        row = pd.DataFrame([{"batch_id": plan.batch_id, "epoch": epoch,
-                             "ranges": json.dumps(plan.ranges), "planned_at": time.time()}])
-        stamp = json.dumps({"batch_id": plan.batch_id, "run_id": run_id})
-        tables.append(tables.to_frame(self._spark, row, PLAN_SCHEMA), self._layout.batches,
-                      txn=(f"{self._layout.pipeline}/plans@{epoch}", plan.batch_id),
-                      user_metadata=stamp)
+    def record(self, plans: list[BatchPlan], epoch: int, run_id: str) -> dict[int, BatchPlan]:
+        """Record consecutive ``plans`` in one commit unless plans from the first one's batch on
+        exist already; return the plans that stand, by batch id (first plan wins)."""
+        first = plans[0].batch_id
+        rows = pd.DataFrame([{"batch_id": plan.batch_id, "epoch": epoch,
+                              "ranges": json.dumps(plan.ranges), "planned_at": time.time()}
+                             for plan in plans])
+        stamp = json.dumps({"batch_id": first, "run_id": run_id})
+        tables.append(tables.to_frame(self._spark, rows, PLAN_SCHEMA), self._layout.batches,
+                      txn=(f"{self._layout.pipeline}/plans@{epoch}", first), user_metadata=stamp)
         if stamp in tables.recent_metadata(self._spark, self._layout.batches):
-            return plan
-        stored = self.after(plan.batch_id - 1, epoch).get(plan.batch_id)  # another run's plan won
-        if stored is None:
+            return {plan.batch_id: plan for plan in plans}
+        stored = self.after(first - 1, epoch)  # another run's plans won
+        if first not in stored:
             raise CorruptStateError(
-                f"plan of batch {plan.batch_id} is missing from {self._layout.batches} right "
-                "after it was written")
+                f"plan of batch {first} is missing from {self._layout.batches} right after it "
+                "was written")
         return stored
 
 

@@ -14,6 +14,7 @@ from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog
 from .codecs import codec_named, decode_key
 from .errors import CheckpointConflict, StateError
 from .layout import PipelineLayout
+from .store import latest_per_key
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ def _changelog_as_of(spark: SparkSession, layout: PipelineLayout,
     return frame, checkpoint_id
 
 
-def _latest_per_key(rows: DataFrame) -> DataFrame:
-    return (rows.groupBy("operator", "key")
-            .agg(F.max_by(F.struct("value", "deleted", "checkpoint_id"), "checkpoint_id")
-                 .alias("last"))
-            .select("operator", "key", "last.value", "last.deleted", "last.checkpoint_id"))
-
-
 def _decoded(rows: pd.DataFrame, codec: str) -> pd.DataFrame:
     chosen = codec_named(codec)
     rows = rows.sort_values("key", kind="stable").reset_index(drop=True)
@@ -73,7 +67,7 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     """
     changelog, upto = _changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
-    latest = _latest_per_key(rows).where(~F.col("deleted")).toPandas()
+    latest = latest_per_key(rows).where(~F.col("deleted")).toPandas()
     return _decoded(latest, codec).drop(columns="deleted")
 
 
@@ -83,7 +77,7 @@ def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, aft
     ``upto`` (``deleted`` marks keys removed)."""
     changelog, upto = _changelog_as_of(spark, layout, upto)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
-    latest = _latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
+    latest = latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
     return _decoded(latest, codec)
 
 
@@ -96,7 +90,7 @@ def compact(spark: SparkSession, layout: PipelineLayout) -> int:
     if last is None:
         return 0
     changelog = tables.read(spark, layout.state).where(F.col("checkpoint_id") <= last.checkpoint_id)
-    state_rows = (_latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
+    state_rows = (latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
                   .where(~F.col("deleted")))
     records = changelog.where(F.col("operator") == CHECKPOINT_OPERATOR)
     compacted = state_rows.select(*STATE_SCHEMA.names).unionByName(records).localCheckpoint()

@@ -6,11 +6,11 @@ import copy
 from typing import Any, Callable, Hashable, Iterable
 
 import pandas as pd
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession, functions as F
 
 from . import tables
 from .checkpoint import STATE_SCHEMA
-from .codecs import Codec, codec_named, decode_key, encode_key, encode_value
+from .codecs import Codec, codec_named, encode_key, encode_value
 from .layout import PipelineLayout
 
 # Up to this many keys a state read filters with IN (pushed down to Parquet); beyond, a semi-join.
@@ -134,7 +134,7 @@ class StateStore:
     def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
         if self._as_of is None:
             return {}  # nothing was ever checkpointed: every key starts from initial state
-        latest = latest_values(self._spark, self._layout, operator, self._as_of, keys)
+        latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
 
 
@@ -142,8 +142,8 @@ def _immutable(value: Any) -> bool:
     return value is None or isinstance(value, (int, float, str, bytes, bool, frozenset))
 
 
-def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,
-                  keys: list[str] | None = None) -> pd.DataFrame:
+def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,
+                   keys: list[str] | None = None) -> pd.DataFrame:
     """Latest ``key, value`` per key of ``operator`` up to checkpoint ``as_of`` (tombstones dropped)."""
     rows = (tables.read(spark, layout.state)
             .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= as_of)))
@@ -152,15 +152,12 @@ def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as
     elif keys is not None:
         wanted = spark.createDataFrame(pd.DataFrame({"key": keys}))
         rows = rows.join(F.broadcast(wanted), "key", "left_semi")
-    latest = (rows.groupBy("key")
-              .agg(F.max_by(F.struct("value", "deleted"), "checkpoint_id").alias("last"))
-              .where(~F.col("last.deleted"))
-              .select("key", F.col("last.value").alias("value")))
-    return latest.toPandas()
+    return latest_per_key(rows).where(~F.col("deleted")).select("key", "value").toPandas()
 
 
-def decode_state(frame: pd.DataFrame, codec: str = "json") -> pd.DataFrame:
-    """Decode a ``key, value`` frame of encoded state into Python keys and values."""
-    chosen = codec_named(codec)
-    return pd.DataFrame({"key": [decode_key(k) for k in frame["key"]],
-                         "value": [chosen.decode(v) for v in frame["value"]]})
+def latest_per_key(rows: DataFrame) -> DataFrame:
+    """The newest changelog row of each (operator, key): what the state is after ``rows``."""
+    return (rows.groupBy("operator", "key")
+            .agg(F.max_by(F.struct("value", "deleted", "checkpoint_id"), "checkpoint_id")
+                 .alias("last"))
+            .select("operator", "key", "last.value", "last.deleted", "last.checkpoint_id"))

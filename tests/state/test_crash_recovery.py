@@ -10,7 +10,7 @@ from tests.state import crash_pipeline as cp
 from tests.state.crash_pipeline import outcome, publish_all
 
 STEPS = [
-    "after_plan:2",
+    "after_plan:1",                # all six plans recorded (one commit), nothing run
     "after_sink_write:3",
     "before_global_append:4",
     "after_global_append:4",
