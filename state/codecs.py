@@ -17,6 +17,8 @@ def encode_key(key: Hashable) -> str:
 
     ``0`` and ``"0"`` stay distinct (``0`` vs ``"0"`` with quotes); ``None`` means unkeyed.
     """
+    if type(key) is int:  # the common case, ~10x cheaper than json.dumps
+        return str(key)
     if key is None:
         return UNKEYED
     if hasattr(key, "item") and not isinstance(key, (str, bytes, tuple)):
@@ -60,6 +62,8 @@ class JsonCodec:
     name = "json"
 
     def encode(self, value: Any) -> str:
+        if type(value) is int:  # hot path: counters and sums; same text json.dumps gives
+            return str(value)
         return json.dumps(value, separators=(",", ":"), default=_json_default, allow_nan=True)
 
     def decode(self, text: str) -> Any:

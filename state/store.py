@@ -42,12 +42,14 @@ class OperatorState:
         wanted = [key for key in dict.fromkeys(keys) if key not in self._known]
         if not wanted:
             return
-        stored = self._loader(self.name, [encode_key(key) for key in wanted])
-        for key in wanted:
-            text = stored.get(encode_key(key))
-            if text is not None:
-                self._values[key] = self._codec.decode(text)
-            self._known.add(key)
+        encoded = [encode_key(key) for key in wanted]
+        stored = self._loader(self.name, encoded)
+        decode = self._codec.decode
+        for key, text in zip(wanted, encoded):
+            value = stored.get(text)
+            if value is not None:
+                self._values[key] = decode(value)
+        self._known.update(wanted)
 
     def get(self, key: Hashable) -> Any:
         """The value for ``key``; the initial state when the key has none."""
