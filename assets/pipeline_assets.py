@@ -62,5 +62,5 @@ def run_metadata(pipeline: Pipeline, report: RunReport, warehouse: str) -> dict:
     }
     for sink in pipeline.sinks:
         if isinstance(sink, DeltaSink):
-            metadata[f"sink_{sink.name}"] = dg.MetadataValue.path(sink.path or layout.table(sink.name))
+            metadata[f"sink_{sink.name}"] = dg.MetadataValue.path(sink.location(layout))
     return metadata

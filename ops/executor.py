@@ -191,20 +191,14 @@ class _Run:
         self.call_hooks("on_post_checkpoint", checkpoint.checkpoint_id)
         return checkpoint
 
-    def fail(self, error: BaseException) -> None:
-        """Tell every hook; an error inside ``on_error`` must not hide the original one."""
+    def call_hooks_quietly(self, method: str, *args: Any) -> None:
+        """``on_error``/``on_teardown``: one failing hook must neither stop the others nor hide
+        the run's own error, so failures are logged, not raised."""
         for key, hook in self.hooks:
             try:
-                hook.on_error(self.hook_ctx, error)
+                getattr(hook, method)(self.hook_ctx, *args)
             except Exception:
-                log.exception("%s: on_error hook %s failed", self.pipeline.name, key)
-
-    def teardown(self) -> None:
-        for key, hook in self.hooks:
-            try:
-                hook.on_teardown(self.hook_ctx)
-            except Exception:
-                log.exception("%s: on_teardown hook %s failed", self.pipeline.name, key)
+                log.exception("%s: %s hook %s failed", self.pipeline.name, method, key)
 
 
 def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
@@ -226,10 +220,10 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
         _run_batches(run, report, max_batches, progress)
         run.call_hooks("on_finish")
     except BaseException as error:
-        run.fail(error)
+        run.call_hooks_quietly("on_error", error)
         raise
     finally:
-        run.teardown()
+        run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
     report.last_batch_id = run.batch_id
     report.seconds = time.perf_counter() - started

@@ -190,6 +190,13 @@ class Pipeline:
                 return sink
         raise PipelineDefinitionError(f"pipeline {self.name!r} has no sink {name!r}")
 
+    def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None):
+        """Rows of Delta sink ``name`` in batch and row order, as pandas."""
+        sink = self.sink(name)
+        if not isinstance(sink, DeltaSink):
+            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not a Delta sink")
+        return sink.read(spark, self.layout(warehouse))
+
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
                  max_batches: int | None = None, progress: Callable[..., None] | None = None):
         """Recover, then run micro-batches until the source is drained or ``max_batches`` ran.

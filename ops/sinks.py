@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from state import tables
+from pyspark.sql import SparkSession
+
+from state import PipelineLayout, tables
 
 from ._context import RunContext
 
@@ -50,19 +52,19 @@ class DeltaSink(Sink):
     name: str
     path: str | None = None
 
-    def location(self, ctx: RunContext) -> str:
-        return self.path or ctx.layout.table(self.name)
+    def location(self, layout: PipelineLayout) -> str:
+        return self.path or layout.table(self.name)
 
     def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
         rows = frame.reset_index(drop=True).assign(
             **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
-        tables.append(tables.to_frame(ctx.spark, rows), self.location(ctx),
+        tables.append(tables.to_frame(ctx.spark, rows), self.location(ctx.layout),
                       txn=ctx.txn(f"sink/{self.name}", batch_id))
 
-    def read(self, ctx: RunContext) -> pd.DataFrame:
-        """Everything written so far, in batch and row order."""
-        if not tables.exists(ctx.spark, self.location(ctx)):
+    def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
+        """Everything written so far, in batch and row order (empty before the first write)."""
+        if not tables.exists(spark, self.location(layout)):
             return pd.DataFrame()
-        return tables.read(ctx.spark, self.location(ctx)).orderBy(BATCH_COLUMN, ROW_COLUMN).toPandas()
+        return tables.read(spark, self.location(layout)).orderBy(BATCH_COLUMN, ROW_COLUMN).toPandas()

@@ -6,8 +6,7 @@ from state import tables
 
 def sink_rows(spark, pipeline: Pipeline, warehouse: str, sink: str = "sums"):
     """A Delta sink's rows in batch and row order, as pandas."""
-    path = pipeline.layout(warehouse).table(sink)
-    return tables.read(spark, path).orderBy("_batch_id", "_row").toPandas()
+    return pipeline.read_sink(spark, sink, warehouse)
 
 
 def sink_column(spark, pipeline: Pipeline, warehouse: str, column: str, sink: str = "sums"):

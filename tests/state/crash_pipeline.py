@@ -62,7 +62,7 @@ def outcome(spark, pipeline, warehouse):
     """Everything that must match the crash-free run."""
     layout = pipeline.layout(warehouse)
     last = CheckpointLog(spark, layout).latest()
-    sink = tables.read(spark, layout.table("out")).orderBy("_batch_id", "_row").toPandas()
+    sink = pipeline.read_sink(spark, "out", warehouse)
     audit = (tables.read(spark, layout.table("audit")).orderBy("idx").toPandas()
              [["idx", "k", "total"]])
     state = sp.read_state(spark, pipeline, "running_sum", warehouse=warehouse)
