@@ -1,4 +1,4 @@
-"""Asset factory: any pipeline definition becomes a Dagster asset (its main sink)."""
+"""Asset factory: any pipeline definition becomes a Dagster asset (its main sink), with checks."""
 
 
 from typing import Sequence
@@ -6,9 +6,15 @@ from typing import Sequence
 import dagster as dg
 from pydantic import Field
 
+import ops
 from ops import BatchReport, DeltaSink, Pipeline, RunReport
 
 from .resources import SparkResource, WarehouseResource
+from .sensors import PIPELINE_TAG
+
+CHECKPOINT_CHECK = "checkpoint_consistent"
+GLOBAL_TABLE_CHECK = "global_tables_within_marker"
+DEAD_LETTER_CHECK = "dead_letters_below_threshold"
 
 
 class PipelineRunConfig(dg.Config):
@@ -16,33 +22,83 @@ class PipelineRunConfig(dg.Config):
 
     max_batches: int | None = Field(
         default=None, description="Stop after this many micro-batches (default: until drained)")
+    max_dead_letter_ratio: float = Field(
+        default=0.01, description="Dead letters / records read above which the check fails")
 
 
 def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinition | str] = (),
-                        group_name: str = "pipelines") -> dg.AssetsDefinition:
-    """An asset named after ``pipeline`` whose materialisation runs it until its source is drained.
+                        group_name: str = "pipelines",
+                        dead_letter_severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN
+                        ) -> dg.AssetsDefinition:
+    """An asset named after ``pipeline`` whose materialisation runs it until its source is drained,
+    then checks the checkpoint, the global tables and the dead-letter ratio.
+
+    The asset sits in pool ``lakestream_<name>``; the project's instance config limits every
+    pool to one step at a time, so two runs never execute the same pipeline at once.
 
     >>> running_sum_asset = make_pipeline_asset(running_sum_pipeline)
     """
     pipeline.layout()  # fails now, at definition time, if the pipeline has no name
+    key = dg.AssetKey(pipeline.name)
+    checks = [
+        dg.AssetCheckSpec(CHECKPOINT_CHECK, asset=key, blocking=True,
+                          description="The last checkpoint is readable and consistent"),
+        dg.AssetCheckSpec(GLOBAL_TABLE_CHECK, asset=key,
+                          description="No global-table row beyond its checkpoint marker"),
+        dg.AssetCheckSpec(DEAD_LETTER_CHECK, asset=key,
+                          description="Dead letters below the configured share of records"),
+    ]
 
     @dg.asset(name=pipeline.name, deps=list(deps), group_name=group_name, kinds={"spark", "delta"},
+              pool=f"lakestream_{pipeline.name}", check_specs=checks,
+              tags={PIPELINE_TAG: pipeline.name},
               description=f"Runs pipeline {pipeline.name!r} over all new input (exactly-once).")
     def _materialise(context: dg.AssetExecutionContext, config: PipelineRunConfig,
-                     spark: SparkResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+                     spark: SparkResource, warehouse: WarehouseResource):
         def progress(batch: BatchReport) -> None:
             context.log.info(
                 f"batch {batch.batch_id}: {batch.rows_in} rows in, {batch.rows_out} out, "
                 f"{batch.dead_letters} dead letters, {batch.rows_per_second:,.0f} rows/s"
                 + (" (replayed)" if batch.replayed else ""))
 
-        report = pipeline.run_once(spark.session(), warehouse.root,
-                                   max_batches=config.max_batches, progress=progress)
+        session = spark.session()
+        report = pipeline.run_once(session, warehouse.root, max_batches=config.max_batches,
+                                   progress=progress)
         context.log.info(f"{pipeline.name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
-        return dg.MaterializeResult(metadata=run_metadata(pipeline, report, warehouse.root))
+        metadata = run_metadata(pipeline, report, warehouse.root)
+        metadata["source_lag"] = ops.describe_lag(session, pipeline, warehouse.root)
+        yield dg.MaterializeResult(metadata=metadata)
+        yield from _check_results(session, pipeline, report, warehouse.root, config,
+                                  dead_letter_severity)
 
     return _materialise
+
+
+def _check_results(session, pipeline: Pipeline, report: RunReport, warehouse: str,
+                   config: PipelineRunConfig, severity: dg.AssetCheckSeverity):
+    problems = ops.checkpoint_problems(session, pipeline, warehouse)
+    yield dg.AssetCheckResult(check_name=CHECKPOINT_CHECK, passed=not problems,
+                              metadata={"problems": "; ".join(problems) or "none",
+                                        "checkpoint_id": report.checkpoint_id or -1})
+    problems = ops.global_table_problems(session, pipeline, warehouse)
+    yield dg.AssetCheckResult(check_name=GLOBAL_TABLE_CHECK, passed=not problems,
+                              metadata={"problems": "; ".join(problems) or "none"})
+    ratio = report.dead_letters / report.rows_in if report.rows_in else 0.0
+    yield dg.AssetCheckResult(
+        check_name=DEAD_LETTER_CHECK, passed=ratio <= config.max_dead_letter_ratio,
+        severity=severity,
+        metadata={"dead_letters": report.dead_letters, "rows_in": report.rows_in,
+                  "ratio": round(ratio, 6), "threshold": config.max_dead_letter_ratio})
+
+
+def make_pipeline_job(pipeline: Pipeline, asset: dg.AssetsDefinition):
+    """``run_<pipeline>``: materialises the pipeline's asset; tagged so the instance's run
+    concurrency limit (one per pipeline) and the sensors can find its runs."""
+    return dg.define_asset_job(
+        f"run_{pipeline.name}", selection=[asset], tags={PIPELINE_TAG: pipeline.name},
+        description=f"Run pipeline {pipeline.name!r} until its source is drained.",
+        executor_def=dg.in_process_executor)
 
 
 def run_metadata(pipeline: Pipeline, report: RunReport, warehouse: str) -> dict:
@@ -57,6 +113,7 @@ def run_metadata(pipeline: Pipeline, report: RunReport, warehouse: str) -> dict:
         "checkpoint_id": report.checkpoint_id if report.checkpoint_id is not None else -1,
         "last_batch_id": report.last_batch_id or 0,
         "duration_s": round(report.seconds, 3),
+        "rows_per_s": round(report.rows_in / report.seconds, 1) if report.seconds else 0.0,
         "state_table": dg.MetadataValue.path(layout.state),
         "dead_letter_table": dg.MetadataValue.path(layout.dead_letters),
     }

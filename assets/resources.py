@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from ops import SparkConfig, spark_session
+from ops import ConfigError, SparkConfig, spark_session
 from state import resolve_warehouse
 
 
@@ -37,3 +37,28 @@ class WarehouseResource(dg.ConfigurableResource):
     @property
     def root(self) -> str:
         return resolve_warehouse(self.path)
+
+
+DEPLOYMENT_ENV = "LAKESTREAM_DEPLOYMENT"
+_MASTER_ENV = {"local": None, "cluster": "LAKESTREAM_SPARK_MASTER", "connect": "LAKESTREAM_SPARK_REMOTE"}
+
+
+def resources_for_deployment(deployment: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The resources of a deployment named by ``$LAKESTREAM_DEPLOYMENT`` (default ``local``).
+
+    ``local``: embedded Spark (``local[*]``, or ``$LAKESTREAM_SPARK_MASTER``); ``cluster``: the
+    master in ``$LAKESTREAM_SPARK_MASTER`` (spark://, yarn, k8s://); ``connect``: the Spark
+    Connect address in ``$LAKESTREAM_SPARK_REMOTE`` (sc://). The warehouse is
+    ``$LAKESTREAM_WAREHOUSE`` (default ``./warehouse``) in every deployment.
+    """
+    name = deployment or os.environ.get(DEPLOYMENT_ENV, "local")
+    if name not in _MASTER_ENV:
+        raise ConfigError(f"{DEPLOYMENT_ENV}={name!r}: choose one of {sorted(_MASTER_ENV)}")
+    variable = _MASTER_ENV[name]
+    if variable is None:
+        spark = SparkResource()
+    elif not os.environ.get(variable):
+        raise ConfigError(f"deployment {name!r} needs ${variable} (the Spark master/remote address)")
+    else:
+        spark = SparkResource(master=os.environ[variable])
+    return {"spark": spark, "warehouse": WarehouseResource()}

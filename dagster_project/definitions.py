@@ -1,9 +1,11 @@
-"""The composition root: every asset, job and resource of the project, built from factories."""
+"""The composition root: every asset, job, sensor, schedule and resource, built from factories."""
 
 
 import dagster as dg
 
-from assets import SparkResource, WarehouseResource, make_pipeline_asset
+from assets import (SparkResource, WarehouseResource, make_maintenance_schedules,
+                    make_operation_jobs, make_pipeline_asset, make_pipeline_job,
+                    make_pipeline_sensor, resources_for_deployment)
 
 from .pipelines import EXAMPLES, SEED_ROWS
 
@@ -19,17 +21,22 @@ def running_sum_seed(context: dg.AssetExecutionContext, spark: SparkResource,
     return dg.MaterializeResult(metadata={"records": len(SEED_ROWS)})
 
 
-pipeline_assets = [make_pipeline_asset(p, deps=[running_sum_seed]) for p in EXAMPLES]
+pipeline_assets = {p.name: make_pipeline_asset(p, deps=[running_sum_seed]) for p in EXAMPLES}
+pipeline_jobs = [make_pipeline_job(p, pipeline_assets[p.name]) for p in EXAMPLES]
+sensors = [make_pipeline_sensor(p, job) for p, job in zip(EXAMPLES, pipeline_jobs)]
+operation_jobs = make_operation_jobs(EXAMPLES)
 
 running_sum_job = dg.define_asset_job(
-    "running_sum_job", selection=[running_sum_seed, *pipeline_assets],
+    "running_sum_job", selection=[running_sum_seed, *pipeline_assets.values()],
     description="The KX running-sum example: publish the seed rows, run both pipelines.",
     # one process, one Spark session: steps in separate processes would each start a JVM
     executor_def=dg.in_process_executor)
 
 defs = dg.Definitions(
-    assets=[running_sum_seed, *pipeline_assets],
-    jobs=[running_sum_job],
-    resources={"spark": SparkResource(), "warehouse": WarehouseResource()},
+    assets=[running_sum_seed, *pipeline_assets.values()],
+    jobs=[running_sum_job, *pipeline_jobs, *operation_jobs],
+    sensors=sensors,
+    schedules=make_maintenance_schedules(operation_jobs),
+    resources=resources_for_deployment(),
     executor=dg.in_process_executor,
 )

@@ -18,11 +18,18 @@ from .executor import BatchReport, RunReport, run_pipeline
 from .operators import BatchScope, Operator
 from .pipeline import CheckpointPolicy, Pipeline, Stream, Writer
 from .sinks import ConsoleSink, DeltaSink, Sink
-from .sources import CallbackSource, PublishReport, Source, read
+from .file_source import FileSource
+from .operations import (DEFAULT_RETENTION_HOURS, PipelineStatus, checkpoint_problems,
+                         describe, describe_lag, global_table_problems, recover, replay, reset_to_checkpoint,
+                         source_lag, vacuum)
+from .sources import CallbackSource, DeltaTableSource, PublishReport, Source, read
 from .session import SparkConfig, spark_session
 from .state_access import changed_keys, compact, read_state
 
 __all__ = [
+    "DEFAULT_RETENTION_HOURS", "DeltaTableSource", "FileSource", "PipelineStatus", "describe",
+    "checkpoint_problems", "describe_lag", "global_table_problems", "recover", "replay", "reset_to_checkpoint",
+    "source_lag", "vacuum",
     "BadRecordError", "BatchReport", "BatchScope", "Operator", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
     "ConfigError", "EncodingError", "StreamError",
     "ConsoleSink", "DeltaSink", "GlobalTable", "HookContext", "Hooks", "Metadata", "Op",

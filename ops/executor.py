@@ -7,6 +7,7 @@ idempotent by batch id; the checkpoint commit is the only commit point.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from state import (BatchPlan, BatchPlans, Checkpoint, CheckpointLog, HookContext, StateStore,
@@ -102,17 +103,19 @@ class _Run:
     # 1. recover -------------------------------------------------------------------------------
     def recover(self) -> None:
         """Read the last checkpoint; restore tracked variables; let hooks truncate global state."""
-        self.checkpoints.ensure_table()
-        self.plans.ensure_table()
+        fresh_state = self.checkpoints.ensure_table()  # a table just created needs no reading
+        fresh_plans = self.plans.ensure_table()
         tables.ensure(self.spark, self.layout.dead_letters, DEAD_LETTER_SCHEMA)
-        self.last = self.checkpoints.latest()
+        self.last = None if fresh_state else self.checkpoints.latest()
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
+        if self.last and self.last.reset_to_batch is not None:
+            self.finish_reset()
         self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None)
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
-        self.pending_plans = self.plans.after(self.batch_id, epoch)
+        self.pending_plans = {} if fresh_plans else self.plans.after(self.batch_id, epoch)
         self.replaying = bool(self.pending_plans)  # plans left by a run that died: a replay
         restore_all(self.pipeline.tracked, self.last.tracked if self.last else {})
         self.hook_ctx.checkpoint_id = self.last.checkpoint_id if self.last else None
@@ -125,6 +128,24 @@ class _Run:
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
                      len(self.pending_plans))
+
+    def finish_reset(self) -> None:
+        """After a reset to an older checkpoint: remove what the abandoned batches wrote to sinks
+        and dead letters, then commit a plain copy of the reset checkpoint to say it is done.
+        Until then no batch runs, so every row past the reset point is the abandoned timeline's
+        and the cleanup can safely be redone after a crash."""
+        after = self.last.reset_to_batch
+        for sink in self.pipeline.sinks:
+            sink.discard_after(self.ctx, after)
+        tables.delete_where(self.spark, self.layout.dead_letters, F.col("batch_id") > after)
+        fault_point("reset_cleanup")
+        done = dataclasses.replace(self.last, checkpoint_id=self.last.checkpoint_id + 1,
+                                   reset_to_batch=None, resumed_from=None, run_id=self.ctx.run_id,
+                                   created_at=time.time())
+        self.checkpoints.commit(done, pd.DataFrame())
+        log.info("%s: reset to batch %d finished; sinks hold no later batch", self.pipeline.name,
+                 after)
+        self.last = done
 
     # 2. plan ----------------------------------------------------------------------------------
     def plan_next(self, budget: int) -> tuple[BatchPlan, bool] | None:

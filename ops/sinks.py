@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, functions as F
 
 from state import PipelineLayout, tables
 
@@ -26,6 +26,10 @@ class Sink(ABC):
     @abstractmethod
     def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
         """Write ``frame`` for ``batch_id``; a second call for the same batch adds nothing."""
+
+    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
+        """Remove what batches after ``batch_id`` wrote (a reset abandoned them); a sink that
+        cannot take output back does nothing."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class DeltaSink(Sink):
             **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
         tables.append(tables.to_frame(ctx.spark, rows), self.location(ctx.layout),
                       txn=ctx.txn(f"sink/{self.name}", batch_id))
+
+    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
+        tables.delete_where(ctx.spark, self.location(ctx.layout), F.col(BATCH_COLUMN) > batch_id)
 
     def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
         """Everything written so far, in batch and row order (empty before the first write)."""

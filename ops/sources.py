@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -16,7 +17,7 @@ from state import PipelineLayout
 from state import tables
 
 from ._context import RunContext
-from .errors import BadRecordError
+from .errors import BadRecordError, ConfigError
 from .records import RecordSchema, encode_record, parse_payload
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,15 @@ class Source(ABC):
     @abstractmethod
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         """Exactly the records of ``(start, end]``, in order, validated."""
+
+    @abstractmethod
+    def lag(self, ctx: RunContext, after: Any) -> int:
+        """How far the input is ahead of position ``after`` (versions or files not processed)."""
+
+    @abstractmethod
+    def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:
+        """A token that changes whenever new input arrives (for sensors); ``None`` while there
+        is no input at all. Local paths are probed without Spark; other URIs need ``spark``."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,14 @@ class CallbackSource(Source):
                 .select(F.col("_commit_version").alias("version"), "seq", "payload")
                 .orderBy("version", "seq").toPandas())
         return _validate(self.schema, rows)
+
+    def lag(self, ctx: RunContext, after: Any) -> int:
+        path = ctx.layout.inbox(self.name)
+        return _latest_version(ctx.spark, path) - (0 if after is None else int(after))
+
+    def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:
+        version = delta_version(layout.inbox(self.name), spark)
+        return str(version) if version > 0 else None  # version 0 creates the empty inbox
 
     def publish(self, spark: SparkSession, layout: PipelineLayout, records: Any,
                 dedupe_id: str | None = None) -> PublishReport:
@@ -144,6 +162,14 @@ class DeltaTableSource(Source):
         return _version_slices(start, _latest_version(ctx.spark, self.path), self.max_versions,
                                limit)
 
+    def lag(self, ctx: RunContext, after: Any) -> int:
+        start = _BEFORE_FIRST_VERSION if after is None else int(after)
+        return _latest_version(ctx.spark, self.path) - start
+
+    def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:
+        version = delta_version(self.path, spark)
+        return str(version) if version >= 0 else None
+
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         changes = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
                    .option("startingVersion", int(start) + 1).option("endingVersion", int(end))
@@ -180,6 +206,24 @@ def _ensure_inbox(spark: SparkSession, path: str) -> None:
 
 def _latest_version(spark: SparkSession, path: str) -> int:
     return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+
+
+def delta_version(path: str, spark: SparkSession | None = None) -> int:
+    """Latest version of the Delta table at ``path``; -1 when there is none yet.
+
+    A local table is read from its ``_delta_log`` folder directly, so sensors need no JVM.
+    """
+    local = tables.local_path(path)
+    if local is not None:
+        try:
+            names = os.listdir(os.path.join(local, "_delta_log"))
+        except FileNotFoundError:
+            return -1
+        versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
+        return max(versions, default=-1)
+    if spark is None:
+        raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
+    return _latest_version(spark, path) if tables.exists(spark, path) else -1
 
 
 def _as_records(records: Any) -> list[Any]:
@@ -222,7 +266,6 @@ class _Read:
                                 max_versions=max_versions)
         return Stream(source=source)
 
-
     @staticmethod
     def from_delta(path: str, key: str | tuple[str, ...] | None = None, *, name: str = "delta",
                    order_by: tuple[str, ...] = (), max_versions: int | None = None):
@@ -231,6 +274,24 @@ class _Read:
 
         source = DeltaTableSource(name=name, path=path, schema=RecordSchema({}, key),
                                   order_by=tuple(order_by), max_versions=max_versions)
+        return Stream(source=source)
+
+    @staticmethod
+    def from_files(directory: str, format: str, key: str | tuple[str, ...] | None = None,  # noqa: A002
+                   schema: Mapping[str, str] | None = None, *, name: str = "files",
+                   max_files: int | None = None, options: Mapping[str, str] | None = None):
+        """A stream of the records in files landing in ``directory`` (``json``, ``csv`` with a
+        header row, or ``parquet``); each file is processed exactly once, oldest first.
+
+        ``schema`` is required for JSON and CSV; records that do not match it, and records with
+        a null key, go to dead letters with ``file:line`` as their position.
+        """
+        from .file_source import FileSource
+        from .pipeline import Stream
+
+        source = FileSource(name=name, directory=directory, format=format,
+                            schema=RecordSchema(dict(schema or {}), key), max_files=max_files,
+                            options=tuple(sorted((options or {}).items())))
         return Stream(source=source)
 
 

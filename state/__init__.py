@@ -14,6 +14,7 @@ from .hooks import HookContext, Hooks
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
+from .rollback import reset_checkpoint
 from .store import OperatorState, StateStore
 from .tracking import Tracked, restore_all, save_all, track
 
@@ -23,6 +24,6 @@ __all__ = [
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "changed_keys", "check_name",
     "codec_named", "compact", "decode_key", "encode_key", "fault_point",
-    "global_table", "new_checkpoint", "read_state", "resolve_warehouse",
+    "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "tables", "track",
 ]

@@ -48,6 +48,16 @@ class Checkpoint:
     epoch: int = 0
     run_id: str = ""
     created_at: float = 0.0
+    # Set by a reset to an older checkpoint until sinks hold no batch after this one again.
+    reset_to_batch: int | None = None
+    # The checkpoint a reset went back to: this one's predecessor in the pipeline's history.
+    resumed_from: int | None = None
+
+    @property
+    def predecessor(self) -> int | None:
+        if self.resumed_from is not None:
+            return self.resumed_from
+        return self.checkpoint_id - 1 if self.checkpoint_id > 1 else None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"), sort_keys=True)
@@ -64,8 +74,9 @@ class CheckpointLog:
         self._spark = spark
         self._layout = layout
 
-    def ensure_table(self) -> None:
-        tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",))
+    def ensure_table(self) -> bool:
+        """Create the state table if missing; True when it was created (so it is empty)."""
+        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",))
 
     def records(self):
         """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""
@@ -80,6 +91,17 @@ class CheckpointLog:
         row = self.records().orderBy(F.col("checkpoint_id").desc()).limit(1).collect()
         return Checkpoint.from_json(row[0]["value"]) if row else None
 
+    def lineage(self, latest: Checkpoint) -> list[int]:
+        """Ids of ``latest`` and its predecessors, newest first: the checkpoints whose sink
+        output is still there (a reset abandons those after the one it went back to)."""
+        records = {row["checkpoint_id"]: Checkpoint.from_json(row["value"])
+                   for row in self.records().collect()}
+        ids, current = [], latest
+        while current is not None:
+            ids.append(current.checkpoint_id)
+            current = records.get(current.predecessor) if current.predecessor else None
+        return ids
+
     def get(self, checkpoint_id: int) -> Checkpoint | None:
         """Checkpoint ``checkpoint_id`` if it is retained."""
         rows = self.records().where(F.col("checkpoint_id") == checkpoint_id).collect()
@@ -92,7 +114,7 @@ class CheckpointLog:
         """Append ``state_rows`` and the checkpoint record in one Delta commit.
 
         1. Build one frame: the changed state rows plus the checkpoint row.
-        2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint@epoch, id)``:
+        2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint, id)``:
            a second writer of the same checkpoint id is skipped by Delta, never duplicated.
         3. Verify the commit is ours (its metadata is in the log; else read the record back):
            if another run committed this checkpoint id, this run must stop.
@@ -104,7 +126,9 @@ class CheckpointLog:
         rows["checkpoint_id"] = checkpoint.checkpoint_id
         frame = tables.to_frame(self._spark, rows, STATE_SCHEMA)
         fault_point("before_checkpoint_commit")
-        app_id = f"{self._layout.pipeline}/checkpoint@{checkpoint.epoch}"
+        # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
+        # and a reset racing a run is caught like two runs racing.
+        app_id = f"{self._layout.pipeline}/checkpoint"
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id})
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
                       partition_by=("operator",), user_metadata=stamp)

@@ -60,6 +60,10 @@ class PipelineLayout:
     def inbox(self, callback: str) -> str:
         return f"{self.root}/_inbox_{check_name('callback', callback)}"
 
+    def manifest(self, source: str) -> str:
+        """The file source ``source``'s manifest: every landed file, numbered in arrival order."""
+        return f"{self.root}/_files_{check_name('source', source)}"
+
     def table(self, name: str) -> str:
         """A sink or global table owned by the pipeline."""
         return f"{self.root}/{check_name('table', name)}"

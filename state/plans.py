@@ -45,8 +45,9 @@ class BatchPlans:
         self._spark = spark
         self._layout = layout
 
-    def ensure_table(self) -> None:
-        tables.ensure(self._spark, self._layout.batches, PLAN_SCHEMA)
+    def ensure_table(self) -> bool:
+        """Create the plans table if missing; True when it was created (so it is empty)."""
+        return tables.ensure(self._spark, self._layout.batches, PLAN_SCHEMA)
 
     def after(self, batch_id: int, epoch: int) -> dict[int, BatchPlan]:
         """Plans recorded for batches after ``batch_id`` in ``epoch`` (left by a run that died)."""

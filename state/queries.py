@@ -30,7 +30,7 @@ def _checkpoint_version(spark: SparkSession, layout: PipelineLayout, checkpoint_
                      "(never committed, or its Delta version was vacuumed)")
 
 
-def _changelog_as_of(spark: SparkSession, layout: PipelineLayout,
+def changelog_as_of(spark: SparkSession, layout: PipelineLayout,
                      checkpoint_id: int | None) -> tuple[DataFrame, int]:
     """The changelog as it stood when ``checkpoint_id`` (default: the latest) was committed."""
     if not tables.exists(spark, layout.state):
@@ -65,7 +65,7 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     ``as_of`` may be any retained checkpoint (default: the latest); older checkpoints are read
     through Delta time travel, so they stay readable after compaction until vacuum.
     """
-    changelog, upto = _changelog_as_of(spark, layout, as_of)
+    changelog, upto = changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(~F.col("deleted")).toPandas()
     return _decoded(latest, codec).drop(columns="deleted")
@@ -75,7 +75,7 @@ def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, aft
                  upto: int | None = None, codec: str = "json") -> pd.DataFrame:
     """Keys of ``operator`` changed by checkpoints ``after+1 .. upto``, with their value at
     ``upto`` (``deleted`` marks keys removed)."""
-    changelog, upto = _changelog_as_of(spark, layout, upto)
+    changelog, upto = changelog_as_of(spark, layout, upto)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
     return _decoded(latest, codec)

@@ -32,3 +32,35 @@ def test_running_sum_job_writes_the_example_sums(spark, warehouse):
     first = result.asset_materializations_for_node("running_sum")[0].metadata
     assert first["batches"].value == 1 and first["rows_out"].value == 7
     assert first["checkpoint_id"].value == 1
+
+
+def _materialise(asset, instance, warehouse, **config):
+    resources = {"spark": SparkResource(master="local[2]"),
+                 "warehouse": WarehouseResource(path=warehouse)}
+    run_config = {"ops": {asset.op.name: {"config": config}}} if config else None
+    result = dg.materialize([asset], instance=instance, resources=resources, run_config=run_config)
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    return result.asset_materializations_for_node(asset.op.name)[0].metadata, checks
+
+
+def test_pipeline_asset_runs_only_new_data_and_checks_itself(spark, warehouse):
+    from dagster_project.definitions import pipeline_assets
+
+    asset = pipeline_assets["running_sum"]
+    with dg.DagsterInstance.ephemeral() as instance:
+        running_sum_keyed.publish(spark, [{"x": 1, "y": 0}, {"x": 2, "y": 0}], warehouse)
+        first, checks = _materialise(asset, instance, warehouse)
+        assert (first["rows_in"].value, first["source_lag"].value) == (2, 0)
+        assert all(c.passed for c in checks.values()) and len(checks) == 3
+
+        running_sum_keyed.publish(spark, [{"x": 5, "y": 0}], warehouse)
+        second, _ = _materialise(asset, instance, warehouse)
+        assert (second["rows_in"].value, second["batches"].value) == (1, 1)  # only the new record
+
+        running_sum_keyed.publish(spark, [{"x": "bad", "y": 0}, {"x": 1, "y": 1}], warehouse)
+        third, checks = _materialise(asset, instance, warehouse, max_dead_letter_ratio=0.1)
+    dead = checks["dead_letters_below_threshold"]
+    assert third["dead_letters"].value == 1 and not dead.passed
+    assert dead.severity == dg.AssetCheckSeverity.WARN
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 3, 8, 1]

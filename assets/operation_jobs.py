@@ -1,0 +1,132 @@
+"""Operations jobs (``dagster job execute`` and the UI launchpad) and maintenance schedules."""
+
+
+from typing import Sequence
+
+import dagster as dg
+from pydantic import Field
+
+import ops
+from ops import Pipeline
+
+from .resources import SparkResource, WarehouseResource
+
+ALL = "all"
+
+
+class PipelineChoice(dg.Config):
+    """Which pipeline an operation acts on."""
+
+    pipeline: str = Field(description="Pipeline name ('all' where the job allows it)")
+
+
+class CheckpointChoice(PipelineChoice):
+    checkpoint_id: int = Field(description="Checkpoint to go back to (see the describe job)")
+
+
+class VacuumChoice(PipelineChoice):
+    retention_hours: float = Field(
+        default=ops.DEFAULT_RETENTION_HOURS,
+        description="Keep every file a version younger than this needs; older checkpoints stop "
+                    "being readable with as_of")
+
+
+def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[Pipeline]:
+    if allow_all and name == ALL:
+        return list(pipelines)
+    for pipeline in pipelines:
+        if pipeline.name == name:
+            return [pipeline]
+    names = [p.name for p in pipelines] + ([ALL] if allow_all else [])
+    raise dg.Failure(f"unknown pipeline {name!r}; choose one of {names}")
+
+
+def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]:
+    """``recover``, ``reset_to_checkpoint``, ``replay``, ``compact``, ``vacuum`` and ``describe``
+    over ``pipelines``, each a one-op job with typed config."""
+
+    @dg.op(name="recover_op",
+           description="Recovery only: restore the last checkpoint, truncate global tables.")
+    def recover(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
+                warehouse: WarehouseResource) -> None:
+        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
+            report = ops.recover(spark.session(), pipeline, warehouse.root)
+            context.log.info(f"{pipeline.name}: recovered at checkpoint {report.checkpoint_id}")
+
+    @dg.op(name="reset_to_checkpoint_op",
+           description="Roll state, tracked variables, global tables and sinks back to a checkpoint.")
+    def reset_to_checkpoint(context: dg.OpExecutionContext, config: CheckpointChoice,
+                            spark: SparkResource, warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        report = ops.reset_to_checkpoint(spark.session(), pipeline, config.checkpoint_id,
+                                         warehouse.root)
+        context.log.info(f"{pipeline.name}: reset to checkpoint {config.checkpoint_id}; now at "
+                         f"checkpoint {report.checkpoint_id}, batch {report.last_batch_id}")
+
+    @dg.op(name="replay_op",
+           description="Reset to a checkpoint, then reprocess everything after it.")
+    def replay(context: dg.OpExecutionContext, config: CheckpointChoice, spark: SparkResource,
+               warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        report = ops.replay(spark.session(), pipeline, config.checkpoint_id, warehouse.root)
+        context.log.info(f"{pipeline.name}: replayed {len(report.batches)} batch(es), "
+                         f"{report.rows_in} rows, now at checkpoint {report.checkpoint_id}")
+
+    @dg.op(name="compact_op",
+           description="Rewrite state changelogs to the latest value per key.")
+    def compact(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
+                warehouse: WarehouseResource) -> None:
+        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
+            kept = ops.compact(spark.session(), pipeline, warehouse.root)
+            context.log.info(f"{pipeline.name}: compacted state to {kept} rows")
+
+    @dg.op(name="vacuum_op",
+           description="Delete files older versions no longer need (respecting retention).")
+    def vacuum(context: dg.OpExecutionContext, config: VacuumChoice, spark: SparkResource,
+               warehouse: WarehouseResource) -> None:
+        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
+            removed = ops.vacuum(spark.session(), pipeline, config.retention_hours, warehouse.root)
+            context.log.info(f"{pipeline.name}: vacuum removed {sum(removed.values())} file(s) "
+                             f"from {len(removed)} table(s)")
+
+    @dg.op(name="describe_op",
+           description="Print each pipeline's last checkpoint, source lag and state size.")
+    def describe(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
+                 warehouse: WarehouseResource) -> None:
+        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
+            lines = ops.describe(spark.session(), pipeline, warehouse.root).lines()
+            for line in lines:
+                print(line, flush=True)
+            context.log.info("\n".join(lines))
+
+    return [_job(op) for op in (recover, reset_to_checkpoint, replay, compact, vacuum, describe)]
+
+
+def _job(op: dg.OpDefinition) -> dg.JobDefinition:
+    name = op.name.removesuffix("_op")  # a job may not share its one op's name
+
+    @dg.job(name=name, description=op.description, executor_def=dg.in_process_executor,
+            tags={"lakestream/operation": name})
+    def _one_op_job():
+        op()
+
+    return _one_op_job
+
+
+def make_maintenance_schedules(jobs: Sequence[dg.JobDefinition], *,
+                               compact_cron: str = "0 3 * * *", vacuum_cron: str = "0 4 * * 0",
+                               retention_hours: float = ops.DEFAULT_RETENTION_HOURS
+                               ) -> list[dg.ScheduleDefinition]:
+    """Nightly compaction and weekly vacuum of every pipeline (stopped until turned on)."""
+    by_name = {job.name: job for job in jobs}
+    return [
+        dg.ScheduleDefinition(
+            name="compact_nightly", job=by_name["compact"], cron_schedule=compact_cron,
+            run_config={"ops": {"compact_op": {"config": {"pipeline": ALL}}}},
+            description="Compact every pipeline's state changelog."),
+        dg.ScheduleDefinition(
+            name="vacuum_weekly", job=by_name["vacuum"], cron_schedule=vacuum_cron,
+            run_config={"ops": {"vacuum_op": {"config": {"pipeline": ALL,
+                                                      "retention_hours": retention_hours}}}},
+            description=f"Vacuum every pipeline's tables, keeping {retention_hours:g} h of history."),
+    ]

@@ -1,0 +1,48 @@
+"""Sensors: one per pipeline, requesting a run when its source has new input."""
+
+
+from typing import Any
+
+import dagster as dg
+
+from ops import Pipeline
+
+from .resources import WarehouseResource
+
+PIPELINE_TAG = "lakestream/pipeline"
+_IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+              dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+              dg.DagsterRunStatus.CANCELING]
+
+
+def make_pipeline_sensor(pipeline: Pipeline, job: Any,
+                         *, minimum_interval_seconds: int = 30,
+                         default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+                         ) -> dg.SensorDefinition:
+    """A sensor that requests ``job`` (a job or asset job) when ``pipeline``'s source shows new input.
+
+    The run key is the source position, so one position is requested once; the cursor moves
+    only to a position that was requested; and while a run of the pipeline is queued or in
+    progress the sensor waits (the cursor stays, so the data is requested after that run).
+    Local sources are probed from the file system, with no Spark session.
+    """
+
+    @dg.sensor(name=f"{pipeline.name}_sensor", job=job,
+               minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
+               description=f"Runs {pipeline.name!r} when its source has new input.")
+    def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
+        position = pipeline.source.probe(pipeline.layout(warehouse.root))
+        if position is None:
+            return dg.SkipReason(f"{pipeline.name}: its source has no input yet")
+        if position == context.cursor:
+            return dg.SkipReason(f"no new input (source at {position})")
+        in_flight = context.instance.get_run_records(
+            dg.RunsFilter(tags={PIPELINE_TAG: pipeline.name}, statuses=_IN_FLIGHT), limit=1)
+        if in_flight:
+            return dg.SkipReason(f"run {in_flight[0].dagster_run.run_id} of {pipeline.name} is "
+                                 f"still in flight; source at {position} waits for it")
+        context.update_cursor(position)
+        return dg.RunRequest(run_key=f"{pipeline.name}:{position}",
+                             tags={PIPELINE_TAG: pipeline.name, "lakestream/position": position})
+
+    return _sensor

@@ -1,0 +1,65 @@
+"""Rolling a pipeline's state back to an older checkpoint, as a new checkpoint.
+
+Nothing is rewritten in place: the rollback is one more checkpoint commit whose changelog rows
+put every key back to its value at the target checkpoint, and whose record copies the target's
+offsets, tracked variables and hook markers. It opens a new epoch, so the batches that follow
+use idempotency ids the abandoned timeline never used, and it carries ``reset_to_batch`` until
+the executor has removed the abandoned batches' sink rows (see ``ops.executor``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession, functions as F
+
+from .checkpoint import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog
+from .errors import StateError
+from .layout import PipelineLayout
+from .queries import changelog_as_of
+from .store import latest_per_key
+
+
+def _live_state(changelog: DataFrame, upto: int) -> DataFrame:
+    rows = changelog.where((F.col("operator") != CHECKPOINT_OPERATOR) & (F.col("checkpoint_id") <= upto))
+    return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
+
+
+def revert_rows(spark: SparkSession, layout: PipelineLayout, checkpoint_id: int) -> pd.DataFrame:
+    """Changelog rows (without ``checkpoint_id``) that turn the latest state into the state at
+    ``checkpoint_id``: the old value where it differs, a tombstone where the key did not exist."""
+    then_log, _ = changelog_as_of(spark, layout, checkpoint_id)
+    now_log, latest = changelog_as_of(spark, layout, None)
+    then = _live_state(then_log, checkpoint_id).alias("then")
+    now = _live_state(now_log, latest).alias("now")
+    differing = (then.join(now, ["operator", "key"], "full_outer")
+                 .where(~F.col("then.value").eqNullSafe(F.col("now.value")))
+                 .select("operator", "key", F.col("then.value").alias("value"),
+                         F.col("then.value").isNull().alias("deleted")))
+    return differing.toPandas()
+
+
+def reset_checkpoint(spark: SparkSession, layout: PipelineLayout, checkpoint_id: int,
+                     run_id: str) -> Checkpoint:
+    """Commit a checkpoint equal to ``checkpoint_id`` in a new epoch; return it."""
+    log = CheckpointLog(spark, layout)
+    latest = log.latest()
+    if latest is None:
+        raise StateError(f"pipeline {layout.pipeline!r} has no checkpoint to reset to")
+    target = log.get(checkpoint_id)
+    if target is None:
+        raise StateError(f"pipeline {layout.pipeline!r} has checkpoints up to "
+                         f"{latest.checkpoint_id}; checkpoint {checkpoint_id} is not retained")
+    lineage = log.lineage(latest)
+    if checkpoint_id not in lineage:
+        raise StateError(
+            f"pipeline {layout.pipeline!r}: checkpoint {checkpoint_id} was abandoned by an earlier "
+            f"reset (its sink output is gone); reset to one of {sorted(lineage)}")
+    rows = revert_rows(spark, layout, checkpoint_id)
+    reset = Checkpoint(checkpoint_id=latest.checkpoint_id + 1, batch_id=target.batch_id,
+                       offsets=target.offsets, tracked=target.tracked, markers=target.markers,
+                       epoch=latest.epoch + 1, run_id=run_id, created_at=time.time(),
+                       reset_to_batch=target.batch_id, resumed_from=checkpoint_id)
+    log.commit(reset, rows)
+    return reset

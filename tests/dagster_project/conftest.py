@@ -1,0 +1,61 @@
+"""A real ``dagster dev`` on loopback, with the project's instance config, for UI tests."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def graphql(port: int, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+@pytest.fixture
+def dagster_dev(tmp_path, child_env):
+    """Start ``dagster dev``; yield its port once it answers; stop it (its whole group)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    port = free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", "workspace.yaml",
+         "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=dict(child_env, DAGSTER_HOME=str(home)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, server.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "dagster dev did not answer within 180 s"
+            try:
+                graphql(port, "{ version }")
+                break
+            except OSError:
+                time.sleep(1)
+        yield port
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)

@@ -1,0 +1,92 @@
+"""Operations jobs from the shell (``dagster job execute``), and reset/replay reproducing sinks."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import ops as sp
+from dagster_project.pipelines import running_sum_keyed
+from tests.helpers import sink_column
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCHES = [[{"x": 1, "y": 0}, {"x": 2, "y": 1}], [{"x": 3, "y": 0}], [{"x": 4, "y": 1}, {"x": 5, "y": 0}]]
+
+
+def dagster_job(job: str, config: dict | None, env: dict, tmp_path) -> str:
+    """``dagster job execute -m dagster_project -j <job>``; returns its output, fails loudly."""
+    command = [str(Path(sys.executable).with_name("dagster")), "job", "execute",
+               "-m", "dagster_project", "-j", job]
+    if config is not None:
+        config_file = tmp_path / f"{job}.yaml"
+        config_file.write_text(yaml.safe_dump(config))
+        command += ["-c", str(config_file)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "RUN_SUCCESS" in output, output[-4000:]
+    return output
+
+
+@pytest.fixture
+def dagster_env(child_env, tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    return dict(child_env, DAGSTER_HOME=str(home))
+
+
+def _config(op: str, **values) -> dict:
+    return {"ops": {f"{op}_op": {"config": values}}}
+
+
+def test_operations_jobs_from_the_shell(spark, warehouse, dagster_env, tmp_path):
+    for rows in BATCHES:  # three runs: checkpoints 1, 2, 3
+        running_sum_keyed.publish(spark, rows, warehouse)
+        running_sum_keyed.run_once(spark, warehouse)
+    totals = sink_column(spark, running_sum_keyed, warehouse, "total")
+    assert totals == [1, 2, 4, 6, 9]
+    state_before = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
+
+    described = dagster_job("describe", _config("describe", pipeline="running_sum"), dagster_env, tmp_path)
+    assert "running_sum: checkpoint 3 (batch 3, epoch 0); source lag 0" in described
+
+    dagster_job("reset_to_checkpoint", _config("reset_to_checkpoint", pipeline="running_sum",
+                                               checkpoint_id=1), dagster_env, tmp_path)
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 2]
+    at_one = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
+    assert dict(zip(at_one["key"], at_one["value"])) == {0: 1, 1: 2}
+
+    rerun = running_sum_keyed.run_once(spark, warehouse)  # the same input again, same result
+    assert rerun.rows_in == 3
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == totals
+
+    with pytest.raises(sp.StreamError, match="checkpoint 2 was abandoned by an earlier reset"):
+        sp.reset_to_checkpoint(spark, running_sum_keyed, 2, warehouse)
+    dagster_job("replay", _config("replay", pipeline="running_sum", checkpoint_id=1),
+                dagster_env, tmp_path)
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == totals
+    state_after = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
+    assert state_after[["key", "value"]].equals(state_before[["key", "value"]])
+
+    dagster_job("compact", _config("compact", pipeline="all"), dagster_env, tmp_path)
+    compacted = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
+    assert compacted[["key", "value"]].equals(state_before[["key", "value"]])
+    dagster_job("vacuum", _config("vacuum", pipeline="running_sum", retention_hours=0),
+                dagster_env, tmp_path)
+    dagster_job("recover", _config("recover", pipeline="running_sum"), dagster_env, tmp_path)
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == totals
+    assert sp.checkpoint_problems(spark, running_sum_keyed, warehouse) == []
+
+
+def test_unknown_pipeline_is_refused_by_name(dagster_env, tmp_path):
+    command = [str(Path(sys.executable).with_name("dagster")), "job", "execute", "-m",
+               "dagster_project", "-j", "describe", "-c", str(tmp_path / "c.yaml")]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(_config("describe", pipeline="nope")))
+    done = subprocess.run(command, cwd=ROOT, env=dagster_env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "unknown pipeline 'nope'; choose one of ['running_sum', 'running_sum_unkeyed', 'all']" \
+        in done.stdout + done.stderr

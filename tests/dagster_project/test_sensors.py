@@ -1,0 +1,83 @@
+"""Sensors: new files / new Delta versions give exactly one run request each, the cursor moves
+only past what was requested, and nothing is requested while a run of the pipeline is in flight."""
+
+import os
+
+import dagster as dg
+import pandas as pd
+
+import ops as sp
+from assets import PIPELINE_TAG, WarehouseResource, make_pipeline_sensor
+
+
+def _tick(sensor, instance, cursor, warehouse):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor,
+                                      resources={"warehouse": WarehouseResource(path=warehouse)})
+    return sensor.evaluate_tick(context)
+
+
+@dg.op
+def _noop():
+    pass
+
+
+@dg.job
+def _placeholder_job():
+    _noop()
+
+
+def _in_flight_run(instance, pipeline_name):
+    """A run of the pipeline recorded as started (as the daemon would while it executes)."""
+    return instance.create_run_for_job(_placeholder_job, status=dg.DagsterRunStatus.STARTED,
+                                       tags={PIPELINE_TAG: pipeline_name})
+
+
+def _land(directory, name, mtime):
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w") as handle:
+        handle.write('{"k":"a","x":1}\n')
+    os.utime(path, (mtime, mtime))
+
+
+def test_file_sensor_requests_each_new_file_once(tmp_path, warehouse):
+    landing = str(tmp_path / "landing")
+    pipeline = (sp.read.from_files(landing, "json", key="k", schema={"k": "string", "x": "long"})
+                .write.to_delta("out")).named("landed")
+    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    with dg.instance_for_test() as instance:
+        empty = _tick(sensor, instance, None, warehouse)
+        assert not empty.run_requests and "no input yet" in empty.skip_message
+
+        _land(landing, "a.json", 1_000)
+        first = _tick(sensor, instance, None, warehouse)
+        assert [r.run_key for r in first.run_requests] == ["landed:1:1000000:a.json"]
+        assert first.run_requests[0].tags[PIPELINE_TAG] == "landed"
+        assert first.cursor == "1:1000000:a.json"
+
+        again = _tick(sensor, instance, first.cursor, warehouse)
+        assert not again.run_requests and again.cursor == first.cursor  # cursor untouched
+
+        _land(landing, "b.json", 2_000)
+        _in_flight_run(instance, "landed")
+        waiting = _tick(sensor, instance, first.cursor, warehouse)
+        assert not waiting.run_requests and "in flight" in waiting.skip_message
+        assert waiting.cursor == first.cursor  # the new file is still owed a run
+
+
+def test_delta_sensor_requests_each_new_version_once(spark, tmp_path, warehouse):
+    source = str(tmp_path / "events")
+    (spark.createDataFrame(pd.DataFrame({"k": [1], "x": [1]})).write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(source))
+    pipeline = sp.read.from_delta(source, key="k").write.to_delta("out").named("from_delta")
+    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    with dg.instance_for_test() as instance:
+        first = _tick(sensor, instance, None, warehouse)
+        assert [r.run_key for r in first.run_requests] == ["from_delta:0"]
+        assert not _tick(sensor, instance, first.cursor, warehouse).run_requests
+
+        spark.createDataFrame(pd.DataFrame({"k": [2], "x": [2]})).write.format("delta") \
+            .mode("append").save(source)
+        second = _tick(sensor, instance, first.cursor, warehouse)
+        assert [r.run_key for r in second.run_requests] == ["from_delta:1"]
+        assert second.cursor == "1"
