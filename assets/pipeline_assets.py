@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field
 
 import ops
-from ops import BatchReport, DeltaSink, Pipeline, RunReport
+from ops import BatchReport, DeltaSink, Pipeline, RunReport, TableSink
 
 from .resources import SparkResource, WarehouseResource
 from .sensors import PIPELINE_TAG
@@ -118,6 +118,8 @@ def run_metadata(pipeline: Pipeline, report: RunReport, warehouse: str) -> dict:
         "dead_letter_table": dg.MetadataValue.path(layout.dead_letters),
     }
     for sink in pipeline.sinks:
-        if isinstance(sink, DeltaSink):
+        if isinstance(sink, (DeltaSink, TableSink)):
             metadata[f"sink_{sink.name}"] = dg.MetadataValue.path(sink.location(layout))
+        if isinstance(sink, TableSink):
+            metadata[f"changelog_{sink.name}"] = dg.MetadataValue.path(sink.changelog(layout))
     return metadata

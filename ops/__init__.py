@@ -12,8 +12,11 @@
 from state import (CheckpointConflict, EncodingError, GlobalTable, HookContext, Hooks,
                    StreamError, Tracked, global_table, track)
 
+from .aggregates import (Agg, aggregate, avg, collect_list, count, latest_by_offset, max_, min_,
+                         sum_)
 from .api import Metadata, Op, get, set  # noqa: A004 - KX's names
-from .errors import BadRecordError, ConfigError, OperatorError, PipelineDefinitionError
+from .errors import (BadRecordError, ConfigError, OperatorError, PipelineDefinitionError,
+                     SqlError)
 from .executor import BatchReport, RunReport, run_pipeline
 from .operators import BatchScope, Operator
 from .pipeline import CheckpointPolicy, Pipeline, Stream, Writer
@@ -24,9 +27,13 @@ from .operations import (DEFAULT_RETENTION_HOURS, PipelineStatus, checkpoint_pro
                          source_lag, vacuum)
 from .sources import CallbackSource, DeltaTableSource, PublishReport, Source, read
 from .session import SparkConfig, spark_session
+from .sql import register, sql
 from .state_access import changed_keys, compact, read_state
+from .state_tables import GroupAggregate, GroupedStream, TableSink
 
 __all__ = [
+    "Agg", "GroupAggregate", "GroupedStream", "SqlError", "TableSink", "aggregate", "avg",
+    "collect_list", "count", "latest_by_offset", "max_", "min_", "register", "sql", "sum_",
     "DEFAULT_RETENTION_HOURS", "DeltaTableSource", "FileSource", "PipelineStatus", "describe",
     "checkpoint_problems", "describe_lag", "global_table_problems", "recover", "replay", "reset_to_checkpoint",
     "source_lag", "vacuum",

@@ -17,3 +17,7 @@ class BadRecordError(StreamError):
 
 class OperatorError(StreamError):
     """A user function raised; names the pipeline, operator, batch and key. Nothing was committed."""
+
+
+class SqlError(StreamError):
+    """A SQL statement uses something unsupported or malformed; the message quotes that part."""

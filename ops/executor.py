@@ -206,7 +206,7 @@ class _Run:
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
                                     run_id=self.ctx.run_id)
         self.checkpoints.commit(checkpoint, self.store.changed_rows())
-        self.store.mark_checkpointed(checkpoint.checkpoint_id)
+        self.store.mark_checkpointed()
         self.last = checkpoint
         self.hook_ctx.checkpoint_id = checkpoint.checkpoint_id
         self.call_hooks("on_post_checkpoint", checkpoint.checkpoint_id)

@@ -96,11 +96,8 @@ class FileSource(Source):
         return slices
 
     def lag(self, ctx: RunContext, after: Any) -> int:
-        known = set(tables.read(ctx.spark, ctx.layout.manifest(self.name))
-                    .select("path").toPandas()["path"]) if tables.exists(
-                        ctx.spark, ctx.layout.manifest(self.name)) else set()
-        landed = list_landed(ctx.spark, self.directory)
-        unlisted = sum(1 for f in landed if f.path not in known)
+        known = set(self._manifest(ctx)["path"])
+        unlisted = sum(1 for f in list_landed(ctx.spark, self.directory) if f.path not in known)
         return len(known) + unlisted - (0 if after is None else int(after))
 
     def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:
@@ -125,7 +122,7 @@ class FileSource(Source):
     def discover(self, ctx: RunContext) -> int:
         """Number newly landed files in the manifest; return the highest number."""
         manifest = ctx.layout.manifest(self.name)
-        known = tables.read(ctx.spark, manifest).select("seq", "path").toPandas()
+        known = self._manifest(ctx)
         last = int(known["seq"].max()) if len(known) else 0
         seen = set(known["path"])
         new = [f for f in list_landed(ctx.spark, self.directory) if f.path not in seen]
@@ -139,6 +136,13 @@ class FileSource(Source):
                       txn=(f"{ctx.pipeline}/files:{self.name}", last + 1))
         log.info("%s: %d new file(s) in %s", ctx.pipeline, len(new), self.directory)
         return int(tables.read(ctx.spark, manifest).agg(F.max("seq")).first()[0])
+
+    def _manifest(self, ctx: RunContext) -> pd.DataFrame:
+        """``seq, path`` of every file numbered so far (none before the first run)."""
+        path = ctx.layout.manifest(self.name)
+        if not tables.exists(ctx.spark, path):
+            return pd.DataFrame({"seq": pd.Series(dtype="int64"), "path": pd.Series(dtype=object)})
+        return tables.read(ctx.spark, path).select("seq", "path").toPandas()
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         files = (tables.read(ctx.spark, ctx.layout.manifest(self.name))

@@ -22,6 +22,7 @@ from .file_source import FileSource
 from .pipeline import Pipeline
 from .sinks import DeltaSink
 from .sources import CallbackSource
+from .state_tables import TableSink
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,11 @@ def pipeline_tables(spark: SparkSession, pipeline: Pipeline, warehouse: str | No
         paths.append(layout.inbox(source.name))
     if isinstance(source, FileSource):
         paths.append(layout.manifest(source.name))
-    paths += [sink.location(layout) for sink in pipeline.sinks if isinstance(sink, DeltaSink)]
+    for sink in pipeline.sinks:
+        if isinstance(sink, (DeltaSink, TableSink)):
+            paths.append(sink.location(layout))
+        if isinstance(sink, TableSink):
+            paths.append(sink.changelog(layout))
     paths += [layout.table(hook.name) for _, hook in pipeline.all_hooks()
               if isinstance(hook, state.GlobalTable)]
     return [path for path in paths if tables.exists(spark, path)]
@@ -144,7 +149,7 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
                 .where(~F.col("deleted")).groupBy("operator").count().collect())
         status.state_keys = {row["operator"]: int(row["count"]) for row in live}
     for sink in pipeline.sinks:
-        if isinstance(sink, DeltaSink) and tables.exists(spark, sink.location(layout)):
+        if isinstance(sink, (DeltaSink, TableSink)) and tables.exists(spark, sink.location(layout)):
             status.sink_rows[sink.name] = tables.read(spark, sink.location(layout)).count()
     if tables.exists(spark, layout.dead_letters):
         status.dead_letters = tables.read(spark, layout.dead_letters).count()

@@ -86,9 +86,17 @@ class Stream:
         check_name("operator", operator.name)
         return dataclasses.replace(self, operators=self.operators + (operator,))
 
+    def group_by(self, *columns: str) -> "GroupedStream":
+        """Keyed aggregation: ``.group_by("title").agg(sold=sp.count("ticket"))`` yields the
+        state table's changes; write them with ``.write.to_table("name")``."""
+        from .state_tables import GroupedStream  # the aggregation module builds on this one
+
+        return GroupedStream(self, tuple(columns))
+
     @property
     def write(self) -> "Writer":
-        """Choose a sink: ``.write.to_console()`` or ``.write.to_delta("name")``."""
+        """Choose a sink: ``.write.to_console()``, ``.write.to_delta("name")`` or, after an
+        aggregation, ``.write.to_table("name")``."""
         return Writer(Pipeline(stream=self, sinks=()))
 
     def _name_for(self, name: str | None, fn: Callable[..., Any]) -> str:
@@ -120,6 +128,18 @@ class Writer:
         """Append to the Delta table ``<warehouse>/<pipeline>/<name>`` (or ``path``)."""
         check_name("sink", name)
         return self._with(DeltaSink(name=name, path=path))
+
+    def to_table(self, name: str) -> "Pipeline":
+        """Materialise an aggregation as a state table ``<warehouse>/<pipeline>/<name>`` (latest
+        value per key) with its changelog ``<name>_changelog``."""
+        from .state_tables import GroupAggregate, TableSink
+
+        check_name("table", name)
+        last = self.pipeline.stream.operators[-1] if self.pipeline.stream.operators else None
+        if not isinstance(last, GroupAggregate):
+            raise PipelineDefinitionError("to_table needs an aggregation right before it: "
+                                          "stream.group_by(...).agg(...).write.to_table(name)")
+        return self._with(TableSink(name=name, keys=last.keys))
 
     def _with(self, sink: Sink) -> "Pipeline":
         if any(existing.name == sink.name for existing in self.pipeline.sinks):
@@ -191,11 +211,21 @@ class Pipeline:
         raise PipelineDefinitionError(f"pipeline {self.name!r} has no sink {name!r}")
 
     def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None):
-        """Rows of Delta sink ``name`` in batch and row order, as pandas."""
+        """Rows of Delta sink ``name`` (batch and row order) or state table ``name`` (its
+        current rows, by key), as pandas."""
         sink = self.sink(name)
-        if not isinstance(sink, DeltaSink):
-            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not a Delta sink")
+        if not hasattr(sink, "read"):
+            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not stored in Delta")
         return sink.read(spark, self.layout(warehouse))
+
+    def rebuild_table(self, spark: SparkSession, name: str, warehouse: str | None = None) -> int:
+        """Recreate state table ``name`` from its changelog; returns its rows."""
+        from .state_tables import TableSink
+
+        sink = self.sink(name)
+        if not isinstance(sink, TableSink):
+            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not a state table")
+        return sink.rebuild(spark, self.layout(warehouse))
 
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
                  max_batches: int | None = None, progress: Callable[..., None] | None = None):

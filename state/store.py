@@ -107,7 +107,11 @@ class OperatorState:
 
 
 class StateStore:
-    """All managed state of one pipeline for one run, read as of checkpoint ``as_of``."""
+    """All managed state of one pipeline for one run, read as of checkpoint ``as_of``.
+
+    Stored values are always read as of the checkpoint the run started from: whatever the run
+    itself wrote since is already in memory, so a pipeline that started empty never reads state.
+    """
 
     def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None):
         self._spark = spark
@@ -128,8 +132,7 @@ class StateStore:
             return pd.DataFrame(columns=["operator", "key", "value", "deleted"])
         return pd.concat(frames, ignore_index=True)
 
-    def mark_checkpointed(self, checkpoint_id: int) -> None:
-        self._as_of = checkpoint_id
+    def mark_checkpointed(self) -> None:
         for op in self._operators.values():
             op.mark_checkpointed()
 

@@ -64,3 +64,20 @@ def test_pipeline_asset_runs_only_new_data_and_checks_itself(spark, warehouse):
     assert third["dead_letters"].value == 1 and not dead.passed
     assert dead.severity == dg.AssetCheckSeverity.WARN
     assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 3, 8, 1]
+
+
+def test_shipped_instance_allows_one_run_per_pipeline(tmp_path):
+    from pathlib import Path
+    import shutil
+
+    from assets import PIPELINE_TAG
+    from dagster_project.definitions import pipeline_assets
+
+    shutil.copy(Path(__file__).resolve().parents[2] / ".dagster_home" / "dagster.yaml", tmp_path)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        config = instance.get_concurrency_config()
+    assert config.pool_config.default_pool_limit == 1
+    assert {"key": PIPELINE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in \
+        config.run_queue_config.tag_concurrency_limits
+    pools = {asset.op.pool for asset in pipeline_assets.values()}
+    assert pools == {"lakestream_running_sum", "lakestream_running_sum_unkeyed"}

@@ -76,6 +76,8 @@ def test_asset_page_shows_the_materialisation_and_its_metadata(dagster_dev, tmp_
             if all(word in text for word in ("rows_in", "checkpoint_id", "dead_letters")):
                 break
             time.sleep(1)
+        for button in browser.find_elements("xpath", "//button[normalize-space()='Skip']"):
+            button.click()  # the first-visit newsletter dialog would cover the screenshot
         browser.save_screenshot(str(tmp_path / "asset_running_sum.png"))
         assert "Materialized" in text or "Materialization" in text, text[:2000]
         for word in ("rows_in", "checkpoint_id", "dead_letters", "source_lag"):

@@ -1,0 +1,132 @@
+"""Aggregate functions for keyed aggregations: each keeps a small accumulator per key in managed
+state, folds a batch into it with vectorized pandas partials, and reads a result out of it.
+
+Nulls are ignored by every aggregate (SQL and ksqlDB semantics); ``count()`` with no column
+counts rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .errors import PipelineDefinitionError
+
+
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate: ``kind`` over ``column`` (``None``: whole rows, for ``count()``)."""
+
+    kind: str
+    column: str | None = None
+    fn: Callable[[Any, pd.Series], Any] | None = None
+    initial: Any = None
+
+    def partial(self, groups) -> pd.Series:
+        """This batch's contribution per group (index: group key)."""
+        if self.kind == "count":
+            return groups.size() if self.column is None else groups[self.column].count()
+        values = groups[self.column]
+        if self.kind == "sum":
+            return values.sum(min_count=1)
+        if self.kind in ("min", "max"):
+            return getattr(values, self.kind)()
+        if self.kind == "avg":
+            return pd.Series(list(zip(values.sum(min_count=1), values.count())),
+                             index=values.count().index)
+        if self.kind == "latest":
+            return values.last()  # pandas' last() skips nulls: the latest non-null by offset
+        if self.kind == "collect_list":
+            return values.agg(lambda s: [_plain(v) for v in s.dropna()])
+        # user aggregate: the group's values (in order), folded into the accumulator in combine
+        return values.agg(lambda s: [_plain(v) for v in s])
+
+    def combine(self, acc: Any, part: Any) -> Any:
+        """Fold one key's batch partial into its accumulator (``None`` before the first row)."""
+        part = _plain(part)
+        kind = self.kind
+        if kind == "count":
+            return (acc or 0) + int(part)
+        if kind == "avg":
+            total, count = acc or (None, 0)
+            batch_total, batch_count = part
+            batch_total = _plain(batch_total)
+            if batch_count == 0:
+                return [total, count]
+            return [batch_total if total is None else total + batch_total, count + int(batch_count)]
+        if kind == "udf":
+            return self.fn(copy.deepcopy(self.initial) if acc is None else acc, pd.Series(part))
+        if _missing(part):
+            return acc
+        if acc is None:
+            return part
+        if kind == "sum":
+            return acc + part
+        if kind == "min":
+            return min(acc, part)
+        if kind == "max":
+            return max(acc, part)
+        if kind == "latest":
+            return part
+        return acc + part  # collect_list
+
+    def result(self, acc: Any) -> Any:
+        """The aggregate's value for an accumulator."""
+        if self.kind == "count":
+            return acc or 0
+        if self.kind == "avg":
+            total, count = acc or (None, 0)
+            return None if not count else total / count
+        return acc
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars become Python ones, so accumulators stay JSON-encodable."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def count(column: str | None = None) -> Agg:
+    """Rows (no column) or non-null values of ``column``."""
+    return Agg("count", column)
+
+
+def sum_(column: str) -> Agg:
+    return Agg("sum", column)
+
+
+def min_(column: str) -> Agg:
+    return Agg("min", column)
+
+
+def max_(column: str) -> Agg:
+    return Agg("max", column)
+
+
+def avg(column: str) -> Agg:
+    return Agg("avg", column)
+
+
+def latest_by_offset(column: str) -> Agg:
+    """The last non-null value of ``column`` in input order."""
+    return Agg("latest", column)
+
+
+def collect_list(column: str) -> Agg:
+    """Every non-null value of ``column``, in input order."""
+    return Agg("collect_list", column)
+
+
+def aggregate(column: str, fn: Callable[[Any, pd.Series], Any], initial: Any) -> Agg:
+    """A user aggregate: ``fn(accumulator, values_of_this_batch) -> accumulator``, starting from
+    ``initial``; the accumulator (JSON-encodable) is the result."""
+    if not callable(fn):
+        raise PipelineDefinitionError(f"aggregate needs a function, got {type(fn).__name__}")
+    return Agg("udf", column, fn=fn, initial=initial)

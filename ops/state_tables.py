@@ -1,0 +1,237 @@
+"""Keyed aggregation into a state table (ksqlDB's ``CREATE TABLE … AS SELECT … GROUP BY``).
+
+``stream.group_by("title").agg(tickets_sold=sp.count("ticket_total_value"))`` keeps one
+accumulator per key in managed state and emits, per batch, one change row per key whose
+aggregate changed: the new values, the old ones (``_old``, JSON) and ``_change``
+(``insert``/``update``/``delete``). ``.write.to_table(name)`` keeps the table's latest value per
+key in a Delta table and every change, in order, in ``<name>_changelog``; the table can be rebuilt
+from the changelog.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession, Window, functions as F
+
+from state import PipelineLayout, tables
+
+from ._context import RunContext
+from .aggregates import Agg
+from .errors import OperatorError, PipelineDefinitionError
+from .operators import BatchScope, Operator
+from .sinks import BATCH_COLUMN, ROW_COLUMN, Sink
+
+log = logging.getLogger(__name__)
+
+CHANGE_COLUMN = "_change"
+OLD_COLUMN = "_old"
+
+
+@dataclass(frozen=True)
+class GroupAggregate(Operator):
+    """Aggregates ``aggs`` (output name -> :class:`Agg`) per value of ``keys``.
+
+    Rows whose group key is null are dropped and counted in the log (ksqlDB drops them too).
+    ``having(values) -> bool Series`` hides keys that fail it: a key that stops passing is
+    deleted from the table (a tombstone), as in ksqlDB.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    aggs: tuple[tuple[str, Agg], ...]
+    having: Callable[[pd.DataFrame], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise PipelineDefinitionError("group_by needs at least one column")
+        names = [name for name, _ in self.aggs]
+        clash = set(names) & set(self.keys) or {n for n in names if names.count(n) > 1}
+        if clash or not names:
+            raise PipelineDefinitionError(
+                f"agg needs distinct output names that are not group columns; got {names}")
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        missing = [c for c in self.keys + tuple(a.column for _, a in self.aggs if a.column)
+                   if c not in frame.columns]
+        if missing:
+            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: "
+                                f"column(s) {missing} are not in the data")
+        keyed = frame.dropna(subset=list(self.keys))
+        if len(keyed) < len(frame):
+            log.warning("%s.%s batch %d: %d row(s) with a null group key dropped", scope.pipeline,
+                        self.name, scope.batch_id, len(frame) - len(keyed))
+        if keyed.empty:
+            return self._changes([], [])
+        groups = keyed.groupby(list(self.keys), sort=False)
+        partials = {name: agg.partial(groups) for name, agg in self.aggs}
+        group_keys = list(next(iter(partials.values())).index)
+        store = scope.store.operator(self.name, initial=None)
+        previous = store.get_many(group_keys)
+        before, after, states = [], [], []
+        for key, old in zip(group_keys, previous.tolist()):
+            old_acc = (old or {}).get("acc", {})
+            acc = {name: agg.combine(old_acc.get(name), partials[name][key]) for name, agg in self.aggs}
+            before.append(self._values(old_acc) if old and old.get("visible") else None)
+            after.append(self._values(acc))
+            states.append({"acc": acc, "visible": True})
+        visible = self._passes(scope, group_keys, after)
+        for state, shown in zip(states, visible):
+            state["visible"] = bool(shown)
+        store.set_many(pd.Series(states, index=pd.Index(group_keys, tupleize_cols=False), dtype=object))
+        return self._changes(group_keys, list(zip(before, after, visible)))
+
+    def _values(self, acc: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
+
+    def _passes(self, scope: BatchScope, keys: list, values: list[dict]) -> list[bool]:
+        if self.having is None:
+            return [True] * len(keys)
+        frame = pd.DataFrame(values)
+        for position, column in enumerate(self.keys):
+            frame[column] = [key[position] if len(self.keys) > 1 else key for key in keys]
+        try:
+            return [bool(v) for v in pd.Series(self.having(frame)).fillna(False)]
+        except Exception as exc:
+            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}, batch "
+                                f"{scope.batch_id}: HAVING failed: {type(exc).__name__}: {exc}") from exc
+
+    def _changes(self, keys: list, changes: list[tuple]) -> pd.DataFrame:
+        """One row per key whose visible value changed: key columns, new values, ``_change``,
+        ``_old``."""
+        rows = []
+        for key, (old, new, shown) in zip(keys, changes):
+            if not shown and old is None:
+                continue  # hidden before and after: nothing a reader could see changed
+            if shown and old == new:
+                continue
+            parts = key if len(self.keys) > 1 else (key,)
+            change = "delete" if not shown else ("insert" if old is None else "update")
+            values = new if shown else {name: None for name, _ in self.aggs}
+            rows.append({**dict(zip(self.keys, parts)), **values, CHANGE_COLUMN: change,
+                         OLD_COLUMN: None if old is None else json.dumps(old, default=str)})
+        columns = [*self.keys, *(name for name, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
+        frame = pd.DataFrame(rows, columns=columns)
+        for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
+            frame[name] = pd.array(frame[name].tolist(), dtype=_dtype(agg, frame[name]))
+        return frame
+
+
+def _dtype(agg: Agg, values: pd.Series):
+    if agg.kind == "count":
+        return "Int64"
+    if agg.kind == "avg":
+        return "Float64"
+    if agg.kind in ("collect_list", "udf") or values.empty:
+        return object
+    return pd.array(values.tolist()).dtype
+
+
+@dataclass(frozen=True)
+class GroupedStream:
+    """``stream.group_by(...)``: waiting for ``.agg(...)``."""
+
+    stream: Any
+    keys: tuple[str, ...]
+
+    def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
+            **aggs: Agg):
+        """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
+        for out, agg in aggs.items():
+            if not isinstance(agg, Agg):
+                raise PipelineDefinitionError(
+                    f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
+                    f"not {type(agg).__name__}")
+        op = GroupAggregate(name=self.stream._name_for(name, _named("aggregate")),
+                            keys=self.keys, aggs=tuple(aggs.items()), having=having)
+        return self.stream.via(op)
+
+
+def _named(label: str) -> Callable[..., Any]:
+    def placeholder():
+        pass
+    placeholder.__name__ = label
+    return placeholder
+
+
+def _typed_like(spark: SparkSession, frame, path: str):
+    """``frame`` with the column types of the table at ``path`` (a batch whose values are all
+    null, e.g. only deletes, must not change them); ``_old`` is always text."""
+    frame = frame.withColumn(OLD_COLUMN, F.col(OLD_COLUMN).cast("string"))
+    if not tables.exists(spark, path):
+        return frame
+    types = {field.name: field.dataType for field in tables.read(spark, path).schema.fields}
+    return frame.select(*(F.col(c).cast(types[c]).alias(c) if c in types else F.col(c)
+                          for c in frame.columns))
+
+
+@dataclass(frozen=True)
+class TableSink(Sink):
+    """A state table: latest value per key in ``<name>``, every change in ``<name>_changelog``.
+
+    Both writes are idempotent per batch: the changelog append carries Delta's transaction id,
+    and the upsert only applies a change from a batch at least as new as the row it replaces.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+
+    def location(self, layout: PipelineLayout) -> str:
+        return layout.table(self.name)
+
+    def changelog(self, layout: PipelineLayout) -> str:
+        return layout.table(f"{self.name}_changelog")
+
+    def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        rows = frame.reset_index(drop=True).assign(**{BATCH_COLUMN: batch_id,
+                                                      ROW_COLUMN: range(len(frame))})
+        changes = _typed_like(ctx.spark, tables.to_frame(ctx.spark, rows), self.changelog(ctx.layout))
+        tables.append(changes, self.changelog(ctx.layout),
+                      txn=ctx.txn(f"table/{self.name}", batch_id))
+        self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))
+
+    def _upsert(self, spark: SparkSession, layout: PipelineLayout, changes) -> None:
+        path = self.location(layout)
+        if not tables.exists(spark, path):
+            tables.ensure(spark, path, changes.drop(CHANGE_COLUMN).schema)
+        on = " AND ".join(f"t.`{k}` = c.`{k}`" for k in self.keys)
+        newer = f"c.{BATCH_COLUMN} >= t.{BATCH_COLUMN}"
+        values = {f"`{c}`": f"c.`{c}`" for c in changes.columns if c != CHANGE_COLUMN}
+        (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("c"), on)
+         .whenMatchedDelete(f"{newer} AND c.{CHANGE_COLUMN} = 'delete'")
+         .whenMatchedUpdate(newer, values)
+         .whenNotMatchedInsert(f"c.{CHANGE_COLUMN} != 'delete'", values)
+         .execute())
+
+    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
+        tables.delete_where(ctx.spark, self.changelog(ctx.layout), F.col(BATCH_COLUMN) > batch_id)
+        if tables.exists(ctx.spark, self.changelog(ctx.layout)):
+            self.rebuild(ctx.spark, ctx.layout)
+
+    def rebuild(self, spark: SparkSession, layout: PipelineLayout) -> int:
+        """Recreate the table from its changelog (the latest change per key, deletes dropped),
+        in one overwrite commit; returns the rows. Use it when the table was lost or damaged."""
+        changes = tables.read(spark, self.changelog(layout))
+        order = Window.partitionBy(*self.keys).orderBy(F.col(BATCH_COLUMN).desc(),
+                                                       F.col(ROW_COLUMN).desc())
+        latest = (changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
+                  .where(F.col(CHANGE_COLUMN) != "delete")
+                  .drop("_rank", CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN)).localCheckpoint()
+        latest.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+            self.location(layout))
+        count = latest.count()
+        log.info("rebuilt %s from its changelog: %d rows", self.location(layout), count)
+        return count
+
+    def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
+        """The table's current rows, ordered by key."""
+        if not tables.exists(spark, self.location(layout)):
+            return pd.DataFrame()
+        return tables.read(spark, self.location(layout)).orderBy(*self.keys).toPandas()

@@ -1,0 +1,144 @@
+"""State tables: ksqlDB-style CREATE TABLE … AS SELECT … GROUP BY, the table in Delta, its
+changelog, and rebuilding the table from the changelog."""
+
+import json
+import shutil
+
+import pytest
+
+import ops as sp
+from ops import SqlError
+
+SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}
+MOVIE_SQL = """CREATE TABLE movie_tickets_sold AS
+  SELECT title, COUNT(ticket_total_value) AS tickets_sold
+  FROM movie_ticket_sales
+  GROUP BY title
+  EMIT CHANGES;"""
+
+
+def sales_stream(max_versions=None):
+    return sp.read.from_callback("sales", schema=SALES, max_versions=max_versions)
+
+
+def table_rows(spark, pipeline, warehouse, name):
+    path = pipeline.layout(warehouse).table(name)
+    return [tuple(r) for r in spark.sql(f"SELECT * FROM delta.`{path}` ORDER BY 1").drop(
+        "_batch_id").collect()]
+
+
+def changelog(spark, pipeline, warehouse, name):
+    path = pipeline.layout(warehouse).table(f"{name}_changelog")
+    return spark.read.format("delta").load(path).orderBy("_batch_id", "_row").toPandas()
+
+
+def test_movie_tickets_end_to_end_with_rebuild(spark, warehouse):
+    pipeline = sp.sql(MOVIE_SQL, streams={"movie_ticket_sales": sales_stream()})
+    pipeline.publish(spark, [{"title": "Aliens", "ticket_total_value": 10},
+                             {"title": "Aliens", "ticket_total_value": 12},
+                             {"title": "Heat", "ticket_total_value": 9}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "movie_tickets_sold") == [("Aliens", 2), ("Heat", 1)]
+
+    pipeline.publish(spark, [{"title": "Aliens", "ticket_total_value": 11},
+                             {"title": "Up", "ticket_total_value": None}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "movie_tickets_sold") == [
+        ("Aliens", 3), ("Heat", 1), ("Up", 0)]  # COUNT(column) ignores nulls, as in SQL
+
+    log = changelog(spark, pipeline, warehouse, "movie_tickets_sold")
+    assert list(zip(log["title"], log["tickets_sold"], log["_change"])) == [
+        ("Aliens", 2, "insert"), ("Heat", 1, "insert"), ("Aliens", 3, "update"), ("Up", 0, "insert")]
+    assert json.loads(log["_old"][2]) == {"tickets_sold": 2}
+
+    before = table_rows(spark, pipeline, warehouse, "movie_tickets_sold")
+    shutil.rmtree(pipeline.layout(warehouse).table("movie_tickets_sold"))  # the local store is lost
+    assert pipeline.rebuild_table(spark, "movie_tickets_sold", warehouse) == 3
+    assert table_rows(spark, pipeline, warehouse, "movie_tickets_sold") == before
+
+
+ALL_AGGREGATES = """CREATE TABLE seat_stats AS
+  SELECT title, seat, COUNT(*) AS n, SUM(ticket_total_value) AS total,
+         MIN(ticket_total_value) AS low, MAX(ticket_total_value) AS high,
+         AVG(ticket_total_value) AS mean, LATEST_BY_OFFSET(ticket_total_value) AS last_price,
+         COLLECT_LIST(ticket_total_value) AS prices
+  FROM sales WHERE ticket_total_value IS NOT NULL AND ticket_total_value > 1
+  GROUP BY title, seat HAVING COUNT(*) >= 2"""
+BATCHES = [
+    [{"title": "A", "seat": "x", "ticket_total_value": 5}, {"title": "A", "seat": "x", "ticket_total_value": 3},
+     {"title": "B", "seat": "y", "ticket_total_value": 1}],                   # 1 fails WHERE
+    [{"title": "B", "seat": "y", "ticket_total_value": 7}, {"title": None, "seat": "y", "ticket_total_value": 4}],
+    [{"title": "B", "seat": "y", "ticket_total_value": 8}, {"title": "A", "seat": "x", "ticket_total_value": 9}],
+]
+
+
+def test_every_aggregate_where_having_and_batching(spark, warehouse):
+    per_batch = sp.sql(ALL_AGGREGATES, streams={"sales": sales_stream(max_versions=1)})
+    for rows in BATCHES:
+        per_batch.publish(spark, rows, warehouse)
+    report = per_batch.run_once(spark, warehouse, max_batches=2)  # stop mid-stream …
+    assert len(report.batches) == 2
+    assert table_rows(spark, per_batch, warehouse, "seat_stats") == [
+        ("A", "x", 2, 8.0, 3.0, 5.0, 4.0, 3.0, [5.0, 3.0])]  # B has one row: HAVING hides it
+    per_batch.run_once(spark, warehouse)  # … and resume in a new run (state recovered)
+
+    expected = [("A", "x", 3, 17.0, 3.0, 9.0, 17 / 3, 9.0, [5.0, 3.0, 9.0]),
+                ("B", "y", 2, 15.0, 7.0, 8.0, 7.5, 8.0, [7.0, 8.0])]
+    assert table_rows(spark, per_batch, warehouse, "seat_stats") == expected
+
+    other = f"{warehouse}_one_batch"
+    one_batch = sp.sql(ALL_AGGREGATES, streams={"sales": sales_stream()})
+    for rows in BATCHES:
+        one_batch.publish(spark, rows, other)
+    assert len(one_batch.run_once(spark, other).batches) == 1
+    assert table_rows(spark, one_batch, other, "seat_stats") == expected
+
+
+def test_having_turning_false_deletes_the_key(spark, warehouse):
+    pipeline = (sales_stream().group_by("title")
+                .agg(total=sp.sum_("ticket_total_value"), having=lambda t: t["total"] < 20)
+                .write.to_table("cheap")).named("cheap_titles")
+    pipeline.publish(spark, [{"title": "A", "ticket_total_value": 5}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    pipeline.publish(spark, [{"title": "A", "ticket_total_value": 50}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "cheap") == []
+    log = changelog(spark, pipeline, warehouse, "cheap")
+    assert list(log["_change"]) == ["insert", "delete"] and log["total"].isna().iloc[1]
+
+
+def test_user_aggregate_and_state_survives_restart(spark, warehouse):
+    def distinct_seats(seen, values):
+        return sorted(set(seen) | set(values))
+
+    pipeline = (sales_stream().group_by("title")
+                .agg(seats=sp.aggregate("seat", distinct_seats, initial=[]))
+                .write.to_table("seats")).named("seats_by_title")
+    pipeline.publish(spark, [{"title": "A", "seat": "b"}, {"title": "A", "seat": "a"}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    pipeline.publish(spark, [{"title": "A", "seat": "c"}, {"title": "A", "seat": "a"}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "seats") == [("A", ["a", "b", "c"])]
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title ORDER BY n",
+     "unsupported in a state table query: 'ORDER BY n'"),
+    ("CREATE TABLE t AS SELECT s.title, COUNT(*) AS n FROM sales s JOIN other o ON s.title = o.title "
+     "GROUP BY s.title", "unsupported in a state table query"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title EMIT FINAL",
+     "EMIT FINAL"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales", "needs GROUP BY"),
+    ("CREATE TABLE t AS SELECT title, seat, COUNT(*) AS n FROM sales GROUP BY title",
+     "seat must be in GROUP BY"),
+    ("CREATE TABLE t AS SELECT title, MEDIAN(seat) AS m FROM sales GROUP BY title",
+     "unsupported in the SELECT list: 'MEDIAN(seat)'"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM nowhere GROUP BY title",
+     "FROM nowhere: no such stream"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WHERE COUNT(*) > 1 GROUP BY title",
+     "aggregates belong in HAVING"),
+    ("SELECT title FROM sales", "expected CREATE TABLE"),
+])
+def test_unsupported_sql_points_at_the_part(statement, message):
+    with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        sp.sql(statement, streams={"sales": sales_stream()})
