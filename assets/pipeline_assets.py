@@ -31,9 +31,10 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
                         dead_letter_severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN
                         ) -> dg.AssetsDefinition:
     """An asset named after ``pipeline`` whose materialisation runs it until its source is drained,
-    then checks the checkpoint, the global tables and the dead-letter ratio.
+    then checks the checkpoint, the global tables and the dead-letter ratio. Each state table
+    the pipeline writes is an asset too (``<pipeline>/<table>``), materialised by the same run.
 
-    The asset sits in pool ``lakestream_<name>``; the project's instance config limits every
+    The assets sit in pool ``lakestream_<name>``; the project's instance config limits every
     pool to one step at a time, so two runs never execute the same pipeline at once.
 
     >>> running_sum_asset = make_pipeline_asset(running_sum_pipeline)
@@ -49,10 +50,19 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
                           description="Dead letters below the configured share of records"),
     ]
 
-    @dg.asset(name=pipeline.name, deps=list(deps), group_name=group_name, kinds={"spark", "delta"},
-              pool=f"lakestream_{pipeline.name}", check_specs=checks,
-              tags={PIPELINE_TAG: pipeline.name},
-              description=f"Runs pipeline {pipeline.name!r} over all new input (exactly-once).")
+    state_tables = [sink for sink in pipeline.sinks if isinstance(sink, TableSink)]
+    specs = [dg.AssetSpec(key, deps=list(deps), group_name=group_name, kinds={"spark", "delta"},
+                          tags={PIPELINE_TAG: pipeline.name},
+                          description=f"Runs pipeline {pipeline.name!r} over all new input "
+                                      "(exactly-once).")]
+    specs += [dg.AssetSpec(dg.AssetKey([pipeline.name, table.name]), deps=[key],
+                           group_name=group_name, kinds={"delta"},
+                           description=f"State table {table.name!r}: latest value per key; "
+                                       f"changes in {table.name}_changelog.")
+              for table in state_tables]
+
+    @dg.multi_asset(name=pipeline.name, specs=specs, check_specs=checks,
+                    pool=f"lakestream_{pipeline.name}")
     def _materialise(context: dg.AssetExecutionContext, config: PipelineRunConfig,
                      spark: SparkResource, warehouse: WarehouseResource):
         def progress(batch: BatchReport) -> None:
@@ -68,25 +78,36 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         metadata = run_metadata(pipeline, report, warehouse.root)
         metadata["source_lag"] = ops.describe_lag(session, pipeline, warehouse.root)
-        yield dg.MaterializeResult(metadata=metadata)
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        for table in state_tables:
+            yield dg.MaterializeResult(
+                asset_key=dg.AssetKey([pipeline.name, table.name]),
+                metadata=_table_metadata(session, table, pipeline.layout(warehouse.root)))
         yield from _check_results(session, pipeline, report, warehouse.root, config,
                                   dead_letter_severity)
 
     return _materialise
 
 
+def _table_metadata(session, table: TableSink, layout) -> dict:
+    rows = len(table.read(session, layout))
+    return {"rows": rows, "table": dg.MetadataValue.path(table.location(layout)),
+            "changelog": dg.MetadataValue.path(table.changelog(layout))}
+
+
 def _check_results(session, pipeline: Pipeline, report: RunReport, warehouse: str,
                    config: PipelineRunConfig, severity: dg.AssetCheckSeverity):
     problems = ops.checkpoint_problems(session, pipeline, warehouse)
-    yield dg.AssetCheckResult(check_name=CHECKPOINT_CHECK, passed=not problems,
+    key = dg.AssetKey(pipeline.name)
+    yield dg.AssetCheckResult(asset_key=key, check_name=CHECKPOINT_CHECK, passed=not problems,
                               metadata={"problems": "; ".join(problems) or "none",
                                         "checkpoint_id": report.checkpoint_id or -1})
     problems = ops.global_table_problems(session, pipeline, warehouse)
-    yield dg.AssetCheckResult(check_name=GLOBAL_TABLE_CHECK, passed=not problems,
+    yield dg.AssetCheckResult(asset_key=key, check_name=GLOBAL_TABLE_CHECK, passed=not problems,
                               metadata={"problems": "; ".join(problems) or "none"})
     ratio = report.dead_letters / report.rows_in if report.rows_in else 0.0
     yield dg.AssetCheckResult(
-        check_name=DEAD_LETTER_CHECK, passed=ratio <= config.max_dead_letter_ratio,
+        asset_key=key, check_name=DEAD_LETTER_CHECK, passed=ratio <= config.max_dead_letter_ratio,
         severity=severity,
         metadata={"dead_letters": report.dead_letters, "rows_in": report.rows_in,
                   "ratio": round(ratio, 6), "threshold": config.max_dead_letter_ratio})

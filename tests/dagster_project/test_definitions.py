@@ -81,3 +81,48 @@ def test_shipped_instance_allows_one_run_per_pipeline(tmp_path):
         config.run_queue_config.tag_concurrency_limits
     pools = {asset.op.pool for asset in pipeline_assets.values()}
     assert pools == {"lakestream_running_sum", "lakestream_running_sum_unkeyed"}
+
+
+def test_state_tables_are_assets_of_their_own(spark, warehouse):
+    import ops as sp
+    from assets import make_pipeline_asset
+
+    sales = sp.read.from_callback("sales", schema={"title": "string", "price": "double"})
+    pipeline = sp.sql("CREATE TABLE sold AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title",
+                      streams={"sales": sales})
+    pipeline.publish(spark, [{"title": "A", "price": 1}, {"title": "A", "price": 2},
+                             {"title": "B", "price": 3}], warehouse)
+    asset = make_pipeline_asset(pipeline)
+    assert {k.to_user_string() for k in asset.keys} == {"sold", "sold/sold"}
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([asset], instance=instance, resources={
+            "spark": SparkResource(master="local[2]"), "warehouse": WarehouseResource(path=warehouse)})
+    table = [m for m in result.asset_materializations_for_node("sold")
+             if m.asset_key == dg.AssetKey(["sold", "sold"])]
+    assert table[0].metadata["rows"].value == 2
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+
+
+def test_schedules_carry_valid_config_and_start_stopped():
+    repo = defs.get_repository_def()
+    for name in ("compact_nightly", "vacuum_weekly"):
+        schedule = repo.get_schedule_def(name)
+        job = repo.get_job(schedule.job_name)
+        run_config = schedule.evaluate_tick(dg.build_schedule_context()).run_requests[0].run_config
+        assert dg.validate_run_config(job, run_config)
+        assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_deployment_selects_resources(monkeypatch):
+    import pytest
+
+    from assets import resources_for_deployment
+    from ops import ConfigError
+
+    monkeypatch.setenv("LAKESTREAM_SPARK_MASTER", "spark://127.0.0.1:7077")
+    assert resources_for_deployment("cluster")["spark"].master == "spark://127.0.0.1:7077"
+    monkeypatch.delenv("LAKESTREAM_SPARK_REMOTE", raising=False)
+    with pytest.raises(ConfigError, match="needs \\$LAKESTREAM_SPARK_REMOTE"):
+        resources_for_deployment("connect")
+    with pytest.raises(ConfigError, match="choose one of"):
+        resources_for_deployment("mainframe")
