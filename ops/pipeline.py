@@ -132,14 +132,14 @@ class Writer:
     def to_table(self, name: str) -> "Pipeline":
         """Materialise an aggregation as a state table ``<warehouse>/<pipeline>/<name>`` (latest
         value per key) with its changelog ``<name>_changelog``."""
-        from .state_tables import GroupAggregate, TableSink
+        from .state_tables import TableSink
 
         check_name("table", name)
         last = self.pipeline.stream.operators[-1] if self.pipeline.stream.operators else None
-        if not isinstance(last, GroupAggregate):
+        if not hasattr(last, "table_keys"):
             raise PipelineDefinitionError("to_table needs an aggregation right before it: "
                                           "stream.group_by(...).agg(...).write.to_table(name)")
-        return self._with(TableSink(name=name, keys=last.keys))
+        return self._with(TableSink(name=name, keys=last.table_keys))
 
     def _with(self, sink: Sink) -> "Pipeline":
         if any(existing.name == sink.name for existing in self.pipeline.sinks):

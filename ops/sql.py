@@ -36,16 +36,21 @@ _UNSUPPORTED_CLAUSES = ("joins", "order", "limit", "offset", "distinct", "qualif
                         "windows", "laterals")
 
 
-def register(name: str, stream: Any) -> None:
+def register(name: str, stream: Any, timestamp: str | None = None) -> None:
     """Make ``stream`` (``sp.read.from_delta(...)``, ``from_files``, ``from_callback``) usable as
-    ``FROM name`` in ``sp.sql``."""
-    _streams[name.lower()] = stream
+    ``FROM name`` in ``sp.sql``; ``timestamp`` names its event-time column for WINDOW clauses."""
+    _streams[name.lower()] = (stream, timestamp)
 
 
-def sql(statement: str, streams: Mapping[str, Any] | None = None):
-    """Compile a ``CREATE TABLE … AS SELECT … GROUP BY …`` statement to a named pipeline whose
-    sink is the state table (see :func:`register` for ``FROM``)."""
-    body = _strip_emit(statement)
+def sql(statement: str, streams: Mapping[str, Any] | None = None, timestamp: str | None = None):
+    """Compile a ``CREATE TABLE … AS SELECT … [WINDOW …] GROUP BY …`` statement to a named
+    pipeline whose sink is the state table (see :func:`register` for ``FROM``).
+
+    ``WINDOW TUMBLING (SIZE 1 MINUTE[, GRACE PERIOD 30 SECONDS])`` and ``WINDOW HOPPING (SIZE
+    2 MINUTES, ADVANCE BY 1 MINUTE[, GRACE PERIOD …])`` window on event-time column
+    ``timestamp`` (given here or to :func:`register`); ``EMIT FINAL`` needs a window.
+    """
+    body, window_tokens, emit = _split_clauses(statement)
     try:
         create = sqlglot.parse_one(body)
     except ParseError as exc:
@@ -58,7 +63,7 @@ def sql(statement: str, streams: Mapping[str, Any] | None = None):
     for clause in _UNSUPPORTED_CLAUSES:
         if select.args.get(clause):
             raise SqlError(f"unsupported in a state table query: {_snippet(select.args[clause])}")
-    stream = _source(select, {k.lower(): v for k, v in (streams or {}).items()})
+    stream, registered_time = _source(select, {k.lower(): v for k, v in (streams or {}).items()})
     keys = _group_keys(select)
     aggs, aliases = _select_list(select, keys)
     if select.args.get("where"):
@@ -66,25 +71,80 @@ def sql(statement: str, streams: Mapping[str, Any] | None = None):
     having = None
     if select.args.get("having"):
         having = _predicate(select.args["having"].this, _having_resolver(aliases, keys))
-    return (stream.group_by(*keys).agg(having=having, name=f"{table}_aggregate", **aggs)
-            .write.to_table(table).named(table))
+    grouped = stream.group_by(*keys)
+    if window_tokens is None:
+        if emit == "FINAL":
+            raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
+        changes = grouped.agg(having=having, name=f"{table}_aggregate", **aggs)
+    else:
+        if having is not None:
+            raise SqlError("HAVING with a WINDOW is not supported")
+        time = timestamp or registered_time
+        window = _window(window_tokens, time or "")  # the clause's own errors come first
+        if time is None:
+            raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
+                           "sp.register(name, stream, timestamp='ts')")
+        changes = grouped.window(window).agg(
+            emit=emit.lower(), name=f"{table}_window", **aggs)
+    return changes.write.to_table(table).named(table)
 
 
-def _strip_emit(statement: str) -> str:
-    """The statement without a trailing ``EMIT CHANGES`` (the only emission of a table without a
-    window) or ``;``; ``EMIT FINAL`` and ``WINDOW`` are refused with the part quoted."""
+_UNITS = {"MILLISECOND": "ms", "SECOND": "s", "MINUTE": "min", "HOUR": "h", "DAY": "D"}
+
+
+def _split_clauses(statement: str) -> tuple[str, list | None, str]:
+    """Cut ksqlDB's ``WINDOW …`` and ``EMIT …`` clauses (unknown to sqlglot) out of the
+    statement by token position: the rest, the WINDOW clause's tokens, and the emission."""
     tokens = Tokenizer().tokenize(statement)
+    end, window, emit, cut = len(statement), None, "CHANGES", None
     for index, token in enumerate(tokens):
-        if token.text.upper() == "WINDOW" and index + 1 < len(tokens):
-            raise SqlError(f"windowed state tables are not supported yet: "
-                           f"{statement[token.start:].strip()[:60]!r}")
-        if token.text.upper() == "EMIT":
+        word = token.text.upper()
+        if word == "EMIT":
             rest = [t.text.upper() for t in tokens[index + 1:] if t.text != ";"]
-            if rest != ["CHANGES"]:
-                raise SqlError(f"unsupported emission {statement[token.start:].strip()!r}: a table "
-                               "without a WINDOW supports EMIT CHANGES only")
-            return statement[:token.start]
-    return statement.rstrip().rstrip(";")
+            if rest not in (["CHANGES"], ["FINAL"]):
+                raise SqlError(f"unsupported emission {statement[token.start:].strip()!r}: "
+                               "use EMIT CHANGES or EMIT FINAL")
+            emit, end = rest[0], token.start
+            break
+        if word == "WINDOW" and window is None:
+            close = next((i for i in range(index, len(tokens)) if tokens[i].text == ")"), None)
+            if close is None:
+                raise SqlError(f"unterminated WINDOW clause: {statement[token.start:][:60]!r}")
+            window, cut = tokens[index + 1:close + 1], (token.start, tokens[close].end + 1)
+    body = statement[:end] if cut is None else statement[:cut[0]] + statement[cut[1]:end]
+    return body.rstrip().rstrip(";"), window, emit
+
+
+def _window(tokens: list, time: str):
+    """``TUMBLING (SIZE n unit[, GRACE PERIOD n unit])`` or ``HOPPING (SIZE …, ADVANCE BY …
+    [, GRACE PERIOD …])`` as a window on column ``time``."""
+    from .windows import hopping, tumbling
+
+    kind = tokens[0].text.upper()
+    if kind == "SESSION":
+        raise SqlError("SESSION windows are not supported yet; use TUMBLING or HOPPING")
+    if kind not in ("TUMBLING", "HOPPING") or len(tokens) < 3 or tokens[1].text != "(":
+        raise SqlError(f"WINDOW must be TUMBLING (…) or HOPPING (…), not {kind!r}")
+    words = [t.text.upper() for t in tokens[2:-1] if t.text != ","]
+    spans: dict[str, str] = {}
+    position = 0
+    while position < len(words):
+        name = {"SIZE": "size", "ADVANCE": "advance", "GRACE": "grace"}.get(words[position])
+        skip = 2 if words[position] in ("ADVANCE", "GRACE") else 1  # ADVANCE BY, GRACE PERIOD
+        if name is None or position + skip + 1 >= len(words):
+            raise SqlError(f"cannot read WINDOW {kind} (…) near {' '.join(words[position:])!r}")
+        number, unit = words[position + skip], words[position + skip + 1].rstrip("S")
+        if not number.isdigit() or unit not in _UNITS:
+            raise SqlError(f"WINDOW {kind}: {number} {unit} is not a duration "
+                           f"(units: {sorted(_UNITS)})")
+        spans[name] = f"{number}{_UNITS[unit]}"
+        position += skip + 2
+    grace = spans.get("grace", "0s")
+    if kind == "TUMBLING" and set(spans) <= {"size", "grace"} and "size" in spans:
+        return tumbling(time, spans["size"], grace=grace)
+    if kind == "HOPPING" and {"size", "advance"} <= set(spans):
+        return hopping(time, spans["size"], spans["advance"], grace=grace)
+    raise SqlError(f"WINDOW {kind} needs SIZE (and ADVANCE BY for HOPPING), got {sorted(spans)}")
 
 
 def _source(select: exp.Select, streams: Mapping[str, Any]):
@@ -92,11 +152,12 @@ def _source(select: exp.Select, streams: Mapping[str, Any]):
     if origin is None or not isinstance(origin.this, exp.Table):
         raise SqlError(f"FROM must name one registered stream: {_snippet(origin)}")
     name = origin.this.name.lower()
-    stream = streams.get(name) or _streams.get(name)
-    if stream is None:
-        known = sorted(set(streams) | set(_streams))
-        raise SqlError(f"FROM {origin.this.name}: no such stream; registered: {known}")
-    return stream
+    if name in streams:
+        return streams[name], None
+    if name in _streams:
+        return _streams[name]
+    known = sorted(set(streams) | set(_streams))
+    raise SqlError(f"FROM {origin.this.name}: no such stream; registered: {known}")
 
 
 def _group_keys(select: exp.Select) -> tuple[str, ...]:

@@ -47,6 +47,10 @@ class GroupAggregate(Operator):
     aggs: tuple[tuple[str, Agg], ...]
     having: Callable[[pd.DataFrame], Any] | None = None
 
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys
+
     def __post_init__(self) -> None:
         if not self.keys:
             raise PipelineDefinitionError("group_by needs at least one column")
@@ -139,17 +143,44 @@ class GroupedStream:
     stream: Any
     keys: tuple[str, ...]
 
+    def window(self, window: Any) -> "WindowedStream":
+        """Aggregate per key and event-time window: ``sp.tumbling("ts", "1min")`` or
+        ``sp.hopping("ts", "10min", "5min", grace="30s")``."""
+        return WindowedStream(self.stream, self.keys, window)
+
     def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
             **aggs: Agg):
         """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
-        for out, agg in aggs.items():
-            if not isinstance(agg, Agg):
-                raise PipelineDefinitionError(
-                    f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
-                    f"not {type(agg).__name__}")
+        _check_aggs(aggs)
         op = GroupAggregate(name=self.stream._name_for(name, _named("aggregate")),
                             keys=self.keys, aggs=tuple(aggs.items()), having=having)
         return self.stream.via(op)
+
+
+@dataclass(frozen=True)
+class WindowedStream:
+    """``stream.group_by(...).window(sp.tumbling(...))``: waiting for ``.agg(...)``."""
+
+    stream: Any
+    keys: tuple[str, ...]
+    window: Any
+
+    def agg(self, emit: str = "changes", name: str | None = None, **aggs: Agg):
+        """Aggregates per key and window; ``emit="final"`` emits each window once, closed."""
+        from .windows import WindowAggregate
+
+        _check_aggs(aggs)
+        op = WindowAggregate(name=self.stream._name_for(name, _named("window")), keys=self.keys,
+                             window=self.window, aggs=tuple(aggs.items()), emit=emit)
+        return self.stream.via(op)
+
+
+def _check_aggs(aggs: Mapping[str, Any]) -> None:
+    for out, agg in aggs.items():
+        if not isinstance(agg, Agg):
+            raise PipelineDefinitionError(
+                f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
+                f"not {type(agg).__name__}")
 
 
 def _named(label: str) -> Callable[..., Any]:

@@ -127,7 +127,11 @@ def test_user_aggregate_and_state_survives_restart(spark, warehouse):
     ("CREATE TABLE t AS SELECT s.title, COUNT(*) AS n FROM sales s JOIN other o ON s.title = o.title "
      "GROUP BY s.title", "unsupported in a state table query"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title EMIT FINAL",
-     "EMIT FINAL"),
+     "EMIT FINAL needs a WINDOW"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WINDOW SESSION (5 MINUTES) "
+     "GROUP BY title", "SESSION windows are not supported yet"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WINDOW TUMBLING (SIZE 1 FORTNIGHT) "
+     "GROUP BY title", "1 FORTNIGHT is not a duration"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales", "needs GROUP BY"),
     ("CREATE TABLE t AS SELECT title, seat, COUNT(*) AS n FROM sales GROUP BY title",
      "seat must be in GROUP BY"),

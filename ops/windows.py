@@ -1,0 +1,154 @@
+"""Event-time windows over a keyed aggregation: tumbling and hopping, with a grace period.
+
+Semantics (Kafka Streams / ksqlDB): windows are ``[start, end)`` aligned to the epoch. Stream
+time is the largest event time seen so far, in input order, across batches. A record is late for
+a window when ``window end + grace <= stream time`` at the moment it arrives; it is dropped from
+that window and counted (logged per batch, total kept in state). Because stream time advances
+record by record, which records are late does not depend on how the input was cut into batches.
+
+Emission: ``changes`` emits the window's new values whenever they change (like ``EMIT
+CHANGES``); ``final`` emits each window once, when it closes (``EMIT FINAL``). A closed window's
+state is dropped either way, so state holds open windows only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .aggregates import Agg, _plain
+from .errors import OperatorError, PipelineDefinitionError
+from .operators import BatchScope, Operator
+from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate
+
+log = logging.getLogger(__name__)
+
+START, END = "window_start", "window_end"
+_CLOCK = "__clock__"  # the operator's own state key for stream time and open windows
+
+
+@dataclass(frozen=True)
+class Window:
+    """``size`` (and ``advance`` for hopping) over event-time column ``time``."""
+
+    time: str
+    size: pd.Timedelta
+    advance: pd.Timedelta
+    grace: pd.Timedelta
+
+    def __post_init__(self) -> None:
+        if self.size <= pd.Timedelta(0) or self.advance <= pd.Timedelta(0):
+            raise PipelineDefinitionError("window size and advance must be positive")
+        if self.advance > self.size:
+            raise PipelineDefinitionError("a hopping window's advance cannot exceed its size")
+        if self.size % self.advance != pd.Timedelta(0):
+            raise PipelineDefinitionError("a hopping window's size must be a multiple of its advance")
+        if self.grace < pd.Timedelta(0):
+            raise PipelineDefinitionError("grace must not be negative")
+
+
+def tumbling(time: str, size: str, grace: str = "0s") -> Window:
+    """Back-to-back windows of ``size`` (``"1min"``, ``"10s"``…) on column ``time``."""
+    return Window(time, pd.Timedelta(size), pd.Timedelta(size), pd.Timedelta(grace))
+
+
+def hopping(time: str, size: str, advance: str, grace: str = "0s") -> Window:
+    """Overlapping windows of ``size`` starting every ``advance``; a record is in each."""
+    return Window(time, pd.Timedelta(size), pd.Timedelta(advance), pd.Timedelta(grace))
+
+
+@dataclass(frozen=True)
+class WindowAggregate(Operator):
+    """Aggregates per key and window; see the module docstring for the rules."""
+
+    name: str
+    keys: tuple[str, ...]
+    window: Window
+    aggs: tuple[tuple[str, Agg], ...]
+    emit: str = "changes"
+
+    def __post_init__(self) -> None:
+        if self.emit not in ("changes", "final"):
+            raise PipelineDefinitionError(f"emit must be 'changes' or 'final', not {self.emit!r}")
+
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys + (START,)
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        if self.window.time not in frame.columns:
+            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: no event "
+                                f"time column {self.window.time!r} in the data")
+        store = scope.store.operator(self.name, initial=None)
+        clock = store.get(_CLOCK) or {"time": None, "open": [], "late": 0}
+        rows, late, stream_time = self._assign(frame.dropna(subset=[self.window.time]), clock["time"])
+        if late:
+            log.warning("%s.%s batch %d: %d late record(s) dropped (window end + grace <= stream "
+                        "time)", scope.pipeline, self.name, scope.batch_id, late)
+        inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
+        changes = inner.apply(scope, rows) if len(rows) else inner.apply(scope, rows.head(0))
+        opened = {tuple(key) for key in clock["open"]}
+        opened |= {tuple(_plain(v) for v in r)
+                   for r in changes[list(self.table_keys)].itertuples(index=False)}
+        closed = sorted(k for k in opened if stream_time is not None
+                        and k[-1] + self._size_ms + self._grace_ms <= stream_time)
+        finals = self._close(store, inner, closed)
+        store.set(_CLOCK, {"time": stream_time, "open": sorted(map(list, opened - set(closed))),
+                           "late": clock["late"] + late})
+        out = changes if self.emit == "changes" else finals
+        return self._with_bounds(out)
+
+    @property
+    def _size_ms(self) -> int:
+        return int(self.window.size / pd.Timedelta(milliseconds=1))
+
+    @property
+    def _grace_ms(self) -> int:
+        return int(self.window.grace / pd.Timedelta(milliseconds=1))
+
+    def _assign(self, frame: pd.DataFrame, time: int | None) -> tuple[pd.DataFrame, int, int | None]:
+        """Rows exploded to one per (record, window), late ones removed; the late count; the
+        stream time after the batch (epoch milliseconds)."""
+        if frame.empty:
+            return frame.assign(**{START: pd.Series(dtype="int64")}), 0, time
+        stamps = pd.to_datetime(frame[self.window.time], utc=True)
+        ms = (stamps.astype("int64") // 1_000_000).to_numpy()
+        running = np.maximum.accumulate(ms)
+        before = np.concatenate([[time if time is not None else np.iinfo(np.int64).min],
+                                 running[:-1]])
+        if time is not None:
+            before = np.maximum(before, time)
+        advance = int(self.window.advance / pd.Timedelta(milliseconds=1))
+        parts, late = [], 0
+        for hop in reversed(range(self._size_ms // advance)):  # earliest window first
+            start = (ms // advance) * advance - hop * advance
+            ontime = start + self._size_ms + self._grace_ms > before
+            late += int((~ontime).sum())
+            parts.append(frame[ontime].assign(**{START: start[ontime]}))
+        rows = pd.concat(parts).sort_index(kind="stable")  # input order, window order within
+        stream_time = int(running[-1]) if time is None else max(int(running[-1]), time)
+        return rows, late, stream_time
+
+    def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
+        """Final rows of the windows that just closed; their state is dropped."""
+        states = store.get_many([key for key in closed]).tolist() if closed else []
+        rows = []
+        for key, state in zip(closed, states):
+            if state and state.get("visible"):
+                rows.append({**dict(zip(self.table_keys, key)), **inner._values(state["acc"]),
+                             CHANGE_COLUMN: "insert", OLD_COLUMN: None})
+            store.delete(key)
+        columns = [*self.table_keys, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
+        return pd.DataFrame(rows, columns=columns)
+
+    def _with_bounds(self, out: pd.DataFrame) -> pd.DataFrame:
+        starts = pd.to_datetime(out[START].astype("int64"), unit="ms", utc=True)
+        position = out.columns.get_loc(START)
+        out = out.drop(columns=[START])
+        out.insert(position, START, starts)
+        out.insert(position + 1, END, starts + self.window.size)
+        return out.reset_index(drop=True)

@@ -1,0 +1,118 @@
+"""Event-time windows: explicit batches in, expected rows out per batch (late and out-of-order
+data, grace, hopping, final vs changes), batching independence, and a restart mid-stream."""
+
+import pandas as pd
+import pytest
+
+import ops as sp
+from ops.operators import BatchScope
+from state import PipelineLayout, StateStore
+
+
+def at(text):
+    return pd.Timestamp(f"2026-01-01 {text}", tz="UTC")
+
+
+def events(*rows):
+    return pd.DataFrame([{"k": k, "ts": at(t), "x": x} for k, t, x in rows])
+
+
+class Feeder:
+    """Runs one window operator over batches with in-memory state (nothing checkpointed)."""
+
+    def __init__(self, window, emit="changes", **aggs):
+        self.op = sp.WindowAggregate(name="w", keys=("k",), window=window,
+                                     aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
+        self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+        self.batch = 0
+
+    def feed(self, frame):
+        self.batch += 1
+        out = self.op.apply(BatchScope("p", self.batch, ("k",), self.store), frame)
+        return [(r["k"], r["window_start"].strftime("%H:%M:%S"), r["window_end"].strftime("%H:%M:%S"),
+                 *(r[n] for n, _ in self.op.aggs), r["_change"]) for r in out.to_dict("records")]
+
+
+def test_tumbling_changes_with_late_and_out_of_order_data(caplog):
+    feeder = Feeder(sp.tumbling("ts", "1min"))
+    assert feeder.feed(events(("a", "00:00:10", 1), ("a", "00:00:50", 1), ("a", "00:01:05", 1))) == [
+        ("a", "00:00:00", "00:01:00", 2, "insert"), ("a", "00:01:00", "00:02:00", 1, "insert")]
+    # 00:00:30 arrives after stream time reached 00:01:05: its window ended at 00:01:00 -> late
+    assert feeder.feed(events(("a", "00:00:30", 1), ("a", "00:01:30", 1))) == [
+        ("a", "00:01:00", "00:02:00", 2, "update")]
+    assert "1 late record(s) dropped" in caplog.text
+    assert feeder.store.operator("w").get("__clock__")["late"] == 1
+
+
+def test_grace_period_admits_out_of_order_records():
+    feeder = Feeder(sp.tumbling("ts", "1min", grace="30s"))
+    feeder.feed(events(("a", "00:00:10", 1), ("a", "00:01:05", 1)))
+    assert feeder.feed(events(("a", "00:00:30", 1))) == [("a", "00:00:00", "00:01:00", 2, "update")]
+    assert feeder.feed(events(("b", "00:01:40", 1), ("a", "00:00:40", 1))) == [
+        ("b", "00:01:00", "00:02:00", 1, "insert")]  # stream time 00:01:40 >= 00:01:00 + 30s
+
+
+def test_final_emits_each_window_once_when_it_closes():
+    feeder = Feeder(sp.tumbling("ts", "1min"), emit="final", total=sp.sum_("x"))
+    assert feeder.feed(events(("a", "00:00:10", 1), ("a", "00:00:50", 2))) == []
+    assert feeder.feed(events(("a", "00:01:05", 5), ("b", "00:01:10", 1))) == [
+        ("a", "00:00:00", "00:01:00", 3, "insert")]
+    assert feeder.feed(events(("a", "00:02:00", 1))) == [
+        ("a", "00:01:00", "00:02:00", 5, "insert"), ("b", "00:01:00", "00:02:00", 1, "insert")]
+    open_windows = feeder.store.operator("w").get("__clock__")["open"]
+    assert open_windows == [["a", int(at("00:02:00").timestamp() * 1000)]]  # closed ones dropped
+
+
+def test_hopping_windows_hold_each_record_in_every_window_covering_it():
+    feeder = Feeder(sp.hopping("ts", "2min", "1min"))
+    assert feeder.feed(events(("a", "00:01:30", 1))) == [
+        ("a", "00:00:00", "00:02:00", 1, "insert"), ("a", "00:01:00", "00:03:00", 1, "insert")]
+
+
+def test_final_results_do_not_depend_on_batching():
+    rows = [("a", "00:00:10", 1), ("b", "00:00:20", 2), ("a", "00:01:10", 3), ("a", "00:00:40", 4),
+            ("b", "00:02:30", 5), ("a", "00:01:50", 6), ("a", "00:00:55", 7), ("c", "00:05:00", 8)]
+    window = sp.tumbling("ts", "1min", grace="20s")
+    one = Feeder(window, emit="final", total=sp.sum_("x")).feed(events(*rows))
+    split = Feeder(window, emit="final", total=sp.sum_("x"))
+    many = [row for start in range(0, len(rows), 3) for row in split.feed(events(*rows[start:start + 3]))]
+    assert sorted(one) == sorted(many)
+    assert ("a", "00:00:00", "00:01:00", 5, "insert") in one  # 00:00:55 was later than its grace
+
+
+def test_bad_window_definitions_are_refused():
+    with pytest.raises(sp.PipelineDefinitionError, match="multiple of its advance"):
+        sp.hopping("ts", "5min", "2min")
+    with pytest.raises(sp.PipelineDefinitionError, match="emit must be"):
+        sp.WindowAggregate(name="w", keys=("k",), window=sp.tumbling("ts", "1min"),
+                           aggs=(("n", sp.count()),), emit="sometimes")
+
+
+def test_windowed_table_survives_a_restart_mid_stream(spark, warehouse):
+    pipeline = (sp.read.from_callback("clicks", schema={"k": "string", "ts": "timestamp", "x": "long"},
+                                      max_versions=1)
+                .group_by("k").window(sp.tumbling("ts", "1min")).agg(emit="final", total=sp.sum_("x"))
+                .write.to_table("per_minute")).named("clicks_per_minute")
+    for rows in (["00:00:10", "00:00:20"], ["00:01:10"], ["00:02:10"]):
+        pipeline.publish(spark, [{"k": "a", "ts": at(t).isoformat(), "x": 1} for t in rows], warehouse)
+    pipeline.run_once(spark, warehouse, max_batches=1)
+    pipeline.run_once(spark, warehouse)  # a new run: the open window comes back from the checkpoint
+    table = pipeline.read_sink(spark, "per_minute", warehouse)
+    assert [(str(r.window_start.time()), r.total) for r in table.itertuples()] == [
+        ("00:00:00", 2), ("00:01:00", 1)]
+
+
+def test_windowed_sql_table(spark, warehouse):
+    clicks = sp.read.from_callback("clicks", schema={"page": "string", "ts": "timestamp", "x": "long"})
+    pipeline = sp.sql("""CREATE TABLE page_minutes AS SELECT page, COUNT(*) AS views, SUM(x) AS total
+                         FROM clicks WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 10 SECONDS)
+                         GROUP BY page EMIT FINAL""", streams={"clicks": clicks}, timestamp="ts")
+    pipeline.publish(spark, [{"page": p, "ts": at(t).isoformat(), "x": x} for p, t, x in [
+        ("home", "00:00:05", 1), ("home", "00:00:50", 2), ("docs", "00:00:59", 4),
+        ("home", "00:01:05", 8), ("home", "00:00:58", 16),    # within grace: counts
+        ("home", "00:01:20", 32), ("home", "00:00:30", 64)]], warehouse)  # past grace: dropped
+    pipeline.run_once(spark, warehouse)
+    table = pipeline.read_sink(spark, "page_minutes", warehouse)
+    assert [(r.page, str(r.window_start.time()), str(r.window_end.time()), r.views, r.total)
+            for r in table.itertuples()] == [("docs", "00:00:00", "00:01:00", 1, 4),
+                                             ("home", "00:00:00", "00:01:00", 3, 19)]
