@@ -46,8 +46,9 @@ def sql(statement: str, streams: Mapping[str, Any] | None = None, timestamp: str
     """Compile a ``CREATE TABLE … AS SELECT … [WINDOW …] GROUP BY …`` statement to a named
     pipeline whose sink is the state table (see :func:`register` for ``FROM``).
 
-    ``WINDOW TUMBLING (SIZE 1 MINUTE[, GRACE PERIOD 30 SECONDS])`` and ``WINDOW HOPPING (SIZE
-    2 MINUTES, ADVANCE BY 1 MINUTE[, GRACE PERIOD …])`` window on event-time column
+    ``WINDOW TUMBLING (SIZE 1 MINUTE[, GRACE PERIOD 30 SECONDS])``, ``WINDOW HOPPING (SIZE
+    2 MINUTES, ADVANCE BY 1 MINUTE[, GRACE PERIOD …])`` and ``WINDOW SESSION (5 MINUTES[, GRACE
+    PERIOD …])`` window on event-time column
     ``timestamp`` (given here or to :func:`register`); ``EMIT FINAL`` needs a window.
     """
     body, window_tokens, emit = _split_clauses(statement)
@@ -116,16 +117,16 @@ def _split_clauses(statement: str) -> tuple[str, list | None, str]:
 
 
 def _window(tokens: list, time: str):
-    """``TUMBLING (SIZE n unit[, GRACE PERIOD n unit])`` or ``HOPPING (SIZE …, ADVANCE BY …
-    [, GRACE PERIOD …])`` as a window on column ``time``."""
-    from .windows import hopping, tumbling
+    """``TUMBLING (SIZE n unit[, GRACE PERIOD n unit])``, ``HOPPING (SIZE …, ADVANCE BY …
+    [, GRACE PERIOD …])`` or ``SESSION (n unit[, GRACE PERIOD …])`` on column ``time``."""
+    from .windows import hopping, session, tumbling
 
     kind = tokens[0].text.upper()
-    if kind == "SESSION":
-        raise SqlError("SESSION windows are not supported yet; use TUMBLING or HOPPING")
-    if kind not in ("TUMBLING", "HOPPING") or len(tokens) < 3 or tokens[1].text != "(":
-        raise SqlError(f"WINDOW must be TUMBLING (…) or HOPPING (…), not {kind!r}")
+    if kind not in ("TUMBLING", "HOPPING", "SESSION") or len(tokens) < 3 or tokens[1].text != "(":
+        raise SqlError(f"WINDOW must be TUMBLING (…), HOPPING (…) or SESSION (…), not {kind!r}")
     words = [t.text.upper() for t in tokens[2:-1] if t.text != ","]
+    if kind == "SESSION":
+        words.insert(0, "SIZE")  # SESSION (5 MINUTES …): the gap comes first, unnamed
     spans: dict[str, str] = {}
     position = 0
     while position < len(words):
@@ -144,6 +145,8 @@ def _window(tokens: list, time: str):
         return tumbling(time, spans["size"], grace=grace)
     if kind == "HOPPING" and {"size", "advance"} <= set(spans):
         return hopping(time, spans["size"], spans["advance"], grace=grace)
+    if kind == "SESSION" and set(spans) <= {"size", "grace"} and "size" in spans:
+        return session(time, spans["size"], grace=grace)
     raise SqlError(f"WINDOW {kind} needs SIZE (and ADVANCE BY for HOPPING), got {sorted(spans)}")
 
 

@@ -144,8 +144,8 @@ class GroupedStream:
     keys: tuple[str, ...]
 
     def window(self, window: Any) -> "WindowedStream":
-        """Aggregate per key and event-time window: ``sp.tumbling("ts", "1min")`` or
-        ``sp.hopping("ts", "10min", "5min", grace="30s")``."""
+        """Aggregate per key and event-time window: ``sp.tumbling("ts", "1min")``,
+        ``sp.hopping("ts", "10min", "5min", grace="30s")`` or ``sp.session("ts", "5min")``."""
         return WindowedStream(self.stream, self.keys, window)
 
     def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
@@ -167,11 +167,12 @@ class WindowedStream:
 
     def agg(self, emit: str = "changes", name: str | None = None, **aggs: Agg):
         """Aggregates per key and window; ``emit="final"`` emits each window once, closed."""
-        from .windows import WindowAggregate
+        from .windows import Session, SessionAggregate, WindowAggregate
 
         _check_aggs(aggs)
-        op = WindowAggregate(name=self.stream._name_for(name, _named("window")), keys=self.keys,
-                             window=self.window, aggs=tuple(aggs.items()), emit=emit)
+        kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
+        op = kind(name=self.stream._name_for(name, _named("window")), keys=self.keys,
+                  window=self.window, aggs=tuple(aggs.items()), emit=emit)
         return self.stream.via(op)
 
 

@@ -128,8 +128,10 @@ def test_user_aggregate_and_state_survives_restart(spark, warehouse):
      "GROUP BY s.title", "unsupported in a state table query"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title EMIT FINAL",
      "EMIT FINAL needs a WINDOW"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WINDOW SLIDING (5 MINUTES) "
+     "GROUP BY title", "WINDOW must be TUMBLING"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WINDOW SESSION (5 MINUTES) "
-     "GROUP BY title", "SESSION windows are not supported yet"),
+     "GROUP BY title", "WINDOW needs an event-time column"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales WINDOW TUMBLING (SIZE 1 FORTNIGHT) "
      "GROUP BY title", "1 FORTNIGHT is not a duration"),
     ("CREATE TABLE t AS SELECT title, COUNT(*) AS n FROM sales", "needs GROUP BY"),

@@ -116,3 +116,60 @@ def test_windowed_sql_table(spark, warehouse):
     assert [(r.page, str(r.window_start.time()), str(r.window_end.time()), r.views, r.total)
             for r in table.itertuples()] == [("docs", "00:00:00", "00:01:00", 1, 4),
                                              ("home", "00:00:00", "00:01:00", 3, 19)]
+
+
+class SessionFeeder(Feeder):
+    def __init__(self, window, emit="changes", **aggs):
+        self.op = sp.SessionAggregate(name="s", keys=("k",), window=window,
+                                      aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
+        self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+        self.batch = 0
+
+    def feed(self, frame):
+        self.batch += 1
+        out = self.op.apply(BatchScope("p", self.batch, ("k",), self.store), frame)
+        return [(r["k"], r["window_start"].strftime("%H:%M:%S"),
+                 None if pd.isna(r["window_end"]) else r["window_end"].strftime("%H:%M:%S"),
+                 *(None if pd.isna(r[n]) else r[n] for n, _ in self.op.aggs), r["_change"])
+                for r in out.to_dict("records")]
+
+
+def test_sessions_grow_merge_and_close():
+    feeder = SessionFeeder(sp.session("ts", "1min", grace="2min"), total=sp.sum_("x"))
+    assert feeder.feed(events(("a", "00:00:00", 1), ("a", "00:00:30", 2), ("a", "00:02:00", 4))) == [
+        ("a", "00:00:00", "00:00:30", 3, "update"), ("a", "00:02:00", "00:02:00", 4, "update")]
+    # 00:01:15 is within a minute of both sessions: they merge, the later one's row is deleted
+    assert feeder.feed(events(("a", "00:01:15", 8))) == [
+        ("a", "00:00:00", "00:02:00", 15, "update"), ("a", "00:02:00", None, None, "delete")]
+
+
+def test_session_final_and_late_records(caplog):
+    feeder = SessionFeeder(sp.session("ts", "1min"), emit="final")
+    assert feeder.feed(events(("a", "00:00:00", 1), ("b", "00:00:10", 1), ("a", "00:00:40", 1))) == []
+    assert feeder.feed(events(("a", "00:02:00", 1))) == [
+        ("a", "00:00:00", "00:00:40", 2, "insert"), ("b", "00:00:10", "00:00:10", 1, "insert")]
+    assert feeder.feed(events(("b", "00:00:20", 1))) == []  # its session closed: late
+    assert "1 late record(s) dropped" in caplog.text
+
+
+def test_session_results_do_not_depend_on_batching():
+    rows = [("a", "00:00:00", 1), ("a", "00:00:50", 2), ("b", "00:01:00", 3), ("a", "00:02:30", 4),
+            ("a", "00:01:40", 5), ("b", "00:04:00", 6), ("a", "00:09:00", 7)]
+    window = sp.session("ts", "1min")
+    one = SessionFeeder(window, emit="final", total=sp.sum_("x")).feed(events(*rows))
+    split = SessionFeeder(window, emit="final", total=sp.sum_("x"))
+    many = [r for start in range(0, len(rows), 2) for r in split.feed(events(*rows[start:start + 2]))]
+    assert sorted(one) == sorted(many)
+    # 00:01:40 came after stream time closed the first session, so it joined the second one
+    assert [r for r in sorted(one) if r[0] == "a"][:2] == [
+        ("a", "00:00:00", "00:00:50", 3, "insert"), ("a", "00:01:40", "00:02:30", 9, "insert")]
+
+
+def test_session_window_in_sql():
+    clicks = sp.read.from_callback("clicks", schema={"page": "string", "ts": "timestamp"})
+    pipeline = sp.sql("CREATE TABLE visits AS SELECT page, COUNT(*) AS n FROM clicks "
+                      "WINDOW SESSION (5 MINUTES, GRACE PERIOD 1 MINUTE) GROUP BY page EMIT FINAL",
+                      streams={"clicks": clicks}, timestamp="ts")
+    op = pipeline.stream.operators[-1]
+    assert isinstance(op, sp.SessionAggregate) and op.emit == "final"
+    assert (op.window.gap, op.window.grace) == (pd.Timedelta("5min"), pd.Timedelta("1min"))
