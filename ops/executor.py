@@ -163,7 +163,11 @@ class _Run:
                              limit=max(1, min(budget, _PLAN_AHEAD)))
         if not slices:
             return None
-        plans = [BatchPlan(batch_id + n, {source.name: bounds}) for n, bounds in enumerate(slices)]
+        pinned = {}
+        for operator in self.pipeline.stream.operators:
+            pinned.update(operator.plan_inputs(self.spark))
+        plans = [BatchPlan(batch_id + n, {source.name: bounds, **pinned})
+                 for n, bounds in enumerate(slices)]
         self.pending_plans = self.plans.record(plans, self.ctx.epoch, self.ctx.run_id)
         fault_point("after_plan")
         return self.pending_plans.pop(batch_id), False
@@ -175,7 +179,8 @@ class _Run:
         start, end = plan.ranges[source.name]
         sliced = source.read(self.ctx, start, end)
         frame = sliced.good
-        scope = BatchScope(self.pipeline.name, plan.batch_id, source.schema.key_fields, self.store)
+        scope = BatchScope(self.pipeline.name, plan.batch_id, source.schema.key_fields, self.store,
+                           plan.ranges)
         for operator in self.pipeline.stream.operators:
             frame = operator.apply(scope, frame)
         self.write_dead_letters(plan.batch_id, source.name, sliced.rejected)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Mapping
 
 import pandas as pd
 
@@ -18,18 +18,25 @@ STATELESS = object()  # marks a map without managed state
 
 @dataclass(frozen=True)
 class BatchScope:
-    """Where an operator runs: pipeline, batch, the stream's key fields and the run's state."""
+    """Where an operator runs: pipeline, batch, the stream's key fields, the run's state and the
+    batch's recorded plan (``inputs``: source ranges and the versions of tables it looks up)."""
 
     pipeline: str
     batch_id: int
     key_fields: tuple[str, ...]
     store: StateStore
+    inputs: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Operator(ABC):
     """One step of a pipeline."""
 
     name: str
+
+    def plan_inputs(self, spark) -> dict[str, tuple[Any, Any]]:
+        """Extra inputs to pin in each new batch plan (e.g. a looked-up table's version), so a
+        replayed batch sees exactly what the first attempt saw. Most operators have none."""
+        return {}
 
     @abstractmethod
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:

@@ -86,6 +86,20 @@ class Stream:
         check_name("operator", operator.name)
         return dataclasses.replace(self, operators=self.operators + (operator,))
 
+    def join_table(self, path: str, on: str | tuple[str, ...], *, columns: tuple[str, ...] | None = None,
+                   how: str = "left", name: str | None = None) -> "Stream":
+        """Enrich each event with the Delta table at ``path``'s row for the same ``on`` key (a
+        state table, say), as of the batch's planning; ``how="inner"`` drops events without one.
+
+        >>> sales.join_table(tickets.sink("movie_tickets_sold").location(layout), on="title")
+        """
+        from .joins import TableJoin
+
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        op = TableJoin(name=self._name_for(name, "join"), path=path, on=keys,
+                       columns=tuple(columns) if columns else None, how=how)
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
     def group_by(self, *columns: str) -> "GroupedStream":
         """Keyed aggregation: ``.group_by("title").agg(sold=sp.count("ticket"))`` yields the
         state table's changes; write them with ``.write.to_table("name")``."""
@@ -99,14 +113,15 @@ class Stream:
         aggregation, ``.write.to_table("name")``."""
         return Writer(Pipeline(stream=self, sinks=()))
 
-    def _name_for(self, name: str | None, fn: Callable[..., Any]) -> str:
+    def _name_for(self, name: str | None, fn: Callable[..., Any] | str) -> str:
+        """``name`` if given (checked unique), else one made from ``fn``'s name (or the text)."""
         taken = {op.name for op in self.operators}
         if name is not None:
             check_name("operator", name)
             if name in taken:
                 raise PipelineDefinitionError(f"operator name {name!r} is used twice")
             return name
-        base = getattr(fn, "__name__", "op")
+        base = fn if isinstance(fn, str) else getattr(fn, "__name__", "op")
         base = base if base.isidentifier() and not base.startswith("_") else "op"
         candidate, n = base, 1
         while candidate in taken:

@@ -152,7 +152,7 @@ class GroupedStream:
             **aggs: Agg):
         """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
         _check_aggs(aggs)
-        op = GroupAggregate(name=self.stream._name_for(name, _named("aggregate")),
+        op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
                             keys=self.keys, aggs=tuple(aggs.items()), having=having)
         return self.stream.via(op)
 
@@ -171,7 +171,7 @@ class WindowedStream:
 
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
-        op = kind(name=self.stream._name_for(name, _named("window")), keys=self.keys,
+        op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
                   window=self.window, aggs=tuple(aggs.items()), emit=emit)
         return self.stream.via(op)
 
@@ -182,13 +182,6 @@ def _check_aggs(aggs: Mapping[str, Any]) -> None:
             raise PipelineDefinitionError(
                 f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
                 f"not {type(agg).__name__}")
-
-
-def _named(label: str) -> Callable[..., Any]:
-    def placeholder():
-        pass
-    placeholder.__name__ = label
-    return placeholder
 
 
 def _typed_like(spark: SparkSession, frame, path: str):

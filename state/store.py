@@ -119,6 +119,11 @@ class StateStore:
         self._as_of = as_of
         self._operators: dict[str, OperatorState] = {}
 
+    @property
+    def spark(self) -> SparkSession:
+        """The run's Spark session (for operators that read other tables)."""
+        return self._spark
+
     def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
         """The state of operator ``name`` (created on first use)."""
         if name not in self._operators:

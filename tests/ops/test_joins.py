@@ -1,0 +1,55 @@
+"""Stream–table join: each event gets the table's value for its key, as of the batch's plan."""
+
+import json
+
+import pandas as pd
+import pytest
+
+import ops as sp
+from state import tables
+
+
+def test_events_are_enriched_from_a_state_table_pinned_per_plan(spark, warehouse):
+    sales = sp.read.from_callback("sales", schema={"title": "string", "price": "double"})
+    tickets = sp.sql("CREATE TABLE sold AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title",
+                     streams={"sales": sales})
+    table_path = tickets.layout(warehouse).table("sold")
+
+    views = (sp.read.from_callback("views", schema={"title": "string", "user": "string"})
+             .join_table(table_path, on="title", columns=("n",))
+             .write.to_delta("enriched")).named("views_enriched")
+
+    views.publish(spark, [{"title": "Heat", "user": "u0"}], warehouse)
+    with pytest.raises(sp.OperatorError, match="does not exist yet"):
+        views.run_once(spark, warehouse)       # nothing to join yet: the stream waits for it
+    tickets.publish(spark, [{"title": "Up", "price": 5}], warehouse)
+    tickets.run_once(spark, warehouse)
+    views.run_once(spark, warehouse)           # u0: no Heat row yet -> kept with n null (left)
+
+    tickets.publish(spark, [{"title": "Heat", "price": 9}, {"title": "Heat", "price": 9}], warehouse)
+    tickets.run_once(spark, warehouse)
+    views.publish(spark, [{"title": "Heat", "user": "u1"}, {"title": "Alien", "user": "u2"},
+                          {"title": "Up", "user": "u3"}], warehouse)
+    views.run_once(spark, warehouse)
+
+    tickets.publish(spark, [{"title": "Heat", "price": 9}], warehouse)
+    tickets.run_once(spark, warehouse)
+    views.publish(spark, [{"title": "Heat", "user": "u4"}], warehouse)
+    views.run_once(spark, warehouse)
+
+    rows = views.read_sink(spark, "enriched", warehouse)
+    assert [(r.user, None if pd.isna(r.n) else int(r.n)) for r in rows.itertuples()] == [
+        ("u0", None), ("u1", 2), ("u2", None), ("u3", 1), ("u4", 3)]
+    plans = tables.read(spark, views.layout(warehouse).batches).orderBy("batch_id").collect()
+    pinned = [json.loads(p["ranges"])["table:join"][1] for p in plans]
+    assert pinned[0] < pinned[1] < pinned[2]  # each plan records the table version it read
+
+
+def test_inner_join_drops_events_without_a_match(spark, warehouse, tmp_path):
+    path = str(tmp_path / "dim")
+    spark.createDataFrame([("a", "Alpha")], "code string, label string").write.format("delta").save(path)
+    stream = (sp.read.from_callback("events", schema={"code": "string"})
+              .join_table(path, on="code", how="inner").write.to_delta("out")).named("inner_join")
+    stream.publish(spark, [{"code": "a"}, {"code": "z"}], warehouse)
+    stream.run_once(spark, warehouse)
+    assert stream.read_sink(spark, "out", warehouse)[["code", "label"]].values.tolist() == [["a", "Alpha"]]
