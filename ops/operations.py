@@ -61,11 +61,11 @@ def pipeline_tables(spark: SparkSession, pipeline: Pipeline, warehouse: str | No
     """Every Delta table the pipeline owns or writes (those that exist)."""
     layout = pipeline.layout(warehouse)
     paths = [layout.state, layout.batches, layout.dead_letters]
-    source = pipeline.source
-    if isinstance(source, CallbackSource):
-        paths.append(layout.inbox(source.name))
-    if isinstance(source, FileSource):
-        paths.append(layout.manifest(source.name))
+    for source in getattr(pipeline.source, "parts", (pipeline.source,)):
+        if isinstance(source, CallbackSource):
+            paths.append(layout.inbox(source.name))
+        if isinstance(source, FileSource):
+            paths.append(layout.manifest(source.name))
     for sink in pipeline.sinks:
         if isinstance(sink, (DeltaSink, TableSink)):
             paths.append(sink.location(layout))

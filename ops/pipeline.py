@@ -86,6 +86,19 @@ class Stream:
         check_name("operator", operator.name)
         return dataclasses.replace(self, operators=self.operators + (operator,))
 
+    def merge(self, *others: "Stream") -> "Stream":
+        """One stream of this source's records and ``others``' (merge before any operator);
+        rows carry their source's name in ``_source``."""
+        from .merge import MergedSource
+
+        streams = (self, *others)
+        if any(stream.operators for stream in streams):
+            raise PipelineDefinitionError("merge streams straight from their readers, before map, "
+                                          "filter or any other operator")
+        parts = tuple(part for stream in streams for part in
+                      (stream.source.parts if isinstance(stream.source, MergedSource) else (stream.source,)))
+        return Stream(source=MergedSource(parts))
+
     def join_table(self, path: str, on: str | tuple[str, ...], *, columns: tuple[str, ...] | None = None,
                    how: str = "left", name: str | None = None) -> "Stream":
         """Enrich each event with the Delta table at ``path``'s row for the same ``on`` key (a
@@ -98,6 +111,17 @@ class Stream:
         keys = (on,) if isinstance(on, str) else tuple(on)
         op = TableJoin(name=self._name_for(name, "join"), path=path, on=keys,
                        columns=tuple(columns) if columns else None, how=how)
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    def as_table(self, *keys: str, name: str | None = None) -> "Stream":
+        """Read the stream as updates to a table keyed by ``keys``: each record replaces its
+        key's row, a record with only nulls besides the key deletes it (a tombstone). Write it
+        with ``.write.to_table(name)``."""
+        from .state_tables import LatestByKey
+
+        if not keys:
+            raise PipelineDefinitionError("as_table needs the key column(s)")
+        op = LatestByKey(name=self._name_for(name, "table"), keys=tuple(keys))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def group_by(self, *columns: str) -> "GroupedStream":
@@ -254,16 +278,21 @@ class Pipeline:
                             progress=progress)
 
     def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,
-                dedupe_id: str | None = None) -> PublishReport:
+                dedupe_id: str | None = None, source: str | None = None) -> PublishReport:
         """Durably append records to the pipeline's callback inbox (one Delta commit).
 
         Invalid records are stored too and go to ``_dead_letters`` when processed; the report
-        lists them. With ``dedupe_id`` a repeated publish of the same id stores nothing.
+        lists them. With ``dedupe_id`` a repeated publish of the same id stores nothing. A
+        pipeline merging several callbacks takes the callback's name as ``source``.
         """
-        if not isinstance(self.source, CallbackSource):
+        callbacks = [part for part in getattr(self.source, "parts", (self.source,))
+                     if isinstance(part, CallbackSource)]
+        chosen = [c for c in callbacks if source is None or c.name == source]
+        if len(chosen) != 1:
             raise PipelineDefinitionError(
-                f"pipeline {self.name!r} does not read from a callback; publish to its source")
-        return self.source.publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
+                f"pipeline {self.name!r}: publish needs exactly one callback source to write to; "
+                f"it reads callbacks {[c.name for c in callbacks]} (pass source=...)")
+        return chosen[0].publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
 
 
 def hook_key(hook: Hooks) -> str:

@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession, Window, functions as F
 from state import PipelineLayout, tables
 
 from ._context import RunContext
-from .aggregates import Agg
+from .aggregates import Agg, _plain
 from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
 from .sinks import BATCH_COLUMN, ROW_COLUMN, Sink
@@ -134,6 +134,44 @@ def _dtype(agg: Agg, values: pd.Series):
     if agg.kind in ("collect_list", "udf") or values.empty:
         return object
     return pd.array(values.tolist()).dtype
+
+
+@dataclass(frozen=True)
+class LatestByKey(Operator):
+    """A table from a stream of updates (ksqlDB's ``CREATE TABLE`` over a topic): each record
+    sets its key's row; a record whose value columns are all null is a tombstone and deletes
+    the key. Within a batch the last record per key wins."""
+
+    name: str
+    keys: tuple[str, ...]
+
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        missing = [c for c in self.keys if c not in frame.columns]
+        if missing:
+            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: key "
+                                f"column(s) {missing} are not in the data")
+        values = [c for c in frame.columns if c not in self.keys and not c.startswith("_")]
+        latest = frame.dropna(subset=list(self.keys)).drop_duplicates(list(self.keys), keep="last")
+        keys = [tuple(_plain(v) for v in row) if len(self.keys) > 1 else _plain(row[0])
+                for row in latest[list(self.keys)].itertuples(index=False)]
+        store = scope.store.operator(self.name, initial=None)
+        previous = store.get_many(keys).tolist()
+        rows = []
+        for key, old, record in zip(keys, previous, latest[values].to_dict("records")):
+            new = {c: _plain(v) for c, v in record.items()}
+            tombstone = all(v is None or v != v for v in new.values())
+            if tombstone and old is None:
+                continue
+            parts = key if len(self.keys) > 1 else (key,)
+            change = "delete" if tombstone else ("insert" if old is None else "update")
+            store.delete(key) if tombstone else store.set(key, new)
+            rows.append({**dict(zip(self.keys, parts)), **({c: None for c in values} if tombstone else new),
+                         CHANGE_COLUMN: change, OLD_COLUMN: None if old is None else json.dumps(old, default=str)})
+        return pd.DataFrame(rows, columns=[*self.keys, *values, CHANGE_COLUMN, OLD_COLUMN])
 
 
 @dataclass(frozen=True)
