@@ -29,6 +29,7 @@ from .sources import CallbackSource, DeltaTableSource, PublishReport, Source, re
 from .session import SparkConfig, spark_session
 from .sql import register, sql
 from .state_access import changed_keys, compact, read_state
+from .joins import TableJoin, TableTableJoin
 from .merge import MergedSource
 from .state_tables import GroupAggregate, GroupedStream, LatestByKey, TableSink, WindowedStream
 from .windows import Session, SessionAggregate, Window, WindowAggregate, hopping, session, tumbling
@@ -36,7 +37,7 @@ from .windows import Session, SessionAggregate, Window, WindowAggregate, hopping
 __all__ = [
     "Agg", "GroupAggregate", "GroupedStream", "SqlError", "TableSink", "aggregate", "avg",
     "collect_list", "count", "latest_by_offset", "max_", "min_", "register", "sql", "sum_",
-    "LatestByKey", "MergedSource", "Session", "SessionAggregate", "Window", "WindowAggregate", "WindowedStream", "hopping",
+    "LatestByKey", "MergedSource", "TableJoin", "TableTableJoin", "Session", "SessionAggregate", "Window", "WindowAggregate", "WindowedStream", "hopping",
     "session", "tumbling",
     "DEFAULT_RETENTION_HOURS", "DeltaTableSource", "FileSource", "PipelineStatus", "describe",
     "checkpoint_problems", "describe_lag", "global_table_problems", "recover", "replay", "reset_to_checkpoint",

@@ -1,4 +1,5 @@
-"""Stream–table join: enrich each event with a Delta table's value for the event's key.
+"""Joins. Stream–table: enrich each event with a Delta table's value for the event's key.
+Table–table: join two tables' update streams on their key (see :class:`TableTableJoin`).
 
 The table (typically a state table another pipeline materialises) is read at the Delta version
 pinned in the batch's plan, so a replayed batch is enriched exactly as the first attempt was:
@@ -8,6 +9,7 @@ are read.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,3 +76,67 @@ class TableJoin(Operator):
         keep = [c for c in (self.columns or table.columns) if c not in _HIDDEN and c not in self.on]
         # nullable integer/text dtypes: an event without a match must not turn longs into doubles
         return table.select(*self.on, *keep).toPandas().convert_dtypes(convert_floating=False)
+
+
+@dataclass(frozen=True)
+class TableTableJoin(Operator):
+    """Join two tables on their key, fed as one merged stream of both tables' updates (each row
+    tagged with its source in ``_source``; all value columns null = the key was deleted).
+
+    Keeps each side's latest row per key in state and emits a change of the joined table
+    whenever either side changes: ``inner`` shows a key while both sides have it, ``left`` while
+    the left side has it (right columns null until the right side arrives).
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    left: tuple[str, tuple[str, ...]]    # (source name, value columns)
+    right: tuple[str, tuple[str, ...]]
+    how: str = "inner"
+
+    def __post_init__(self) -> None:
+        if self.how not in ("inner", "left"):
+            raise PipelineDefinitionError(f"table join how must be 'inner' or 'left', not {self.how!r}")
+
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        from .aggregates import _plain
+        from .state_tables import CHANGE_COLUMN, OLD_COLUMN
+
+        sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}
+        if "_source" not in frame.columns and not frame.empty:
+            raise OperatorError(f"operator {self.name!r} joins a merged stream: "
+                                "left_table_stream.merge(right_table_stream).join_tables(...)")
+        latest = frame.drop_duplicates(["_source", *self.keys], keep="last") if len(frame) else frame
+        updates: dict[Any, dict[str, Any]] = {}
+        for row in latest.to_dict("records"):
+            side, columns = sides[row["_source"]]
+            key = tuple(_plain(row[k]) for k in self.keys)
+            values = {c: _plain(row.get(c)) for c in columns}
+            deleted = all(v is None or v != v for v in values.values())
+            updates.setdefault(key, {})[side] = None if deleted else values
+        store = scope.store.operator(self.name, initial=None)
+        keys = list(updates)
+        rows = []
+        for key, old in zip(keys, store.get_many(keys).tolist()):
+            old = old or {"left": None, "right": None}
+            new = {**old, **updates[key]}
+            store.set(key, new)
+            before, after = self._joined(old), self._joined(new)
+            if before == after:
+                continue
+            change = "delete" if after is None else ("insert" if before is None else "update")
+            shown = after or {c: None for c in (*self.left[1], *self.right[1])}
+            rows.append({**dict(zip(self.keys, key)), **shown, CHANGE_COLUMN: change,
+                         OLD_COLUMN: None if before is None else json.dumps(before, default=str)})
+        columns = [*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN, OLD_COLUMN]
+        return pd.DataFrame(rows, columns=columns)
+
+    def _joined(self, sides: dict) -> dict | None:
+        left, right = sides.get("left"), sides.get("right")
+        if left is None or (right is None and self.how == "inner"):
+            return None
+        return {**left, **(right or {c: None for c in self.right[1]})}

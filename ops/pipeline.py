@@ -113,6 +113,19 @@ class Stream:
                        columns=tuple(columns) if columns else None, how=how)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
+    def join_tables(self, on: str | tuple[str, ...], left: tuple[str, tuple[str, ...]],
+                    right: tuple[str, tuple[str, ...]], how: str = "inner",
+                    name: str | None = None) -> "Stream":
+        """Join two tables on ``on``, given a merged stream of their updates (e.g. two state
+        tables' changelogs read with ``sp.read.from_delta``): ``left``/``right`` are
+        ``(source name, value columns)``. Write the result with ``.write.to_table(name)``."""
+        from .joins import TableTableJoin
+
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        op = TableTableJoin(name=self._name_for(name, "table_join"), keys=keys,
+                            left=(left[0], tuple(left[1])), right=(right[0], tuple(right[1])), how=how)
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
     def as_table(self, *keys: str, name: str | None = None) -> "Stream":
         """Read the stream as updates to a table keyed by ``keys``: each record replaces its
         key's row, a record with only nulls besides the key deletes it (a tombstone). Write it

@@ -53,3 +53,23 @@ def test_inner_join_drops_events_without_a_match(spark, warehouse, tmp_path):
     stream.publish(spark, [{"code": "a"}, {"code": "z"}], warehouse)
     stream.run_once(spark, warehouse)
     assert stream.read_sink(spark, "out", warehouse)[["code", "label"]].values.tolist() == [["a", "Alpha"]]
+
+
+def test_table_table_join_follows_both_sides(spark, warehouse):
+    users = sp.read.from_callback("users", schema={"user": "string", "name": "string"})
+    spend = sp.read.from_callback("orders", schema={"user": "string", "total": "double"})
+    joined = (users.merge(spend)
+              .join_tables(on="user", left=("orders", ("total",)), right=("users", ("name",)))
+              .write.to_table("spend_by_name")).named("spend_join")
+    joined.publish(spark, [{"user": "u1", "total": 10.0}, {"user": "u2", "total": 5.0}],
+                   warehouse, source="orders")
+    joined.publish(spark, [{"user": "u1", "name": "Ann"}], warehouse, source="users")
+    joined.run_once(spark, warehouse)
+    assert joined.read_sink(spark, "spend_by_name", warehouse)[["user", "total", "name"]] \
+        .values.tolist() == [["u1", 10.0, "Ann"]]  # u2 has no user row yet: inner join hides it
+
+    joined.publish(spark, [{"user": "u2", "name": "Bo"}, {"user": "u1", "name": None}],
+                   warehouse, source="users")              # u1's user row deleted (tombstone)
+    joined.run_once(spark, warehouse)
+    assert joined.read_sink(spark, "spend_by_name", warehouse)[["user", "total", "name"]] \
+        .values.tolist() == [["u2", 5.0, "Bo"]]
