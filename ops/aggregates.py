@@ -41,20 +41,20 @@ class Agg:
         if self.kind == "latest":
             return values.last()  # pandas' last() skips nulls: the latest non-null by offset
         if self.kind == "collect_list":
-            return values.agg(lambda s: [_plain(v) for v in s.dropna()])
+            return values.agg(lambda s: [to_python(v) for v in s.dropna()])
         # user aggregate: the group's values (in order), folded into the accumulator in combine
-        return values.agg(lambda s: [_plain(v) for v in s])
+        return values.agg(lambda s: [to_python(v) for v in s])
 
     def combine(self, acc: Any, part: Any) -> Any:
         """Fold one key's batch partial into its accumulator (``None`` before the first row)."""
-        part = _plain(part)
+        part = to_python(part)
         kind = self.kind
         if kind == "count":
             return (acc or 0) + int(part)
         if kind == "avg":
             total, count = acc or (None, 0)
             batch_total, batch_count = part
-            batch_total = _plain(batch_total)
+            batch_total = to_python(batch_total)
             if batch_count == 0:
                 return [total, count]
             return [batch_total if total is None else total + batch_total, count + int(batch_count)]
@@ -88,7 +88,7 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def _plain(value: Any) -> Any:
+def to_python(value: Any) -> Any:
     """numpy scalars become Python ones, so accumulators stay JSON-encodable."""
     return value.item() if isinstance(value, np.generic) else value
 

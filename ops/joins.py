@@ -103,7 +103,7 @@ class TableTableJoin(Operator):
         return self.keys
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        from .aggregates import _plain
+        from .aggregates import to_python
         from .state_tables import CHANGE_COLUMN, OLD_COLUMN
 
         sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}
@@ -114,8 +114,8 @@ class TableTableJoin(Operator):
         updates: dict[Any, dict[str, Any]] = {}
         for row in latest.to_dict("records"):
             side, columns = sides[row["_source"]]
-            key = tuple(_plain(row[k]) for k in self.keys)
-            values = {c: _plain(row.get(c)) for c in columns}
+            key = tuple(to_python(row[k]) for k in self.keys)
+            values = {c: to_python(row.get(c)) for c in columns}
             deleted = all(v is None or v != v for v in values.values())
             updates.setdefault(key, {})[side] = None if deleted else values
         store = scope.store.operator(self.name, initial=None)

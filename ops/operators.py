@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
 from state import StateStore
 
+from .aggregates import to_python
 from .api import Metadata, Op
 from .errors import OperatorError
 
@@ -118,13 +119,9 @@ def _key_index(frame: pd.DataFrame, key_fields: tuple[str, ...]) -> pd.Series:
         raise OperatorError(f"key field(s) {missing} are not in the data reaching this operator; "
                             "an earlier map dropped them")
     if len(key_fields) == 1:
-        return frame[key_fields[0]].map(_plain)
-    return pd.Series(list(zip(*(frame[name].map(_plain) for name in key_fields))),
+        return frame[key_fields[0]].map(to_python)
+    return pd.Series(list(zip(*(frame[name].map(to_python) for name in key_fields))),
                      index=frame.index, dtype=object)
-
-
-def _plain(value: Hashable) -> Hashable:
-    return value.item() if hasattr(value, "item") else value
 
 
 def _as_frame(result: Any) -> pd.DataFrame:

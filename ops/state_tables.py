@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession, Window, functions as F
 from state import PipelineLayout, tables
 
 from ._context import RunContext
-from .aggregates import Agg, _plain
+from .aggregates import Agg, to_python
 from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
 from .sinks import BATCH_COLUMN, ROW_COLUMN, Sink
@@ -122,11 +122,11 @@ class GroupAggregate(Operator):
         columns = [*self.keys, *(name for name, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
         frame = pd.DataFrame(rows, columns=columns)
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
-            frame[name] = pd.array(frame[name].tolist(), dtype=_dtype(agg, frame[name]))
+            frame[name] = pd.array(frame[name].tolist(), dtype=nullable_dtype(agg, frame[name]))
         return frame
 
 
-def _dtype(agg: Agg, values: pd.Series):
+def nullable_dtype(agg: Agg, values: pd.Series):
     if agg.kind == "count":
         return "Int64"
     if agg.kind == "avg":
@@ -156,13 +156,13 @@ class LatestByKey(Operator):
                                 f"column(s) {missing} are not in the data")
         values = [c for c in frame.columns if c not in self.keys and not c.startswith("_")]
         latest = frame.dropna(subset=list(self.keys)).drop_duplicates(list(self.keys), keep="last")
-        keys = [tuple(_plain(v) for v in row) if len(self.keys) > 1 else _plain(row[0])
+        keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
                 for row in latest[list(self.keys)].itertuples(index=False)]
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_many(keys).tolist()
         rows = []
         for key, old, record in zip(keys, previous, latest[values].to_dict("records")):
-            new = {c: _plain(v) for c, v in record.items()}
+            new = {c: to_python(v) for c, v in record.items()}
             tombstone = all(v is None or v != v for v in new.values())
             if tombstone and old is None:
                 continue

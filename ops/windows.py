@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .aggregates import Agg, _plain
+from .aggregates import Agg, to_python
 from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
-from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, _dtype
+from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, nullable_dtype
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class WindowAggregate(Operator):
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
         changes = inner.apply(scope, rows) if len(rows) else inner.apply(scope, rows.head(0))
         opened = {tuple(key) for key in clock["open"]}
-        opened |= {tuple(_plain(v) for v in r)
+        opened |= {tuple(to_python(v) for v in r)
                    for r in changes[list(self.table_keys)].itertuples(index=False)}
         closed = sorted(k for k in opened if stream_time is not None
                         and k[-1] + self._size_ms + self._grace_ms <= stream_time)
@@ -207,7 +207,7 @@ class SessionAggregate(Operator):
         clock = store.get(_CLOCK) or {"time": None, "open": [], "late": 0}
         frame = frame.dropna(subset=[self.window.time, *self.keys])
         ms = (pd.to_datetime(frame[self.window.time], utc=True).astype("int64") // 1_000_000).tolist()
-        keys = [tuple(_plain(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
+        keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))
         sessions = dict(zip(unique, store.get_many(unique).tolist()))
         gap, grace = _ms(self.window.gap), _ms(self.window.grace)
@@ -245,7 +245,7 @@ class SessionAggregate(Operator):
         columns = [*self.keys, START, END, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
         out = pd.DataFrame(rows, columns=columns)
         for name, agg in self.aggs:  # nullable dtypes, as the other aggregations emit
-            out[name] = pd.array(out[name].tolist(), dtype=_dtype(agg, out[name].dropna()))
+            out[name] = pd.array(out[name].tolist(), dtype=nullable_dtype(agg, out[name].dropna()))
         return _timestamps(out)
 
     def _add(self, acc: dict | None, row: dict) -> dict:
@@ -296,7 +296,7 @@ class SessionAggregate(Operator):
 
 def _one_record_partial(agg: Agg, value: Any, missing: bool) -> Any:
     """What one record contributes, in the shape of a batch partial."""
-    value = _plain(value)
+    value = to_python(value)
     if agg.kind == "count":
         return 0 if missing else 1
     if agg.kind == "avg":
