@@ -1,0 +1,8 @@
+"""Streaming analytics: clients subscribe to parameterised analytics over a pipeline's state
+table, get a snapshot, then only what changed; identical subscriptions are shared."""
+
+from .manager import Handle, QueryManager
+from .registry import Analytic, AnalyticsError, Subscription, canonical, get, register
+
+__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "Subscription", "canonical",
+           "get", "register"]

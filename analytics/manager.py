@@ -1,0 +1,201 @@
+"""The query manager: shared subscriptions, snapshots and per-batch deltas, kept in Delta.
+
+Clients subscribe to an analytic over a target pipeline's state table. Identical requests
+(same analytic, canonical parameters, target and user) share one subscription and one delta
+computation per batch; each client holds its own handle. ``publish_new`` turns every new
+micro-batch of the target's changelog into each active subscription's delta rows, stores them
+in ``_analytics/deltas`` (one commit per batch, idempotent by batch id) and returns them for
+broadcast. A subscriber's snapshot is the table as of the last batch published, so the deltas
+it receives next (batch ids above that) follow it with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import pandas as pd
+from pyspark.sql import SparkSession, Window, functions as F
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+
+from ops import Pipeline, TableSink
+from state import resolve_warehouse, tables
+
+from . import registry
+from .registry import AnalyticsError, Subscription, canonical
+
+SUBSCRIPTIONS_SCHEMA = StructType([
+    StructField("id", StringType(), False), StructField("analytic", StringType(), False),
+    StructField("params", StringType(), False), StructField("target", StringType(), False),
+    StructField("user", StringType(), False), StructField("active", BooleanType(), False),
+    StructField("at", DoubleType(), False)])
+DELTAS_SCHEMA = StructType([
+    StructField("target", StringType(), False), StructField("batch_id", LongType(), False),
+    StructField("subscription", StringType(), False), StructField("rows", StringType(), False)])
+_POSITION = ""  # the row that marks a batch as published for its target, even with no deltas
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What a client gets back: its own id, the shared subscription, and the snapshot tagged
+    with the batch it reflects."""
+
+    client: str
+    subscription: Subscription
+    batch_id: int
+    rows: list[dict]
+
+
+class QueryManager:
+    """Subscriptions over ``targets`` (name -> (pipeline, state table name))."""
+
+    def __init__(self, spark: SparkSession, targets: Mapping[str, tuple[Pipeline, str]],
+                 warehouse: str | None = None):
+        self._spark = spark
+        self._warehouse = warehouse
+        self._targets = dict(targets)
+        root = f"{resolve_warehouse(warehouse)}/_analytics"
+        self._subs_path, self._deltas_path = f"{root}/subscriptions", f"{root}/deltas"
+        tables.ensure(spark, self._subs_path, SUBSCRIPTIONS_SCHEMA)
+        tables.ensure(spark, self._deltas_path, DELTAS_SCHEMA)
+        self._lock = threading.RLock()
+        self._subscriptions: dict[tuple, Subscription] = {s.key: s for s in self._load_active()}
+        self._clients: dict[str, Subscription] = {}
+        self._published = self._load_positions()
+        self.computations: Counter = Counter()  # (target, batch) -> delta computations run
+
+    # -- clients ----------------------------------------------------------------------------
+    def subscribe(self, analytic: str, params: Any, target: str, user: str) -> Handle:
+        """A handle on the (possibly shared) subscription, with its snapshot."""
+        chosen = registry.get(analytic)
+        checked = chosen.validate(params)
+        if target not in self._targets:
+            raise AnalyticsError(f"no target pipeline {target!r}; known: {sorted(self._targets)}")
+        with self._lock:
+            key = (analytic, canonical(checked), target, user)
+            sub = self._subscriptions.get(key)
+            if sub is None:
+                sub = Subscription(uuid.uuid4().hex, analytic, checked, target, user)
+                if chosen.subscribe:
+                    chosen.subscribe(sub)
+                self._record(sub, active=True)
+                self._subscriptions[key] = sub
+            client = uuid.uuid4().hex
+            self._clients[client] = sub
+            batch = self._published.get(target, 0)
+            rows = chosen.snapshot(sub, self._table_as_of(target, batch))
+            return Handle(client, sub, batch, _records(rows))
+
+    def unsubscribe(self, client: str, user: str) -> bool:
+        """Release ``client``'s handle; the last one removes the subscription. Returns whether
+        the subscription went away. A user can only release their own handles."""
+        with self._lock:
+            sub = self._clients.get(client)
+            if sub is None or sub.user != user:
+                raise AnalyticsError(f"no subscription handle {client!r} for this user")
+            del self._clients[client]
+            if any(other is sub for other in self._clients.values()):
+                return False
+            del self._subscriptions[sub.key]
+            self._record(sub, active=False)
+            unsubscribe = registry.get(sub.analytic).unsubscribe
+            if unsubscribe:
+                unsubscribe(sub)
+            return True
+
+    def subscriptions(self, user: str) -> list[Subscription]:
+        with self._lock:
+            return [s for s in self._subscriptions.values() if s.user == user]
+
+    def clients_of(self, subscription_id: str) -> list[str]:
+        with self._lock:
+            return [c for c, s in self._clients.items() if s.id == subscription_id]
+
+    def deltas_since(self, subscription_id: str, batch_id: int) -> list[tuple[int, list[dict]]]:
+        """Stored deltas of a subscription after ``batch_id``: how a client resumes."""
+        rows = (tables.read(self._spark, self._deltas_path)
+                .where((F.col("subscription") == subscription_id) & (F.col("batch_id") > batch_id))
+                .orderBy("batch_id").collect())
+        return [(row["batch_id"], json.loads(row["rows"])) for row in rows]
+
+    # -- batches ----------------------------------------------------------------------------
+    def publish_new(self) -> dict[str, list[tuple[int, list[dict]]]]:
+        """Compute and store the deltas of every batch the targets ran since the last call;
+        returns them per subscription id, in batch order."""
+        out: dict[str, list[tuple[int, list[dict]]]] = {}
+        with self._lock:
+            for target in self._targets:
+                after = self._published.get(target, 0)
+                for batch_id, changes in self._batches_after(target, after):
+                    self._publish_batch(target, batch_id, changes, out)
+        return out
+
+    def _publish_batch(self, target: str, batch_id: int, changes: pd.DataFrame, out: dict) -> None:
+        rows = [(target, batch_id, _POSITION, "[]")]
+        for sub in [s for s in self._subscriptions.values() if s.target == target]:
+            delta = _records(registry.get(sub.analytic).delta(sub, changes))
+            self.computations[(target, batch_id)] += 1
+            if delta:
+                rows.append((target, batch_id, sub.id, json.dumps(delta, default=str)))
+                out.setdefault(sub.id, []).append((batch_id, delta))
+        frame = self._spark.createDataFrame(rows, DELTAS_SCHEMA)
+        tables.append(frame, self._deltas_path, txn=(f"analytics/{target}", batch_id))
+        self._published[target] = batch_id
+
+    # -- reading the target -----------------------------------------------------------------
+    def _changelog(self, target: str):
+        pipeline, table = self._targets[target]
+        sink = pipeline.sink(table)
+        if not isinstance(sink, TableSink):
+            raise AnalyticsError(f"target {target!r}: {table!r} is not a state table")
+        path = sink.changelog(pipeline.layout(self._warehouse))
+        return (tables.read(self._spark, path) if tables.exists(self._spark, path) else None), sink
+
+    def _batches_after(self, target: str, after: int):
+        changelog, _ = self._changelog(target)
+        if changelog is None:
+            return []
+        rows = changelog.where(F.col("_batch_id") > after).orderBy("_batch_id", "_row").toPandas()
+        return [(int(b), group.drop(columns=["_old", "_row"]).reset_index(drop=True))
+                for b, group in rows.groupby("_batch_id", sort=True)]
+
+    def _table_as_of(self, target: str, batch_id: int) -> pd.DataFrame:
+        """The state table as it stood after ``batch_id``: latest change per key, deletes out."""
+        changelog, sink = self._changelog(target)
+        if changelog is None:
+            return pd.DataFrame()
+        order = Window.partitionBy(*sink.keys).orderBy(F.col("_batch_id").desc(), F.col("_row").desc())
+        return (changelog.where(F.col("_batch_id") <= batch_id)
+                .withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
+                .where(F.col("_change") != "delete")
+                .drop("_rank", "_change", "_old", "_row").toPandas())
+
+    # -- persistence ------------------------------------------------------------------------
+    def _record(self, sub: Subscription, active: bool) -> None:
+        row = [(sub.id, sub.analytic, canonical(sub.params), sub.target, sub.user, active, time.time())]
+        tables.append(self._spark.createDataFrame(row, SUBSCRIPTIONS_SCHEMA), self._subs_path)
+
+    def _load_active(self) -> list[Subscription]:
+        order = Window.partitionBy("id").orderBy(F.col("at").desc())
+        rows = (tables.read(self._spark, self._subs_path)
+                .withColumn("_rank", F.row_number().over(order)).where("_rank = 1 AND active")
+                .collect())
+        return [Subscription(r["id"], r["analytic"], json.loads(r["params"]), r["target"], r["user"])
+                for r in rows]
+
+    def _load_positions(self) -> dict[str, int]:
+        rows = (tables.read(self._spark, self._deltas_path).groupBy("target")
+                .agg(F.max("batch_id").alias("batch")).collect())
+        return {r["target"]: int(r["batch"]) for r in rows}
+
+
+def _records(rows: Any) -> list[dict]:
+    if rows is None:
+        return []
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    return json.loads(frame.to_json(orient="records", date_format="iso")) if len(frame) else []

@@ -1,0 +1,122 @@
+"""Analytics: named, parameterised views over a pipeline's state table that clients subscribe to.
+
+An analytic declares its parameter schema and three functions:
+
+- ``subscribe(subscription)``: set up what it needs (optional); called once per distinct
+  subscription, however many clients share it;
+- ``snapshot(subscription, table)``: the current rows for the subscription, from the target's
+  state table (latest value per key, a pandas frame);
+- ``delta(subscription, changes)``: of one micro-batch's table changes, the rows this
+  subscription shows (e.g. rows whose ``sym`` is in the subscribed list);
+
+plus ``unsubscribe(subscription)`` (optional) when its last client leaves. Parameters are
+validated against the schema and only ever handed to these functions as values: nothing in
+them is spliced into SQL or code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from state.errors import StreamError
+
+
+class AnalyticsError(StreamError):
+    """An analytics request is wrong (unknown analytic, bad parameters, unknown handle)."""
+
+
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "double": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+}
+PARAM_TYPES = (*_SCALARS, *(f"list[{t}]" for t in _SCALARS))
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One shared subscription: unique by (analytic, canonical params, target, user)."""
+
+    id: str
+    analytic: str
+    params: Mapping[str, Any]
+    target: str
+    user: str
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.analytic, canonical(self.params), self.target, self.user)
+
+
+@dataclass(frozen=True)
+class Analytic:
+    name: str
+    params: Mapping[str, str]
+    snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame]
+    delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame]
+    subscribe: Callable[[Subscription], None] | None = None
+    unsubscribe: Callable[[Subscription], None] | None = None
+
+    def validate(self, params: Any) -> dict[str, Any]:
+        """``params`` checked against the schema: every declared name present with its type,
+        nothing else. The message names the parameter at fault."""
+        if not isinstance(params, Mapping):
+            raise AnalyticsError(f"{self.name}: parameters must be an object, not "
+                                 f"{type(params).__name__}")
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise AnalyticsError(f"{self.name}: unknown parameter(s) {unknown}; expected "
+                                 f"{sorted(self.params)}")
+        checked = {}
+        for name, kind in self.params.items():
+            if name not in params:
+                raise AnalyticsError(f"{self.name}: parameter {name!r} ({kind}) is missing")
+            checked[name] = _checked(self.name, name, kind, params[name])
+        return checked
+
+
+def _checked(analytic: str, name: str, kind: str, value: Any) -> Any:
+    if kind.startswith("list["):
+        inner = kind[5:-1]
+        if not isinstance(value, list) or not all(_SCALARS[inner](v) for v in value):
+            raise AnalyticsError(f"{analytic}: parameter {name!r} must be a list of {inner}, "
+                                 f"got {json.dumps(value, default=str)[:80]}")
+        return list(value)
+    if not _SCALARS[kind](value):
+        raise AnalyticsError(f"{analytic}: parameter {name!r} must be a {kind}, got "
+                             f"{json.dumps(value, default=str)[:80]}")
+    return value
+
+
+def canonical(params: Mapping[str, Any]) -> str:
+    """One text per distinct parameter set (keys sorted), so identical requests match."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+_ANALYTICS: dict[str, Analytic] = {}
+
+
+def register(name: str, *, params: Mapping[str, str],
+             snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
+             delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
+             subscribe: Callable[[Subscription], None] | None = None,
+             unsubscribe: Callable[[Subscription], None] | None = None) -> Analytic:
+    """Register (or replace) analytic ``name``; ``params`` maps parameter names to
+    ``string``/``long``/``double``/``boolean`` or ``list[...]`` of those."""
+    bad = {p: t for p, t in params.items() if t not in PARAM_TYPES}
+    if bad:
+        raise AnalyticsError(f"analytic {name!r}: unknown parameter type(s) {bad}; use {PARAM_TYPES}")
+    analytic = Analytic(name, dict(params), snapshot, delta, subscribe, unsubscribe)
+    _ANALYTICS[name] = analytic
+    return analytic
+
+
+def get(name: str) -> Analytic:
+    if name not in _ANALYTICS:
+        raise AnalyticsError(f"no analytic {name!r}; registered: {sorted(_ANALYTICS)}")
+    return _ANALYTICS[name]
