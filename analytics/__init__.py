@@ -2,7 +2,8 @@
 table, get a snapshot, then only what changed; identical subscriptions are shared."""
 
 from .manager import Handle, QueryManager
-from .registry import Analytic, AnalyticsError, Subscription, canonical, get, register
+from .registry import Analytic, AnalyticsError, Subscription, canonical, get, register, registered
+from .server import QueryServer, serve
 
-__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "Subscription", "canonical",
-           "get", "register"]
+__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "QueryServer", "Subscription",
+           "canonical", "get", "register", "registered", "serve"]

@@ -112,6 +112,30 @@ class QueryManager:
         with self._lock:
             return [s for s in self._subscriptions.values() if s.user == user]
 
+    def handles(self, user: str) -> list[tuple[str, Subscription]]:
+        """``user``'s client handles and the subscription each holds."""
+        with self._lock:
+            return [(c, s) for c, s in self._clients.items() if s.user == user]
+
+    def snapshot(self, client: str) -> tuple[int, list[dict]]:
+        """The current view of ``client``'s subscription and the batch it reflects."""
+        with self._lock:
+            sub = self._clients.get(client)
+            if sub is None:
+                raise AnalyticsError(f"no subscription handle {client!r}")
+            batch = self._published.get(sub.target, 0)
+            rows = registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
+            return batch, _records(rows)
+
+    def table_keys(self, target: str) -> tuple[str, ...]:
+        """The key columns of ``target``'s state table (how a client merges deltas)."""
+        return self._changelog_sink(target).keys
+
+    def published(self, target: str) -> int:
+        """The last batch of ``target`` whose deltas were published (0 before any)."""
+        with self._lock:
+            return self._published.get(target, 0)
+
     def clients_of(self, subscription_id: str) -> list[str]:
         with self._lock:
             return [c for c, s in self._clients.items() if s.id == subscription_id]
@@ -148,11 +172,16 @@ class QueryManager:
         self._published[target] = batch_id
 
     # -- reading the target -----------------------------------------------------------------
-    def _changelog(self, target: str):
+    def _changelog_sink(self, target: str) -> TableSink:
         pipeline, table = self._targets[target]
         sink = pipeline.sink(table)
         if not isinstance(sink, TableSink):
             raise AnalyticsError(f"target {target!r}: {table!r} is not a state table")
+        return sink
+
+    def _changelog(self, target: str):
+        pipeline, _ = self._targets[target]
+        sink = self._changelog_sink(target)
         path = sink.changelog(pipeline.layout(self._warehouse))
         return (tables.read(self._spark, path) if tables.exists(self._spark, path) else None), sink
 

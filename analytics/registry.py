@@ -116,6 +116,11 @@ def register(name: str, *, params: Mapping[str, str],
     return analytic
 
 
+def registered() -> dict[str, Analytic]:
+    """Every registered analytic, by name."""
+    return dict(_ANALYTICS)
+
+
 def get(name: str) -> Analytic:
     if name not in _ANALYTICS:
         raise AnalyticsError(f"no analytic {name!r}; registered: {sorted(_ANALYTICS)}")

@@ -3,22 +3,10 @@ restarts, bad parameters — over a real pipeline's state table in Delta."""
 
 import pytest
 
-import analytics
-import ops as sp
 from analytics import AnalyticsError, QueryManager
+from analytics.demo import cpu_pipeline, register_cpu_analytic
 
-
-def cpu_pipeline():
-    return (sp.read.from_callback("cpu", schema={"sym": "string", "cpu": "double"})
-            .as_table("sym").write.to_table("cpu_now")).named("servers")
-
-
-def in_syms(sub, rows):
-    return rows[rows["sym"].isin(sub.params["syms"])] if len(rows) else rows
-
-
-analytics.register("cpu_by_server", params={"syms": "list[string]"},
-                   snapshot=in_syms, delta=in_syms)
+register_cpu_analytic()
 
 
 def merged(snapshot, deltas):

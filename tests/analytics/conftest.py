@@ -1,0 +1,45 @@
+"""A real query-manager server (uvicorn on loopback) over the server-monitoring pipeline."""
+
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import uvicorn
+
+from analytics import QueryManager, QueryServer
+from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
+
+TOKENS = {"t-ann": "ann", "t-bob": "bob"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def live(spark, warehouse):
+    register_cpu_analytic()
+    pipeline = cpu_pipeline()
+    manager = QueryManager(spark, {TARGET: (pipeline, TABLE)}, warehouse)
+    server = QueryServer(manager, TOKENS, poll_seconds=0.2, queue_size=2, grace_seconds=0.5)
+    port = _free_port()
+    runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not runner.started:
+        assert time.monotonic() < deadline, "the server did not start within 30 s"
+        time.sleep(0.05)
+
+    def feed(rows):
+        pipeline.publish(spark, rows, warehouse)
+        pipeline.run_once(spark, warehouse)
+
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", server=server, manager=manager, feed=feed)
+    runner.should_exit = True
+    thread.join(timeout=30)
