@@ -59,6 +59,7 @@ class QueryServer:
             Route("/subscriptions", self.subscriptions, methods=["GET", "POST"]),
             Route("/subscriptions/{client}", self.unsubscribe, methods=["DELETE"]),
             Route("/subscriptions/{client}/snapshot", self.snapshot),
+            Route("/subscriptions/{client}/deltas", self.deltas),
             Route("/stream/{client}", self.stream),
         ], lifespan=self._lifespan)
 
@@ -123,26 +124,32 @@ class QueryServer:
             return JSONResponse({"error": "unknown token"}, status_code=403)
         return self.tokens[token]
 
-    def _own(self, request: Request, user: str) -> _Client | Response:
+    def _caller(self, request: Request, owned: bool = False) -> tuple[str, _Client | None] | Response:
+        """The request's user (and, with ``owned``, the client handle in its path), or the error
+        to answer: 401/403 for the token, 404 when the handle is not this user's."""
+        user = self._user(request)
+        if isinstance(user, Response) or not owned:
+            return user if isinstance(user, Response) else (user, None)
         client = self.clients.get(request.path_params["client"])
         if client is None or client.user != user:
             return JSONResponse({"error": "no such subscription handle"}, status_code=404)
-        return client
+        return user, client
 
     # -- routes -----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
         return HTMLResponse(PAGE.read_text())
 
     async def list_analytics(self, request: Request) -> Response:
-        user = self._user(request)
-        if isinstance(user, Response):
-            return user
+        caller = self._caller(request)
+        if isinstance(caller, Response):
+            return caller
         return JSONResponse({name: dict(a.params) for name, a in registry.registered().items()})
 
     async def subscriptions(self, request: Request) -> Response:
-        user = self._user(request)
-        if isinstance(user, Response):
-            return user
+        caller = self._caller(request)
+        if isinstance(caller, Response):
+            return caller
+        user, _ = caller
         if request.method == "GET":
             mine = [{"client": c, "subscription": s.id, "analytic": s.analytic, "params": s.params,
                      "target": s.target} for c, s in self.manager.handles(user)]
@@ -159,33 +166,40 @@ class QueryServer:
                              "keys": list(self.manager.table_keys(handle.subscription.target))})
 
     async def unsubscribe(self, request: Request) -> Response:
-        user = self._user(request)
-        if isinstance(user, Response):
-            return user
-        client = self._own(request, user)
-        if isinstance(client, Response):
-            return client
+        caller = self._caller(request, owned=True)
+        if isinstance(caller, Response):
+            return caller
         self._release(request.path_params["client"])
         return JSONResponse({"released": request.path_params["client"]})
 
     async def snapshot(self, request: Request) -> Response:
-        user = self._user(request)
-        if isinstance(user, Response):
-            return user
-        client = self._own(request, user)
-        if isinstance(client, Response):
-            return client
+        caller = self._caller(request, owned=True)
+        if isinstance(caller, Response):
+            return caller
         batch_id, rows = await asyncio.to_thread(self.manager.snapshot, request.path_params["client"])
         return JSONResponse({"batch_id": batch_id, "rows": rows})
 
+    async def deltas(self, request: Request) -> Response:
+        """Stored deltas after ``?after=<batch id>``: how a client that lost its stream (or the
+        server restarted) catches up before listening again."""
+        caller = self._caller(request, owned=True)
+        if isinstance(caller, Response):
+            return caller
+        user, _ = caller
+        try:
+            after = int(request.query_params.get("after", "0"))
+        except ValueError:
+            return JSONResponse({"error": "after must be a batch id (an integer)"}, status_code=400)
+        subscription = dict(self.manager.handles(user))[request.path_params["client"]].id
+        stored = await asyncio.to_thread(self.manager.deltas_since, subscription, after)
+        return JSONResponse({"deltas": [{"batch_id": b, "rows": rows} for b, rows in stored]})
+
     async def stream(self, request: Request) -> Response:
-        user = self._user(request)
-        if isinstance(user, Response):
-            return user
+        caller = self._caller(request, owned=True)
+        if isinstance(caller, Response):
+            return caller
+        _, client = caller
         client_id = request.path_params["client"]
-        client = self._own(request, user)
-        if isinstance(client, Response):
-            return client
         if client.dropped:
             del self.clients[client_id]  # the reason is delivered once; the handle is gone
             return JSONResponse({"error": client.dropped}, status_code=410)

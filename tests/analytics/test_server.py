@@ -81,6 +81,10 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     assert event == "delta" and delta["batch_id"] == 2
     assert [(r["sym"], r["cpu"]) for r in delta["rows"]] == [("s1", 11.0)]
 
+    caught_up = call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=1")[1]["deltas"]
+    assert [(d["batch_id"], d["rows"][0]["cpu"]) for d in caught_up] == [(2, 11.0)]  # resumable
+    assert call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=x")[0] == 400
+
     stream.response.close()  # the client goes away; after the grace period its handle is released
     wait_for(lambda: call(live, "GET", "/subscriptions")[1] == [])
     assert live.manager.subscriptions("ann") == []
