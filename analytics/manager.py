@@ -87,9 +87,7 @@ class QueryManager:
                 self._subscriptions[key] = sub
             client = uuid.uuid4().hex
             self._clients[client] = sub
-            batch = self._published.get(target, 0)
-            rows = chosen.snapshot(sub, self._table_as_of(target, batch))
-            return Handle(client, sub, batch, _records(rows))
+            return Handle(client, sub, *self._snapshot_of(sub))
 
     def unsubscribe(self, client: str, user: str) -> bool:
         """Release ``client``'s handle; the last one removes the subscription. Returns whether
@@ -123,9 +121,14 @@ class QueryManager:
             sub = self._clients.get(client)
             if sub is None:
                 raise AnalyticsError(f"no subscription handle {client!r}")
-            batch = self._published.get(sub.target, 0)
-            rows = registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
-            return batch, _records(rows)
+            return self._snapshot_of(sub)
+
+    def _snapshot_of(self, sub: Subscription) -> tuple[int, list[dict]]:
+        """The subscription's rows as of the last batch published for its target, and that
+        batch: the deltas a client receives next start right after it."""
+        batch = self._published.get(sub.target, 0)
+        rows = registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
+        return batch, _records(rows)
 
     def table_keys(self, target: str) -> tuple[str, ...]:
         """The key columns of ``target``'s state table (how a client merges deltas)."""
@@ -198,11 +201,7 @@ class QueryManager:
         changelog, sink = self._changelog(target)
         if changelog is None:
             return pd.DataFrame()
-        order = Window.partitionBy(*sink.keys).orderBy(F.col("_batch_id").desc(), F.col("_row").desc())
-        return (changelog.where(F.col("_batch_id") <= batch_id)
-                .withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
-                .where(F.col("_change") != "delete")
-                .drop("_rank", "_change", "_old", "_row").toPandas())
+        return sink.latest(changelog.where(F.col("_batch_id") <= batch_id)).toPandas()
 
     # -- persistence ------------------------------------------------------------------------
     def _record(self, sub: Subscription, active: bool) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
 
 from state import tables
 
@@ -22,7 +22,6 @@ from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
 from .sources import delta_version
 
-_IN_LIST_LIMIT = 2000
 _HIDDEN = ("_batch_id", "_row", "_change", "_old")
 
 
@@ -68,11 +67,7 @@ class TableJoin(Operator):
     def _lookup(self, scope: BatchScope, frame: pd.DataFrame, version: int) -> pd.DataFrame:
         spark = scope.store.spark
         table = spark.read.format("delta").option("versionAsOf", version).load(self.path)
-        wanted = frame[list(self.on)].drop_duplicates()
-        if len(self.on) == 1 and len(wanted) <= _IN_LIST_LIMIT:
-            table = table.where(F.col(self.on[0]).isin(wanted[self.on[0]].tolist()))
-        else:
-            table = table.join(F.broadcast(spark.createDataFrame(wanted)), list(self.on), "left_semi")
+        table = tables.only_keys(spark, table, frame[list(self.on)].drop_duplicates())
         keep = [c for c in (self.columns or table.columns) if c not in _HIDDEN and c not in self.on]
         # nullable integer/text dtypes: an event without a match must not turn longs into doubles
         return table.select(*self.on, *keep).toPandas().convert_dtypes(convert_floating=False)

@@ -14,7 +14,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession, functions as F
 
 import state
-from state import CHECKPOINT_OPERATOR, CheckpointLog, tables
+from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, tables
 
 from ._context import RunContext
 from .executor import RunReport, run_pipeline
@@ -138,8 +138,8 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     """The pipeline's status: last checkpoint, how far its source is ahead, state size."""
     layout = pipeline.layout(warehouse)
     status = PipelineStatus(pipeline=pipeline.name)
-    last = CheckpointLog(spark, layout).latest() if tables.exists(spark, layout.state) else None
-    status.source_lag = describe_lag(spark, pipeline, warehouse)
+    last = _last_checkpoint(spark, layout)
+    status.source_lag = _lag(spark, pipeline, layout, last)
     if last is not None:
         status.checkpoint_id, status.batch_id = last.checkpoint_id, last.batch_id
         status.epoch, status.checkpointed_at = last.epoch, last.created_at
@@ -159,7 +159,14 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
 def describe_lag(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:
     """How far the pipeline's source is ahead of its last checkpoint."""
     layout = pipeline.layout(warehouse)
-    last = CheckpointLog(spark, layout).latest() if tables.exists(spark, layout.state) else None
+    return _lag(spark, pipeline, layout, _last_checkpoint(spark, layout))
+
+
+def _last_checkpoint(spark: SparkSession, layout) -> Checkpoint | None:
+    return CheckpointLog(spark, layout).latest() if tables.exists(spark, layout.state) else None
+
+
+def _lag(spark: SparkSession, pipeline: Pipeline, layout, last: Checkpoint | None) -> int:
     ctx = RunContext(spark, layout, last.epoch if last else 0, run_id="describe")
     return source_lag(ctx, pipeline, last.offsets if last else {})
 
@@ -206,7 +213,7 @@ def global_table_problems(spark: SparkSession, pipeline: Pipeline,
     """Global tables holding rows beyond the marker of the last checkpoint (should be none once
     a run ended: recovery and checkpoints keep them in step)."""
     layout = pipeline.layout(warehouse)
-    last = CheckpointLog(spark, layout).latest() if tables.exists(spark, layout.state) else None
+    last = _last_checkpoint(spark, layout)
     problems = []
     for key, hook in pipeline.all_hooks():
         if not isinstance(hook, state.GlobalTable) or not tables.exists(spark, layout.table(hook.name)):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -213,14 +212,9 @@ def delta_version(path: str, spark: SparkSession | None = None) -> int:
 
     A local table is read from its ``_delta_log`` folder directly, so sensors need no JVM.
     """
-    local = tables.local_path(path)
-    if local is not None:
-        try:
-            names = os.listdir(os.path.join(local, "_delta_log"))
-        except FileNotFoundError:
-            return -1
-        versions = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
-        return max(versions, default=-1)
+    versions = tables.local_commit_versions(path)
+    if versions is not None:
+        return versions[-1] if versions else -1
     if spark is None:
         raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
     return _latest_version(spark, path) if tables.exists(spark, path) else -1

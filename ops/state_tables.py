@@ -74,13 +74,19 @@ class GroupAggregate(Operator):
             return self._changes([], [])
         groups = keyed.groupby(list(self.keys), sort=False)
         partials = {name: agg.partial(groups) for name, agg in self.aggs}
-        group_keys = list(next(iter(partials.values())).index)
+        index = next(iter(partials.values())).index
+        group_keys = list(index)
+        # Plain lists by position: a Series lookup per key (a MultiIndex search for several
+        # group columns) made this loop the slowest part of a windowed batch.
+        columns = {name: (p if p.index.equals(index) else p.reindex(index)).tolist()
+                   for name, p in partials.items()}
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_many(group_keys)
         before, after, states = [], [], []
-        for key, old in zip(group_keys, previous.tolist()):
+        for position, (key, old) in enumerate(zip(group_keys, previous.tolist())):
             old_acc = (old or {}).get("acc", {})
-            acc = {name: agg.combine(old_acc.get(name), partials[name][key]) for name, agg in self.aggs}
+            acc = {name: agg.combine(old_acc.get(name), columns[name][position])
+                   for name, agg in self.aggs}
             before.append(self._values(old_acc) if old and old.get("visible") else None)
             after.append(self._values(acc))
             states.append({"acc": acc, "visible": True})
@@ -278,15 +284,19 @@ class TableSink(Sink):
         if tables.exists(ctx.spark, self.changelog(ctx.layout)):
             self.rebuild(ctx.spark, ctx.layout)
 
+    def latest(self, changes):
+        """The table that ``changes`` (changelog rows, as a Spark DataFrame) leave behind: the
+        last change per key, deleted keys dropped, with each row's ``_batch_id``."""
+        order = Window.partitionBy(*self.keys).orderBy(F.col(BATCH_COLUMN).desc(),
+                                                       F.col(ROW_COLUMN).desc())
+        return (changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
+                .where(F.col(CHANGE_COLUMN) != "delete")
+                .drop("_rank", CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN))
+
     def rebuild(self, spark: SparkSession, layout: PipelineLayout) -> int:
         """Recreate the table from its changelog (the latest change per key, deletes dropped),
         in one overwrite commit; returns the rows. Use it when the table was lost or damaged."""
-        changes = tables.read(spark, self.changelog(layout))
-        order = Window.partitionBy(*self.keys).orderBy(F.col(BATCH_COLUMN).desc(),
-                                                       F.col(ROW_COLUMN).desc())
-        latest = (changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
-                  .where(F.col(CHANGE_COLUMN) != "delete")
-                  .drop("_rank", CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN)).localCheckpoint()
+        latest = self.latest(tables.read(spark, self.changelog(layout))).localCheckpoint()
         latest.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
             self.location(layout))
         count = latest.count()

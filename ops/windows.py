@@ -62,12 +62,13 @@ def hopping(time: str, size: str, advance: str, grace: str = "0s") -> Window:
 
 
 @dataclass(frozen=True)
-class WindowAggregate(Operator):
-    """Aggregates per key and window; see the module docstring for the rules."""
+class _EventTimeAggregate(Operator):
+    """What window and session aggregations share: keys, aggregates, emission mode, and a clock
+    (stream time, open windows, late count) kept in the operator's state."""
 
     name: str
     keys: tuple[str, ...]
-    window: Window
+    window: Any
     aggs: tuple[tuple[str, Agg], ...]
     emit: str = "changes"
 
@@ -79,36 +80,37 @@ class WindowAggregate(Operator):
     def table_keys(self) -> tuple[str, ...]:
         return self.keys + (START,)
 
-    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+    def _clock(self, scope: BatchScope, frame: pd.DataFrame):
+        """The operator's state and its clock; the frame must hold the event-time column."""
         if self.window.time not in frame.columns:
             raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: no event "
                                 f"time column {self.window.time!r} in the data")
         store = scope.store.operator(self.name, initial=None)
-        clock = store.get(_CLOCK) or {"time": None, "open": [], "late": 0}
+        return store, store.get(_CLOCK) or {"time": None, "open": [], "late": 0}
+
+
+@dataclass(frozen=True)
+class WindowAggregate(_EventTimeAggregate):
+    """Aggregates per key and window; see the module docstring for the rules."""
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        store, clock = self._clock(scope, frame)
         rows, late, stream_time = self._assign(frame.dropna(subset=[self.window.time]), clock["time"])
         if late:
             log.warning("%s.%s batch %d: %d late record(s) dropped (window end + grace <= stream "
                         "time)", scope.pipeline, self.name, scope.batch_id, late)
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
-        changes = inner.apply(scope, rows) if len(rows) else inner.apply(scope, rows.head(0))
+        changes = inner.apply(scope, rows)
         opened = {tuple(key) for key in clock["open"]}
         opened |= {tuple(to_python(v) for v in r)
                    for r in changes[list(self.table_keys)].itertuples(index=False)}
         closed = sorted(k for k in opened if stream_time is not None
-                        and k[-1] + self._size_ms + self._grace_ms <= stream_time)
+                        and k[-1] + _ms(self.window.size) + _ms(self.window.grace) <= stream_time)
         finals = self._close(store, inner, closed)
         store.set(_CLOCK, {"time": stream_time, "open": sorted(map(list, opened - set(closed))),
                            "late": clock["late"] + late})
         out = changes if self.emit == "changes" else finals
         return self._with_bounds(out)
-
-    @property
-    def _size_ms(self) -> int:
-        return int(self.window.size / pd.Timedelta(milliseconds=1))
-
-    @property
-    def _grace_ms(self) -> int:
-        return int(self.window.grace / pd.Timedelta(milliseconds=1))
 
     def _assign(self, frame: pd.DataFrame, time: int | None) -> tuple[pd.DataFrame, int, int | None]:
         """Rows exploded to one per (record, window), late ones removed; the late count; the
@@ -122,11 +124,11 @@ class WindowAggregate(Operator):
                                  running[:-1]])
         if time is not None:
             before = np.maximum(before, time)
-        advance = int(self.window.advance / pd.Timedelta(milliseconds=1))
+        advance, size, grace = _ms(self.window.advance), _ms(self.window.size), _ms(self.window.grace)
         parts, late = [], 0
-        for hop in reversed(range(self._size_ms // advance)):  # earliest window first
+        for hop in reversed(range(size // advance)):  # earliest window first
             start = (ms // advance) * advance - hop * advance
-            ontime = start + self._size_ms + self._grace_ms > before
+            ontime = start + size + grace > before
             late += int((~ontime).sum())
             parts.append(frame[ontime].assign(**{START: start[ontime]}))
         rows = pd.concat(parts).sort_index(kind="stable")  # input order, window order within
@@ -173,7 +175,7 @@ def session(time: str, gap: str, grace: str = "0s") -> Session:
 
 
 @dataclass(frozen=True)
-class SessionAggregate(Operator):
+class SessionAggregate(_EventTimeAggregate):
     """Aggregates per key and session. A record within ``gap`` of a key's open sessions joins
     them (merging sessions it bridges); otherwise it opens a session ``[ts, ts]``, unless that
     would already be closed (``ts + gap + grace <= stream time``): then it is late, dropped and
@@ -183,28 +185,13 @@ class SessionAggregate(Operator):
     by one (sessions are inherently sequential), so this operator is not vectorized.
     """
 
-    name: str
-    keys: tuple[str, ...]
-    window: Session
-    aggs: tuple[tuple[str, Agg], ...]
-    emit: str = "changes"
-
     def __post_init__(self) -> None:
-        if self.emit not in ("changes", "final"):
-            raise PipelineDefinitionError(f"emit must be 'changes' or 'final', not {self.emit!r}")
+        super().__post_init__()
         if any(agg.kind == "udf" for _, agg in self.aggs):
             raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
 
-    @property
-    def table_keys(self) -> tuple[str, ...]:
-        return self.keys + (START,)
-
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        if self.window.time not in frame.columns:
-            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: no event "
-                                f"time column {self.window.time!r} in the data")
-        store = scope.store.operator(self.name, initial=None)
-        clock = store.get(_CLOCK) or {"time": None, "open": [], "late": 0}
+        store, clock = self._clock(scope, frame)
         frame = frame.dropna(subset=[self.window.time, *self.keys])
         ms = (pd.to_datetime(frame[self.window.time], utc=True).astype("int64") // 1_000_000).tolist()
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]

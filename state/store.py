@@ -13,8 +13,6 @@ from .checkpoint import STATE_SCHEMA
 from .codecs import Codec, codec_named, encode_key, encode_value
 from .layout import PipelineLayout
 
-# Up to this many keys a state read filters with IN (pushed down to Parquet); beyond, a semi-join.
-_IN_LIST_LIMIT = 2000
 _MISSING = object()
 
 Loader = Callable[[str, list[str]], dict[str, str]]
@@ -157,11 +155,8 @@ def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, a
     """Latest ``key, value`` per key of ``operator`` up to checkpoint ``as_of`` (tombstones dropped)."""
     rows = (tables.read(spark, layout.state)
             .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= as_of)))
-    if keys is not None and len(keys) <= _IN_LIST_LIMIT:
-        rows = rows.where(F.col("key").isin(keys))
-    elif keys is not None:
-        wanted = spark.createDataFrame(pd.DataFrame({"key": keys}))
-        rows = rows.join(F.broadcast(wanted), "key", "left_semi")
+    if keys is not None:
+        rows = tables.only_keys(spark, rows, pd.DataFrame({"key": keys}))
     return latest_per_key(rows).where(~F.col("deleted")).select("key", "value").toPandas()
 
 

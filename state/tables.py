@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.types import StructType
 
 from .errors import CheckpointConflict
@@ -43,6 +43,19 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
 def read(spark: SparkSession, path: str) -> DataFrame:
     """The latest version of the table at ``path``."""
     return spark.read.format("delta").load(path)
+
+
+# Up to this many keys a read filters with IN (pushed down to Parquet); beyond, a semi-join.
+_IN_LIST_LIMIT = 2000
+
+
+def only_keys(spark: SparkSession, rows: DataFrame, wanted: pd.DataFrame) -> DataFrame:
+    """``rows`` whose values in ``wanted``'s columns match one of its rows: an IN filter for a
+    few single-column keys (pushed down to Parquet), else a broadcast semi-join."""
+    columns = list(wanted.columns)
+    if len(columns) == 1 and len(wanted) <= _IN_LIST_LIMIT:
+        return rows.where(F.col(columns[0]).isin(wanted[columns[0]].tolist()))
+    return rows.join(F.broadcast(spark.createDataFrame(wanted)), columns, "left_semi")
 
 
 _ONE_FILE_ROWS = 200_000
@@ -102,12 +115,12 @@ def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[s
     An idempotent append that Delta skipped leaves no commit, so finding one's own metadata here
     proves the write happened without reading the table back.
     """
-    local = _local_log(path)
-    if local is not None:  # read the newest commit files directly: no Spark job
-        names = sorted(n for n in os.listdir(local) if n.endswith(".json") and n[:20].isdigit())
+    versions = local_commit_versions(path)
+    if versions:  # a local table: read the newest commit files directly, no Spark job
+        log = os.path.join(local_path(path), "_delta_log")
         found = []
-        for name in reversed(names[-commits:]):
-            with open(os.path.join(local, name)) as handle:
+        for version in reversed(versions[-commits:]):
+            with open(os.path.join(log, f"{version:020d}.json")) as handle:
                 for line in handle:
                     info = json.loads(line).get("commitInfo")
                     if info is not None:
@@ -126,8 +139,14 @@ def local_path(path: str) -> str | None:
     return None if "://" in path else path
 
 
-def _local_log(path: str) -> str | None:
-    """The ``_delta_log`` folder of a table on the local file system, else ``None``."""
+def local_commit_versions(path: str) -> list[int] | None:
+    """Versions of the commits in a local table's ``_delta_log``, ascending (empty when there is
+    no table yet); ``None`` for a path that is not on the local file system."""
     local = local_path(path)
-    log = os.path.join(local, "_delta_log") if local is not None else None
-    return log if log is not None and os.path.isdir(log) else None
+    if local is None:
+        return None
+    try:
+        names = os.listdir(os.path.join(local, "_delta_log"))
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())

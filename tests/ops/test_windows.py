@@ -18,19 +18,22 @@ def events(*rows):
 
 
 class Feeder:
-    """Runs one window operator over batches with in-memory state (nothing checkpointed)."""
+    """Runs one window (or session) operator over batches with in-memory state (nothing
+    checkpointed) and returns each batch's rows as tuples, nulls as None."""
 
-    def __init__(self, window, emit="changes", **aggs):
-        self.op = sp.WindowAggregate(name="w", keys=("k",), window=window,
-                                     aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
+    def __init__(self, window, emit="changes", kind=sp.WindowAggregate, **aggs):
+        self.op = kind(name="w", keys=("k",), window=window,
+                       aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
         self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
         self.batch = 0
 
     def feed(self, frame):
         self.batch += 1
         out = self.op.apply(BatchScope("p", self.batch, ("k",), self.store), frame)
-        return [(r["k"], r["window_start"].strftime("%H:%M:%S"), r["window_end"].strftime("%H:%M:%S"),
-                 *(r[n] for n, _ in self.op.aggs), r["_change"]) for r in out.to_dict("records")]
+        return [(r["k"], r["window_start"].strftime("%H:%M:%S"),
+                 None if pd.isna(r["window_end"]) else r["window_end"].strftime("%H:%M:%S"),
+                 *(None if pd.isna(r[n]) else r[n] for n, _ in self.op.aggs), r["_change"])
+                for r in out.to_dict("records")]
 
 
 def test_tumbling_changes_with_late_and_out_of_order_data(caplog):
@@ -118,20 +121,8 @@ def test_windowed_sql_table(spark, warehouse):
                                              ("home", "00:00:00", "00:01:00", 3, 19)]
 
 
-class SessionFeeder(Feeder):
-    def __init__(self, window, emit="changes", **aggs):
-        self.op = sp.SessionAggregate(name="s", keys=("k",), window=window,
-                                      aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
-        self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
-        self.batch = 0
-
-    def feed(self, frame):
-        self.batch += 1
-        out = self.op.apply(BatchScope("p", self.batch, ("k",), self.store), frame)
-        return [(r["k"], r["window_start"].strftime("%H:%M:%S"),
-                 None if pd.isna(r["window_end"]) else r["window_end"].strftime("%H:%M:%S"),
-                 *(None if pd.isna(r[n]) else r[n] for n, _ in self.op.aggs), r["_change"])
-                for r in out.to_dict("records")]
+def SessionFeeder(window, emit="changes", **aggs):
+    return Feeder(window, emit, kind=sp.SessionAggregate, **aggs)
 
 
 def test_sessions_grow_merge_and_close():
