@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from ops import ConfigError, SparkConfig, spark_session
+from ops import CONNECT_UNSUPPORTED, ConfigError, SparkConfig, spark_session
 from state import resolve_warehouse
 
 
@@ -16,7 +16,7 @@ class SparkResource(dg.ConfigurableResource):
 
     master: str = Field(
         default_factory=lambda: os.environ.get("LAKESTREAM_SPARK_MASTER", "local[*]"),
-        description="local[*], spark://host:port, yarn, k8s://… or a Spark Connect sc://host:port")
+        description="local[*], spark://host:port, yarn or k8s://…")
     shuffle_partitions: int = Field(default=4, description="spark.sql.shuffle.partitions")
     conf: dict[str, str] = Field(default_factory=dict,
                                  description="Extra Spark settings, passed through unchanged")
@@ -40,25 +40,27 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 DEPLOYMENT_ENV = "LAKESTREAM_DEPLOYMENT"
-_MASTER_ENV = {"local": None, "cluster": "LAKESTREAM_SPARK_MASTER", "connect": "LAKESTREAM_SPARK_REMOTE"}
+_MASTER_ENV = {"local": None, "cluster": "LAKESTREAM_SPARK_MASTER"}
 
 
 def resources_for_deployment(deployment: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources of a deployment named by ``$LAKESTREAM_DEPLOYMENT`` (default ``local``).
 
     ``local``: embedded Spark (``local[*]``, or ``$LAKESTREAM_SPARK_MASTER``); ``cluster``: the
-    master in ``$LAKESTREAM_SPARK_MASTER`` (spark://, yarn, k8s://); ``connect``: the Spark
-    Connect address in ``$LAKESTREAM_SPARK_REMOTE`` (sc://). The warehouse is
-    ``$LAKESTREAM_WAREHOUSE`` (default ``./warehouse``) in every deployment.
+    master in ``$LAKESTREAM_SPARK_MASTER`` (spark://, yarn, k8s://). The warehouse is
+    ``$LAKESTREAM_WAREHOUSE`` (default ``./warehouse``) in every deployment. ``connect`` is
+    refused with the reason (:data:`ops.CONNECT_UNSUPPORTED`).
     """
     name = deployment or os.environ.get(DEPLOYMENT_ENV, "local")
+    if name == "connect":
+        raise ConfigError(f"{DEPLOYMENT_ENV}=connect: {CONNECT_UNSUPPORTED}")
     if name not in _MASTER_ENV:
         raise ConfigError(f"{DEPLOYMENT_ENV}={name!r}: choose one of {sorted(_MASTER_ENV)}")
     variable = _MASTER_ENV[name]
     if variable is None:
         spark = SparkResource()
     elif not os.environ.get(variable):
-        raise ConfigError(f"deployment {name!r} needs ${variable} (the Spark master/remote address)")
+        raise ConfigError(f"deployment {name!r} needs ${variable} (the Spark master address)")
     else:
         spark = SparkResource(master=os.environ[variable])
     return {"spark": spark, "warehouse": WarehouseResource()}

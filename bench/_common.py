@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import resource
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,10 +29,71 @@ def peak_rss_mb() -> float:
 
 def jvm_peak_mb(spark) -> float:
     """Peak heap use of the driver JVM (where local Spark executors also run), MiB."""
+    return sum(pool.getPeakUsage().getUsed() for pool in _heap_pools(spark)) / 2**20
+
+
+def tree_rss_mb(pid: int | None = None) -> float:
+    """Resident memory of a process and all its descendants (the local JVM is the driver's
+    child), MiB, from ``/proc``; 0 for a process that is gone."""
+    pid = pid or os.getpid()
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            rss = next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+        children = [int(c) for task in os.listdir(f"/proc/{pid}/task")
+                    for c in open(f"/proc/{pid}/task/{task}/children").read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return rss / 1024 + sum(tree_rss_mb(child) for child in children)
+
+
+@contextmanager
+def peak_memory(into: dict, spark=None, pid: int | None = None, every_s: float = 0.25):
+    """Sample the process tree's RSS during the block; store its peak in ``into["peak_rss_mb"]``
+    and, given a classic session, the driver JVM's heap peak in ``into["peak_jvm_heap_mb"]``
+    (the peak counters are reset first, so it is this block's own peak)."""
+    pools = _heap_pools(spark) if spark is not None else []
+    for pool in pools:
+        pool.resetPeakUsage()
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss_mb(pid))
+            done.wait(every_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        done.set()
+        sampler.join()
+        into["peak_rss_mb"] = peak[0]
+        if pools:
+            into["peak_jvm_heap_mb"] = sum(p.getPeakUsage().getUsed() for p in pools) / 2**20
+
+
+def _heap_pools(spark) -> list:
     jvm = spark.sparkContext._jvm
     pools = jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-    heap = [pool for pool in pools if str(pool.getType().toString()).lower().startswith("heap")]
-    return sum(pool.getPeakUsage().getUsed() for pool in heap) / 2**20
+    return [pool for pool in pools if str(pool.getType().toString()).lower().startswith("heap")]
+
+
+def drain_query(spark, stream, workdir: str) -> dict:
+    """Run a Structured Streaming query into a Delta sink until its input is drained
+    (``availableNow``): wall seconds, input rows and per-trigger latencies, peak memory."""
+    result: dict = {}
+    with peak_memory(result, spark):
+        started = time.perf_counter()
+        query = (stream.writeStream.format("delta").outputMode("append")
+                 .option("checkpointLocation", f"{workdir}/checkpoint")
+                 .trigger(availableNow=True).start(f"{workdir}/out"))
+        query.awaitTermination()
+        result["seconds"] = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    result["events"] = sum(p["numInputRows"] for p in progress)
+    result["batch_latencies"] = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+    return result
 
 
 def write_results(name: str, payload: dict) -> Path:

@@ -1,21 +1,15 @@
-"""Keyed running sum: lakestream's vectorized state vs Spark Structured Streaming's
-``applyInPandasWithState`` with the RocksDB state store, on the same input, in one run.
-Then checkpoint cost for 10k changed keys with small and large state already stored.
+"""Workload 1, the keyed running sum (the KX example at scale), and workload 3, checkpoint cost.
 
-    .venv/bin/python bench/state_bench.py                 # the issue's sizes (several minutes)
-    .venv/bin/python bench/state_bench.py --scale 0.1     # a quick look
-
-Prints a table and writes bench/results/state_bench.json. Never part of CI.
+Running sum: lakestream in vectorized and per-key mode against Spark Structured Streaming's
+``applyInPandasWithState`` with the RocksDB state store, on the same Delta input (one commit per
+micro-batch on both sides), for every (keys, batch size) asked for. Checkpoint cost: one batch
+changing 10k keys of a state already holding 100k / 1M / 5M keys.
 """
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,26 +20,32 @@ from pyspark.sql.types import LongType, StructField, StructType
 import ops as sp
 from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, tables
 
-from _common import jvm_peak_mb, peak_rss_mb, print_table, write_results
+from _common import drain_query, peak_memory
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUT_SCHEMA = StructType([StructField(n, LongType()) for n in ("k", "x", "total")])
 STATE_SCHEMA = StructType([StructField("total", LongType())])
 
 
-def make_input(spark, path: str, keys: int, big: int, small: int, batches: int) -> int:
-    """Version 0: ``big`` events; versions 1..batches: ``small`` events each. One file per commit."""
-    rng = np.random.default_rng(42)
-    sizes = [big] + [small] * batches
-    for n, size in enumerate(sizes):
-        frame = pd.DataFrame({"k": rng.integers(0, keys, size, dtype=np.int64),
-                              "x": rng.integers(1, 100, size, dtype=np.int64),
-                              "seq": np.arange(size, dtype=np.int64)})
+def write_batches(spark, path: str, frames) -> int:
+    """One Delta commit (one file) per frame, change data feed on; returns the rows written."""
+    rows = 0
+    for n, frame in enumerate(frames):
         writer = spark.createDataFrame(frame).coalesce(1).write.format("delta").mode("append")
         if n == 0:
             writer = writer.option("delta.enableChangeDataFeed", "true")
         writer.save(path)
-    return sum(sizes)
+        rows += len(frame)
+    return rows
+
+
+def events(keys: int, sizes: list[int], seed: int = 42):
+    """Frames of ``k`` (uniform over ``keys``), ``x`` in 1..99 and the input order ``seq``."""
+    rng = np.random.default_rng(seed)
+    for size in sizes:
+        yield pd.DataFrame({"k": rng.integers(0, keys, size, dtype=np.int64),
+                            "x": rng.integers(1, 100, size, dtype=np.int64),
+                            "seq": np.arange(size, dtype=np.int64)})
 
 
 def vectorized_sum(op, md, data):
@@ -61,16 +61,25 @@ def per_key_sum(op, md, data):
     return data.assign(total=total)
 
 
+def drain_pipeline(spark, pipeline: sp.Pipeline, warehouse: str) -> dict:
+    """Run ``pipeline`` until its source is drained: wall seconds, input rows, per-batch
+    latencies (batch plus its checkpoint), peak memory."""
+    result: dict = {}
+    with peak_memory(result, spark):
+        started = time.perf_counter()
+        report = pipeline.run_once(spark, warehouse)
+        result["seconds"] = time.perf_counter() - started
+    result["events"] = report.rows_in
+    result["batch_latencies"] = [b.seconds + c for b, c in zip(report.batches, report.checkpoint_seconds)]
+    return result
+
+
 def run_lakestream(spark, source: str, warehouse: str, vectorized: bool) -> dict:
     fn = vectorized_sum if vectorized else per_key_sum
     pipeline = (sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
                 .map(fn, state=0, vectorized=vectorized, name="sum")
                 .write.to_delta("out")).named("vectorized" if vectorized else "per_key")
-    started = time.perf_counter()
-    report = pipeline.run_once(spark, warehouse)
-    total = time.perf_counter() - started
-    latencies = [b.seconds + c for b, c in zip(report.batches, report.checkpoint_seconds)]
-    return {"events": report.rows_in, "seconds": total, "batch_latencies": latencies}
+    return drain_pipeline(spark, pipeline, warehouse)
 
 
 def run_anchor(spark, source: str, workdir: str) -> dict:
@@ -88,35 +97,43 @@ def run_anchor(spark, source: str, workdir: str) -> dict:
     stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
               .groupBy("k").applyInPandasWithState(running_sum, OUT_SCHEMA, STATE_SCHEMA, "append",
                                                    GroupStateTimeout.NoTimeout))
-    started = time.perf_counter()
-    query = (stream.writeStream.format("delta").outputMode("append")
-             .option("checkpointLocation", f"{workdir}/anchor_checkpoint")
-             .trigger(availableNow=True).start(f"{workdir}/anchor_out"))
-    query.awaitTermination()
-    total = time.perf_counter() - started
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
-    latencies = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-    return {"events": sum(p["numInputRows"] for p in progress), "seconds": total,
-            "batch_latencies": latencies}
+    return drain_query(spark, stream, workdir)
 
 
 def warm_up(spark, workdir: str) -> None:
-    """Run both systems once on a tiny input first, so neither is timed on a cold JVM.
-
-    Delta's commit path runs several times faster once the JIT has compiled it; whichever system
-    ran first used to pay that alone.
-    """
+    """Run both systems once on a tiny input, so neither is timed on a cold JVM (Delta's commit
+    path runs several times faster once the JIT has compiled it)."""
     source = f"{workdir}/warm_events"
-    make_input(spark, source, keys=1_000, big=10_000, small=1_000, batches=3)
+    write_batches(spark, source, events(1_000, [10_000, 1_000, 1_000]))
     run_lakestream(spark, source, f"{workdir}/warm_wh", vectorized=True)
     run_anchor(spark, source, f"{workdir}/warm_anchor")
 
 
-def seed_state(spark, warehouse: str, name: str, keys: int) -> sp.Pipeline:
-    """A pipeline whose state already holds ``keys`` keys (written directly, as one checkpoint)."""
-    pipeline_layout = sp.Pipeline(stream=None, sinks=(), name=name).layout(warehouse)
-    log = CheckpointLog(spark, pipeline_layout)
-    log.ensure_table()
+def throughput(spark, workdir: str, keys: int, batch: int, batches: int, per_key: bool) -> list[dict]:
+    """Every system on one input of ``batches`` commits of ``batch`` events over ``keys`` keys."""
+    tag = f"{keys}k_{batch}b"
+    source = f"{workdir}/events_{tag}"
+    total = write_batches(spark, source, events(keys, [batch] * batches))
+    runs = {"lakestream vectorized": run_lakestream(spark, source, f"{workdir}/wh_{tag}", True)}
+    if per_key:
+        runs["lakestream per-key"] = run_lakestream(spark, source, f"{workdir}/wh_{tag}", False)
+    runs["anchor: applyInPandasWithState + RocksDB"] = run_anchor(spark, source, f"{workdir}/anchor_{tag}")
+    anchor_rate = total / runs["anchor: applyInPandasWithState + RocksDB"]["seconds"]
+    rows = []
+    for system, run in runs.items():
+        assert run["events"] == total, (system, run["events"], total)
+        rate = total / run["seconds"]
+        rows.append({"keys": keys, "batch": batch, "batches": batches, "system": system,
+                     "events_per_s": rate, "median_batch_s": statistics.median(run["batch_latencies"]),
+                     "x_anchor": rate / anchor_rate, "seconds": run["seconds"],
+                     "peak_rss_mb": run["peak_rss_mb"], "peak_jvm_heap_mb": run["peak_jvm_heap_mb"]})
+    return rows
+
+
+def seed_state(spark, warehouse: str, name: str, keys: int) -> None:
+    """State of operator ``sum`` already holding ``keys`` keys, written directly as checkpoint 1."""
+    layout = sp.Pipeline(stream=None, sinks=(), name=name).layout(warehouse)
+    CheckpointLog(spark, layout).ensure_table()
     state_rows = spark.range(keys).select(
         F.lit("sum").alias("operator"), F.col("id").cast("string").alias("key"),
         F.lit("0").alias("value"), F.lit(False).alias("deleted"),
@@ -124,72 +141,31 @@ def seed_state(spark, warehouse: str, name: str, keys: int) -> sp.Pipeline:
     record = Checkpoint(checkpoint_id=1, batch_id=0, offsets={}, run_id="seed").to_json()
     rows = state_rows.unionByName(spark.createDataFrame(
         [(CHECKPOINT_OPERATOR, "", record, False, 1)], state_rows.schema))
-    tables.append(rows, pipeline_layout.state, partition_by=("operator",))
-    return pipeline_layout
+    tables.append(rows, layout.state, partition_by=("operator",))
 
 
-def checkpoint_cost(spark, workdir: str, state_keys: int, changed: int) -> dict:
-    source = f"{workdir}/changes_{state_keys}"
+def changed_keys(spark, path: str, state_keys: int, changed: int) -> None:
+    """One commit of ``changed`` distinct keys drawn from the ``state_keys`` already in state."""
     rng = np.random.default_rng(1)
     frame = pd.DataFrame({"k": rng.choice(state_keys, changed, replace=False).astype(np.int64),
                           "x": np.ones(changed, dtype=np.int64), "seq": np.arange(changed)})
-    (spark.createDataFrame(frame).coalesce(1).write.format("delta")
-     .option("delta.enableChangeDataFeed", "true").save(source))
-    warehouse = f"{workdir}/wh_{state_keys}"
-    name = f"state_{state_keys}"
+    write_batches(spark, path, [frame])
+
+
+def summing_pipeline(source: str, name: str) -> sp.Pipeline:
+    return (sp.read.from_delta(source, key="k", order_by=("seq",))
+            .map(vectorized_sum, state=0, vectorized=True, name="sum")
+            .write.to_delta("out")).named(name)
+
+
+def checkpoint_cost(spark, workdir: str, state_keys: int, changed: int) -> dict:
+    """Time of the batch and of its checkpoint, changing ``changed`` of ``state_keys`` keys."""
+    source, warehouse, name = f"{workdir}/changes_{state_keys}", f"{workdir}/ckpt_{state_keys}", "state"
+    changed_keys(spark, source, state_keys, changed)
     seed_state(spark, warehouse, name, state_keys)
-    pipeline = (sp.read.from_delta(source, key="k", order_by=("seq",))
-                .map(vectorized_sum, state=0, vectorized=True, name="sum")
-                .write.to_delta("out")).named(name)
-    report = pipeline.run_once(spark, warehouse)
+    result: dict = {"state_keys": state_keys, "changed_keys": changed}
+    with peak_memory(result, spark):
+        report = summing_pipeline(source, name).run_once(spark, warehouse)
     assert report.rows_in == changed
-    return {"state_keys": state_keys, "changed_keys": changed,
-            "checkpoint_s": report.checkpoint_seconds[0], "batch_s": report.batches[0].seconds}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every size by this")
-    parser.add_argument("--per-key", action="store_true", help="also run per-key mode (slow)")
-    args = parser.parse_args()
-    scale = lambda n: max(1, int(n * args.scale))  # noqa: E731
-    keys, big, small, batches = scale(100_000), scale(1_000_000), scale(100_000), 10
-
-    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2))
-    workdir = tempfile.mkdtemp(prefix="lakestream-bench-")
-    try:
-        source = f"{workdir}/events"
-        events = make_input(spark, source, keys, big, small, batches)
-        warm_up(spark, workdir)
-        results = {"vectorized": run_lakestream(spark, source, f"{workdir}/wh", True)}
-        if args.per_key:
-            results["per_key"] = run_lakestream(spark, source, f"{workdir}/wh", False)
-        results["anchor"] = run_anchor(spark, source, workdir)
-        for name, result in results.items():
-            assert result["events"] == events, (name, result["events"], events)
-        anchor_rate = events / results["anchor"]["seconds"]
-        rows = [[name, r["events"], r["seconds"], r["events"] / r["seconds"],
-                 statistics.median(r["batch_latencies"]), (r["events"] / r["seconds"]) / anchor_rate]
-                for name, r in results.items()]
-        print_table(f"keyed running sum: {events:,} events, {keys:,} keys, 1x{big:,} + "
-                    f"{batches}x{small:,} (anchor: applyInPandasWithState + RocksDB)",
-                    ["path", "events", "seconds", "events/s", "median batch s", "x anchor"], rows)
-        costs = [checkpoint_cost(spark, workdir, n, scale(10_000))
-                 for n in (scale(100_000), scale(5_000_000))]
-        print_table("checkpoint cost for changed keys vs keys already in state",
-                    ["state keys", "changed", "checkpoint s", "batch s"],
-                    [[c["state_keys"], c["changed_keys"], c["checkpoint_s"], c["batch_s"]] for c in costs])
-        ratio = costs[1]["checkpoint_s"] / costs[0]["checkpoint_s"]
-        print(f"checkpoint big/small ratio: {ratio:.2f} (target <= 2)")
-        print(f"peak driver RSS {peak_rss_mb():,.0f} MiB; peak JVM heap {jvm_peak_mb(spark):,.0f} MiB")
-        path = write_results("state_bench", {"throughput": results, "checkpoint_cost": costs,
-                                             "checkpoint_ratio": ratio, "scale": args.scale,
-                                             "peak_rss_mb": peak_rss_mb(),
-                                             "peak_jvm_heap_mb": jvm_peak_mb(spark)})
-        print(f"results: {path}")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()
+    result.update(checkpoint_s=report.checkpoint_seconds[0], batch_s=report.batches[0].seconds)
+    return result

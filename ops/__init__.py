@@ -26,7 +26,7 @@ from .operations import (DEFAULT_RETENTION_HOURS, PipelineStatus, checkpoint_pro
                          describe, describe_lag, global_table_problems, recover, replay, reset_to_checkpoint,
                          source_lag, vacuum)
 from .sources import CallbackSource, DeltaTableSource, PublishReport, Source, read
-from .session import SparkConfig, spark_session
+from .session import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import register, sql
 from .state_access import changed_keys, compact, read_state
 from .joins import TableJoin, TableTableJoin
@@ -43,7 +43,7 @@ __all__ = [
     "checkpoint_problems", "describe_lag", "global_table_problems", "recover", "replay", "reset_to_checkpoint",
     "source_lag", "vacuum",
     "BadRecordError", "BatchReport", "BatchScope", "Operator", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
-    "ConfigError", "EncodingError", "StreamError",
+    "CONNECT_UNSUPPORTED", "ConfigError", "EncodingError", "StreamError",
     "ConsoleSink", "DeltaSink", "GlobalTable", "HookContext", "Hooks", "Metadata", "Op",
     "OperatorError", "Pipeline", "PipelineDefinitionError", "PublishReport", "RunReport", "Sink",
     "Source", "SparkConfig", "Stream", "Tracked", "Writer", "changed_keys", "compact", "get",

@@ -106,6 +106,7 @@ class _Run:
         fresh_state = self.checkpoints.ensure_table()  # a table just created needs no reading
         fresh_plans = self.plans.ensure_table()
         tables.ensure(self.spark, self.layout.dead_letters, DEAD_LETTER_SCHEMA)
+        tables.clear_staging(self.layout.staging)
         self.last = None if fresh_state else self.checkpoints.latest()
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)

@@ -14,14 +14,22 @@ from .errors import ConfigError
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 
+CONNECT_UNSUPPORTED = (
+    "Spark Connect (sc://…) is not supported: lakestream uses Delta's table API (MERGE, DELETE, "
+    "history, VACUUM), which on a Connect session needs Delta's Connect server plugin, and "
+    "delta-connect-server is not published for Delta 4.4.0 / Spark 4.2; it also lists files "
+    "through the driver's Hadoop file system, which a Connect client has no access to. Point "
+    "LAKESTREAM_SPARK_MASTER at the cluster itself (spark://…, yarn, k8s://…) instead.")
+
 
 @dataclass(frozen=True)
 class SparkConfig:
     """How to reach Spark.
 
-    ``master`` is ``local[*]``/``local[N]``, ``spark://host:port`` (standalone), ``yarn``,
-    ``k8s://…``, or a Spark Connect address ``sc://host:port``. ``extra`` passes any other
-    Spark setting through unchanged (for example ``spark.hadoop.fs.s3a.*``).
+    ``master`` is ``local[*]``/``local[N]``, ``spark://host:port`` (standalone), ``yarn`` or
+    ``k8s://…``; Spark Connect (``sc://…``) is refused with the reason, see
+    :data:`CONNECT_UNSUPPORTED`. ``extra`` passes any other Spark setting through unchanged (for
+    example ``spark.hadoop.fs.s3a.*``).
     """
 
     master: str = "local[*]"
@@ -39,15 +47,13 @@ class SparkConfig:
         return cls(master=os.environ.get("LAKESTREAM_SPARK_MASTER", "local[*]"),
                    shuffle_partitions=int(partitions))
 
-    @property
-    def is_connect(self) -> bool:
-        return self.master.startswith("sc://")
-
     def to_spark_conf(self) -> dict[str, str]:
-        """Settings for a classic (non-Connect) session: Delta, Arrow, loopback driver, quiet logs."""
+        """Settings for the session: Delta, Arrow, loopback driver, quiet logs."""
+        if self.master.startswith("sc://"):
+            raise ConfigError(f"{self.master!r}: {CONNECT_UNSUPPORTED}")
         if not (self.master.startswith(("local", "spark://", "yarn", "k8s://", "mesos://"))):
             raise ConfigError(
-                f"Spark master {self.master!r} is not local[…], spark://…, yarn, k8s://… or sc://…")
+                f"Spark master {self.master!r} is not local[…], spark://…, yarn or k8s://…")
         conf = {
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -81,15 +87,10 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     # Python workers must run this interpreter, which has pandas and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(config.app_name)
-    if config.is_connect:
-        builder = builder.remote(config.master)
-        for key, value in config.extra.items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+    conf = config.to_spark_conf()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = builder.master(config.master)
-    for key, value in config.to_spark_conf().items():
+    builder = SparkSession.builder.appName(config.app_name).master(config.master)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -64,8 +64,8 @@ class DeltaSink(Sink):
             return
         rows = frame.reset_index(drop=True).assign(
             **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
-        tables.append(tables.to_frame(ctx.spark, rows), self.location(ctx.layout),
-                      txn=ctx.txn(f"sink/{self.name}", batch_id))
+        tables.append_rows(ctx.spark, rows, self.location(ctx.layout), staging=ctx.layout.staging,
+                           txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:
         tables.delete_where(ctx.spark, self.location(ctx.layout), F.col(BATCH_COLUMN) > batch_id)

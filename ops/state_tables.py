@@ -61,6 +61,11 @@ class GroupAggregate(Operator):
                 f"agg needs distinct output names that are not group columns; got {names}")
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        return self.changes(*self.fold(scope, frame))
+
+    def fold(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
+        """Fold the batch into the state: the group keys it touched, and per key ``(old values
+        or None, new values, visible)``."""
         missing = [c for c in self.keys + tuple(a.column for _, a in self.aggs if a.column)
                    if c not in frame.columns]
         if missing:
@@ -71,11 +76,11 @@ class GroupAggregate(Operator):
             log.warning("%s.%s batch %d: %d row(s) with a null group key dropped", scope.pipeline,
                         self.name, scope.batch_id, len(frame) - len(keyed))
         if keyed.empty:
-            return self._changes([], [])
+            return [], []
         groups = keyed.groupby(list(self.keys), sort=False)
         partials = {name: agg.partial(groups) for name, agg in self.aggs}
         index = next(iter(partials.values())).index
-        group_keys = list(index)
+        group_keys = index.tolist()
         # Plain lists by position: a Series lookup per key (a MultiIndex search for several
         # group columns) made this loop the slowest part of a windowed batch.
         columns = {name: (p if p.index.equals(index) else p.reindex(index)).tolist()
@@ -83,7 +88,7 @@ class GroupAggregate(Operator):
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_many(group_keys)
         before, after, states = [], [], []
-        for position, (key, old) in enumerate(zip(group_keys, previous.tolist())):
+        for position, old in enumerate(previous.tolist()):
             old_acc = (old or {}).get("acc", {})
             acc = {name: agg.combine(old_acc.get(name), columns[name][position])
                    for name, agg in self.aggs}
@@ -94,7 +99,7 @@ class GroupAggregate(Operator):
         for state, shown in zip(states, visible):
             state["visible"] = bool(shown)
         store.set_many(pd.Series(states, index=pd.Index(group_keys, tupleize_cols=False), dtype=object))
-        return self._changes(group_keys, list(zip(before, after, visible)))
+        return group_keys, list(zip(before, after, visible))
 
     def _values(self, acc: Mapping[str, Any]) -> dict[str, Any]:
         return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
@@ -111,24 +116,21 @@ class GroupAggregate(Operator):
             raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}, batch "
                                 f"{scope.batch_id}: HAVING failed: {type(exc).__name__}: {exc}") from exc
 
-    def _changes(self, keys: list, changes: list[tuple]) -> pd.DataFrame:
-        """One row per key whose visible value changed: key columns, new values, ``_change``,
-        ``_old``."""
-        rows = []
-        for key, (old, new, shown) in zip(keys, changes):
-            if not shown and old is None:
-                continue  # hidden before and after: nothing a reader could see changed
-            if shown and old == new:
-                continue
-            parts = key if len(self.keys) > 1 else (key,)
-            change = "delete" if not shown else ("insert" if old is None else "update")
-            values = new if shown else {name: None for name, _ in self.aggs}
-            rows.append({**dict(zip(self.keys, parts)), **values, CHANGE_COLUMN: change,
-                         OLD_COLUMN: None if old is None else json.dumps(old, default=str)})
-        columns = [*self.keys, *(name for name, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
-        frame = pd.DataFrame(rows, columns=columns)
+    def changes(self, keys: list, folded: list[tuple]) -> pd.DataFrame:
+        """The change rows of a :meth:`fold`: one per key whose visible value changed, with key
+        columns, new values, ``_change`` and ``_old``."""
+        kept = [(key, old, new, shown) for key, (old, new, shown) in zip(keys, folded)
+                # hidden before and after, or shown and unchanged: nothing a reader could see
+                if not (old is None and not shown) and not (shown and old == new)]
+        parts = [key if len(self.keys) > 1 else (key,) for key, *_ in kept]
+        frame = pd.DataFrame({column: [p[i] for p in parts] for i, column in enumerate(self.keys)})
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
-            frame[name] = pd.array(frame[name].tolist(), dtype=nullable_dtype(agg, frame[name]))
+            values = pd.Series([new[name] if shown else None for _, _, new, shown in kept], dtype=object)
+            frame[name] = pd.array(values.tolist(), dtype=nullable_dtype(agg, values))
+        frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
+                                for _, old, _, shown in kept]
+        frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
+                             for _, old, _, _ in kept]
         return frame
 
 

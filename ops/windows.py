@@ -100,16 +100,15 @@ class WindowAggregate(_EventTimeAggregate):
             log.warning("%s.%s batch %d: %d late record(s) dropped (window end + grace <= stream "
                         "time)", scope.pipeline, self.name, scope.batch_id, late)
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
-        changes = inner.apply(scope, rows)
-        opened = {tuple(key) for key in clock["open"]}
-        opened |= {tuple(to_python(v) for v in r)
-                   for r in changes[list(self.table_keys)].itertuples(index=False)}
-        closed = sorted(k for k in opened if stream_time is not None
-                        and k[-1] + _ms(self.window.size) + _ms(self.window.grace) <= stream_time)
+        touched, folded = inner.fold(scope, rows)
+        opened = {tuple(key) for key in clock["open"]} | set(touched)
+        wait = _ms(self.window.size) + _ms(self.window.grace)
+        closed = sorted(k for k in opened if stream_time is not None and k[-1] + wait <= stream_time)
         finals = self._close(store, inner, closed)
         store.set(_CLOCK, {"time": stream_time, "open": sorted(map(list, opened - set(closed))),
                            "late": clock["late"] + late})
-        out = changes if self.emit == "changes" else finals
+        # in final mode the per-window change rows would only be thrown away
+        out = inner.changes(touched, folded) if self.emit == "changes" else finals
         return self._with_bounds(out)
 
     def _assign(self, frame: pd.DataFrame, time: int | None) -> tuple[pd.DataFrame, int, int | None]:
@@ -137,15 +136,17 @@ class WindowAggregate(_EventTimeAggregate):
 
     def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
         """Final rows of the windows that just closed; their state is dropped."""
-        states = store.get_many([key for key in closed]).tolist() if closed else []
-        rows = []
-        for key, state in zip(closed, states):
-            if state and state.get("visible"):
-                rows.append({**dict(zip(self.table_keys, key)), **inner._values(state["acc"]),
-                             CHANGE_COLUMN: "insert", OLD_COLUMN: None})
+        states = store.get_many(closed).tolist() if closed else []
+        shown = [(key, inner._values(state["acc"])) for key, state in zip(closed, states)
+                 if state and state.get("visible")]
+        for key in closed:
             store.delete(key)
-        columns = [*self.table_keys, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
-        return pd.DataFrame(rows, columns=columns)
+        frame = pd.DataFrame({column: [key[i] for key, _ in shown]
+                              for i, column in enumerate(self.table_keys)})
+        for name, agg in self.aggs:  # nullable dtypes, as the changes mode emits
+            values = pd.Series([row[name] for _, row in shown], dtype=object)
+            frame[name] = pd.array(values.tolist(), dtype=nullable_dtype(agg, values))
+        return frame.assign(**{CHANGE_COLUMN: "insert", OLD_COLUMN: None})
 
     def _with_bounds(self, out: pd.DataFrame) -> pd.DataFrame:
         starts = pd.to_datetime(out[START].astype("int64"), unit="ms", utc=True)

@@ -57,6 +57,11 @@ class PipelineLayout:
     def dead_letters(self) -> str:
         return f"{self.root}/_dead_letters"
 
+    @property
+    def staging(self) -> str:
+        """Scratch folder for Parquet files on their way into a Delta table (never a table)."""
+        return f"{self.root}/_staging"
+
     def inbox(self, callback: str) -> str:
         return f"{self.root}/_inbox_{check_name('callback', callback)}"
 

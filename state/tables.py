@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import uuid
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.types import StructType
@@ -59,6 +63,7 @@ def only_keys(spark: SparkSession, rows: DataFrame, wanted: pd.DataFrame) -> Dat
 
 
 _ONE_FILE_ROWS = 200_000
+_STAGE_MIN_ROWS = 50_000  # below this, the file round trip saves nothing
 
 
 def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType | None = None) -> DataFrame:
@@ -68,6 +73,58 @@ def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType | None 
     """
     frame = spark.createDataFrame(rows, schema=schema) if schema else spark.createDataFrame(rows)
     return frame.coalesce(1) if len(rows) <= _ONE_FILE_ROWS else frame
+
+
+def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: str,
+                txn: tuple[str, int] | None = None) -> None:
+    """Append pandas ``rows`` to ``path`` in one commit (see :func:`append`).
+
+    Rows of plain columns (numbers, booleans, strings, UTC timestamps) bound for a local table
+    travel through a Parquet file written by pyarrow under ``staging``: Spark's own pandas-to-row
+    conversion cost about 2.5 s per million rows, reading the file back a fraction of that.
+    Anything else takes :func:`to_frame`.
+    """
+    staged = _stage(rows, staging)
+    try:
+        frame = spark.read.parquet(staged) if staged else to_frame(spark, rows)
+        append(frame, path, txn=txn)
+    finally:
+        if staged:
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def clear_staging(staging: str) -> None:
+    """Remove files a killed process left under ``staging``."""
+    local = local_path(staging)
+    if local:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _stage(rows: pd.DataFrame, staging: str) -> str | None:
+    """A folder holding ``rows`` as one Parquet file, or ``None`` when they do not qualify."""
+    local = local_path(staging)
+    if local is None or len(rows) < _STAGE_MIN_ROWS:
+        return None  # not worth a file round trip, or executors could not read the folder
+    try:
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    if not all(_plain_type(field.type) for field in table.schema):
+        return None
+    folder = os.path.join(local, uuid.uuid4().hex)
+    os.makedirs(folder)
+    # microseconds: Spark reads no nanosecond Parquet timestamps
+    pq.write_table(table, os.path.join(folder, "part-0.parquet"), coerce_timestamps="us",
+                   allow_truncated_timestamps=True)
+    return folder
+
+
+def _plain_type(kind: pa.DataType) -> bool:
+    """Types whose Parquet form Spark reads back as createDataFrame would have typed them."""
+    if pa.types.is_timestamp(kind):
+        return kind.tz is not None  # a naive one would come back as TIMESTAMP_NTZ
+    return (pa.types.is_signed_integer(kind) or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
 def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,

@@ -121,8 +121,10 @@ def test_deployment_selects_resources(monkeypatch):
 
     monkeypatch.setenv("LAKESTREAM_SPARK_MASTER", "spark://127.0.0.1:7077")
     assert resources_for_deployment("cluster")["spark"].master == "spark://127.0.0.1:7077"
-    monkeypatch.delenv("LAKESTREAM_SPARK_REMOTE", raising=False)
-    with pytest.raises(ConfigError, match="needs \\$LAKESTREAM_SPARK_REMOTE"):
+    with pytest.raises(ConfigError, match="delta-connect-server is not published"):
         resources_for_deployment("connect")
+    monkeypatch.delenv("LAKESTREAM_SPARK_MASTER")
+    with pytest.raises(ConfigError, match="needs \\$LAKESTREAM_SPARK_MASTER"):
+        resources_for_deployment("cluster")
     with pytest.raises(ConfigError, match="choose one of"):
         resources_for_deployment("mainframe")

@@ -1,0 +1,64 @@
+"""Child process of the cluster test: run the example pipelines on the Spark that the environment
+names (``LAKESTREAM_DEPLOYMENT``, ``LAKESTREAM_SPARK_MASTER``, ``LAKESTREAM_WAREHOUSE``), exactly
+as a user would. Nothing here knows whether that is local mode or a cluster.
+
+1. The Dagster job ``running_sum_job`` (the KX running-sum examples), executed in process.
+2. Two state tables from SQL, each fed twice so the second run reads state back: ksqlDB's movie
+   tickets (GROUP BY, EMIT CHANGES) and a tumbling window with grace (EMIT FINAL).
+
+Prints one JSON line describing the Spark it ran on.
+"""
+
+import json
+import sys
+
+import dagster as dg
+
+import ops as sp
+from dagster_project import defs
+
+CLICKS = {"page": "string", "ts": "timestamp", "x": "long"}
+SALES = {"title": "string", "ticket_total_value": "double"}
+
+
+def state_table_examples() -> list[tuple[sp.Pipeline, list[list[dict]]]]:
+    tickets = sp.sql("CREATE TABLE movie_tickets_sold AS SELECT title, COUNT(ticket_total_value) "
+                     "AS tickets_sold, SUM(ticket_total_value) AS revenue FROM sales GROUP BY title "
+                     "EMIT CHANGES", streams={"sales": sp.read.from_callback("sales", schema=SALES)})
+    minutes = sp.sql("CREATE TABLE page_minutes AS SELECT page, COUNT(*) AS views, SUM(x) AS total "
+                     "FROM clicks WINDOW TUMBLING (SIZE 1 MINUTE, GRACE PERIOD 10 SECONDS) "
+                     "GROUP BY page EMIT FINAL", timestamp="ts",
+                     streams={"clicks": sp.read.from_callback("clicks", schema=CLICKS)})
+    titles = ["Aliens", "Heat", "Alien", "Ronin", "Tron"]
+    sales = [[{"title": titles[(n * 7 + batch) % 5], "ticket_total_value": float(5 + n % 9)}
+              for n in range(40)] for batch in range(2)]
+    clicks = [[{"page": ["home", "docs", "blog"][n % 3],
+                "ts": f"2026-01-01T00:{(batch * 2 + n // 20):02d}:{(n * 13) % 60:02d}", "x": n}
+               for n in range(60)] for batch in range(2)]
+    return [(tickets, sales), (minutes, clicks)]
+
+
+def run_examples(spark, warehouse: str | None = None, resources: dict | None = None) -> None:
+    """The job, then the state tables; ``resources`` override the deployment's (for in-process
+    use by the test itself), by default they come from the environment."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def("running_sum_job").execute_in_process(
+            instance=instance, resources=resources)
+    assert result.success, "running_sum_job failed"
+    for pipeline, batches in state_table_examples():
+        for records in batches:
+            pipeline.publish(spark, records, warehouse)
+            pipeline.run_once(spark, warehouse)
+
+
+def main() -> None:
+    spark = sp.spark_session()          # the session the job's SparkResource builds too
+    run_examples(spark)
+    status = spark.sparkContext.statusTracker()
+    print(json.dumps({"master": spark.sparkContext.master,
+                      "executors": len(status.getExecutorInfos()) - 1}))  # minus the driver
+    spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""A Spark standalone cluster on loopback: one master and N workers, started with pyspark's own
+``spark-class`` and stopped by pid. Used by the cluster test; handy by hand too::
+
+    with standalone_cluster(tmp_dir, workers=2) as cluster:
+        print(cluster.master_url)      # spark://127.0.0.1:<port>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+_DEPLOY = "org.apache.spark.deploy"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master_url: str
+    web_port: int
+
+    def state(self) -> dict:
+        """The master's JSON status page: workers, running and completed applications."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=10) as page:
+            return json.load(page)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
+                       timeout_s: float = 120):
+    """Start a master and ``workers`` workers on 127.0.0.1; yield once every worker is ALIVE."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, web_port = free_port(), free_port()
+    cluster = Cluster(f"spark://127.0.0.1:{port}", web_port)
+    with ExitStack() as stack:
+        stack.enter_context(_daemon(workdir / "master.log", f"{_DEPLOY}.master.Master",
+                                    "--host", "127.0.0.1", "--port", str(port),
+                                    "--webui-port", str(web_port)))
+        _wait(lambda: _answers(cluster), timeout_s, "the Spark master did not answer", workdir)
+        for n in range(workers):
+            stack.enter_context(_daemon(
+                workdir / f"worker{n}.log", f"{_DEPLOY}.worker.Worker", cluster.master_url,
+                "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
+                "--webui-port", str(free_port()), "--work-dir", str(workdir / f"work{n}")))
+        _wait(lambda: _alive_workers(cluster) == workers, timeout_s,
+              f"{workers} workers did not register", workdir)
+        yield cluster
+
+
+@contextmanager
+def _daemon(log: Path, main_class: str, *args: str):
+    """One JVM (``spark-class`` execs it, so the pid we hold is the JVM's), stopped on exit."""
+    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
+               SPARK_NO_DAEMONIZE="1")
+    with open(log, "w") as out:
+        process = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), main_class, *args],
+                                   env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        yield process
+    finally:
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def _answers(cluster: Cluster) -> bool:
+    try:
+        cluster.state()
+        return True
+    except OSError:
+        return False
+
+
+def _alive_workers(cluster: Cluster) -> int:
+    return sum(w["state"] == "ALIVE" for w in cluster.state()["workers"])
+
+
+def _wait(ready, timeout_s: float, what: str, workdir: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in workdir.glob("*.log"))
+            raise TimeoutError(f"{what} within {timeout_s:.0f} s\n{logs}")
+        time.sleep(0.5)

@@ -1,0 +1,37 @@
+"""Configuration reaches Spark unchanged: object-store URIs and storage settings; Spark Connect
+is refused with its reason rather than failing half-way."""
+
+import pytest
+
+import ops as sp
+from state import PipelineLayout, resolve_warehouse, tables
+
+S3_SETTINGS = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+               "spark.hadoop.fs.s3a.path.style.access": "true"}
+
+
+@pytest.mark.parametrize("uri", ["s3a://lake-bucket/warehouse", "abfss://lake@account.dfs.core.windows.net/wh"])
+def test_warehouse_uris_pass_through_to_table_paths(uri):
+    assert resolve_warehouse(uri + "/") == uri
+    layout = PipelineLayout(resolve_warehouse(uri), "orders")
+    assert layout.state == f"{uri}/orders/_state"
+    assert tables.local_path(layout.state) is None          # never read as a local folder
+    assert tables.local_commit_versions(layout.state) is None
+
+
+def test_storage_settings_reach_the_spark_conf_unchanged():
+    conf = sp.SparkConfig(master="spark://127.0.0.1:7077", extra=S3_SETTINGS).to_spark_conf()
+    assert {key: conf[key] for key in S3_SETTINGS} == S3_SETTINGS
+
+
+def test_an_s3a_table_path_is_handed_to_hadoop_as_is(spark):
+    # No S3 connector is installed here, so Hadoop itself must refuse the s3a scheme: proof that
+    # the URI reached it untouched rather than being made into a local path.
+    with pytest.raises(Exception, match='(?i)no filesystem for scheme "s3a"|S3AFileSystem'):
+        tables.ensure(spark, "s3a://lake-bucket/warehouse/orders/_state",
+                      "operator STRING, key STRING")
+
+
+def test_spark_connect_is_refused_with_the_reason():
+    with pytest.raises(sp.ConfigError, match="Spark Connect .* not supported"):
+        sp.SparkConfig(master="sc://127.0.0.1:15002").to_spark_conf()

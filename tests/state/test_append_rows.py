@@ -1,0 +1,51 @@
+"""Large pandas batches reach Delta through a staged Parquet file; the table must read exactly as
+if Spark had converted the rows itself, and everything else must still take Spark's path."""
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from state import tables
+
+ROWS = 60_000  # above the staging threshold
+
+
+def plain_rows(n: int = ROWS) -> pd.DataFrame:
+    ints = pd.array([None if i % 7 == 0 else i for i in range(n)], dtype="Int64")
+    return pd.DataFrame({
+        "k": np.arange(n, dtype=np.int64), "maybe": ints,
+        "x": np.where(np.arange(n) % 5 == 0, np.nan, np.arange(n) / 4),
+        "s": [None if i % 3 == 0 else f"s{i}" for i in range(n)],
+        "flag": np.arange(n) % 2 == 0,
+        "ts": pd.Timestamp("2026-01-01", tz="UTC") + pd.to_timedelta(np.arange(n), unit="ms")})
+
+
+def test_staged_rows_read_back_as_spark_would_have_converted_them(spark, tmp_path):
+    rows, staging = plain_rows(), str(tmp_path / "_staging")
+    assert tables._stage(rows, str(tmp_path / "probe")) is not None   # it takes the staged path
+    tables.append_rows(spark, rows, str(tmp_path / "staged"), staging=staging)
+    tables.append(tables.to_frame(spark, rows), str(tmp_path / "direct"))
+
+    staged = tables.read(spark, str(tmp_path / "staged"))
+    direct = tables.read(spark, str(tmp_path / "direct"))
+    assert staged.schema == direct.schema
+    assert staged.orderBy("k").toPandas().equals(direct.orderBy("k").toPandas())
+    assert os.listdir(staging) == []                         # the staged file is gone
+
+
+def test_staged_append_is_idempotent_by_transaction_id(spark, tmp_path):
+    path, staging = str(tmp_path / "sink"), str(tmp_path / "_staging")
+    for _ in range(2):
+        tables.append_rows(spark, plain_rows(), path, staging=staging, txn=("p/sink", 1))
+    assert tables.read(spark, path).count() == ROWS
+
+
+def test_other_rows_take_sparks_own_conversion(spark, tmp_path):
+    staging = str(tmp_path / "_staging")
+    lists = pd.DataFrame({"k": np.arange(ROWS), "xs": [[i] for i in range(ROWS)]})
+    assert tables._stage(lists, staging) is None                       # not a plain type
+    assert tables._stage(plain_rows(10), staging) is None              # too small to be worth it
+    assert tables._stage(plain_rows(), "s3a://bucket/p/_staging") is None   # not a local folder
+    tables.append_rows(spark, lists, str(tmp_path / "lists"), staging=staging)
+    assert tables.read(spark, str(tmp_path / "lists")).where("k = 5").first()["xs"] == [5]
