@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmarks: timing, peak memory, result files, table printing."""
+"""Shared helpers for the benchmarks: peak memory, draining runs, result files, table printing."""
 
 from __future__ import annotations
 
@@ -14,22 +14,9 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-@contextmanager
-def stopwatch(into: dict, name: str):
-    """Store the wall seconds of the block in ``into[name]``."""
-    started = time.perf_counter()
-    yield
-    into[name] = time.perf_counter() - started
-
-
 def peak_rss_mb() -> float:
     """Peak resident memory of this (driver) process so far, MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def jvm_peak_mb(spark) -> float:
-    """Peak heap use of the driver JVM (where local Spark executors also run), MiB."""
-    return sum(pool.getPeakUsage().getUsed() for pool in _heap_pools(spark)) / 2**20
 
 
 def tree_rss_mb(pid: int | None = None) -> float:
@@ -121,5 +108,4 @@ def _fmt(value) -> str:
 
 
 def _cpus() -> int:
-    import os
     return os.cpu_count() or 0

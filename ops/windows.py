@@ -137,16 +137,12 @@ class WindowAggregate(_EventTimeAggregate):
     def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
         """Final rows of the windows that just closed; their state is dropped."""
         states = store.get_many(closed).tolist() if closed else []
-        shown = [(key, inner._values(state["acc"])) for key, state in zip(closed, states)
-                 if state and state.get("visible")]
+        shown = [(key, state) for key, state in zip(closed, states) if state and state.get("visible")]
         for key in closed:
             store.delete(key)
-        frame = pd.DataFrame({column: [key[i] for key, _ in shown]
-                              for i, column in enumerate(self.table_keys)})
-        for name, agg in self.aggs:  # nullable dtypes, as the changes mode emits
-            values = pd.Series([row[name] for _, row in shown], dtype=object)
-            frame[name] = pd.array(values.tolist(), dtype=nullable_dtype(agg, values))
-        return frame.assign(**{CHANGE_COLUMN: "insert", OLD_COLUMN: None})
+        # a closing window is an insert of its final values, never shown before
+        return inner.changes([key for key, _ in shown],
+                             [(None, inner._values(state["acc"]), True) for _, state in shown])
 
     def _with_bounds(self, out: pd.DataFrame) -> pd.DataFrame:
         starts = pd.to_datetime(out[START].astype("int64"), unit="ms", utc=True)

@@ -1,5 +1,7 @@
 """Small readers shared by tests."""
 
+import socket
+
 from ops import Pipeline
 from state import tables
 
@@ -15,3 +17,10 @@ def sink_column(spark, pipeline: Pipeline, warehouse: str, column: str, sink: st
 
 def dead_letters(spark, pipeline: Pipeline, warehouse: str):
     return tables.read(spark, pipeline.layout(warehouse).dead_letters).orderBy("position").toPandas()
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,6 +1,5 @@
 """A real query-manager server (uvicorn on loopback) over the server-monitoring pipeline."""
 
-import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -11,13 +10,9 @@ import uvicorn
 from analytics import QueryManager, QueryServer
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
 
+from tests.helpers import free_port
+
 TOKENS = {"t-ann": "ann", "t-bob": "bob"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -26,7 +21,7 @@ def live(spark, warehouse):
     pipeline = cpu_pipeline()
     manager = QueryManager(spark, {TARGET: (pipeline, TABLE)}, warehouse)
     server = QueryServer(manager, TOKENS, poll_seconds=0.2, queue_size=2, grace_seconds=0.5)
-    port = _free_port()
+    port = free_port()
     runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=runner.run, daemon=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
+
+from tests.helpers import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 _DEPLOY = "org.apache.spark.deploy"
@@ -33,12 +34,6 @@ class Cluster:
         """The master's JSON status page: workers, running and completed applications."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=10) as page:
             return json.load(page)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
