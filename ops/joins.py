@@ -116,7 +116,7 @@ class TableTableJoin(Operator):
         store = scope.store.operator(self.name, initial=None)
         keys = list(updates)
         rows = []
-        for key, old in zip(keys, store.get_many(keys).tolist()):
+        for key, old in zip(keys, store.get_values(keys)):
             old = old or {"left": None, "right": None}
             new = {**old, **updates[key]}
             store.set(key, new)

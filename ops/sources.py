@@ -9,11 +9,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from state import PipelineLayout
-from state import tables
+from state import appended, tables
 
 from ._context import RunContext
 from .errors import BadRecordError, ConfigError
@@ -91,17 +91,13 @@ class CallbackSource(Source):
 
     def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
         start = 0 if after is None else int(after)
-        latest = _latest_version(ctx.spark, ctx.layout.inbox(self.name))
+        latest = delta_version(ctx.layout.inbox(self.name), ctx.spark)
         return _version_slices(start, latest, self.max_versions, limit)
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        rows = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
-                .option("startingVersion", int(start) + 1).option("endingVersion", int(end))
-                .load(ctx.layout.inbox(self.name))
-                .where(F.col("_change_type") == "insert")
-                .select(F.col("_commit_version").alias("version"), "seq", "payload")
-                .orderBy("version", "seq").toPandas())
-        return _validate(self.schema, rows)
+        rows = appended.inserted_rows(ctx.spark, ctx.layout.inbox(self.name), int(start) + 1,
+                                      int(end), order_by=("seq",))
+        return _validate(self.schema, rows[[appended.VERSION, "seq", "payload"]])
 
     def lag(self, ctx: RunContext, after: Any) -> int:
         path = ctx.layout.inbox(self.name)
@@ -143,7 +139,9 @@ class DeltaTableSource(Source):
     The table must have ``delta.enableChangeDataFeed=true`` (set when the table is created, or
     with ``ALTER TABLE … SET TBLPROPERTIES``). Rows inserted by commits ``(start, end]`` form a
     batch, ordered by commit version then ``order_by`` (default: every column), so a replay sees
-    the same order. Columns are already typed; rows with a null key go to dead letters.
+    the same order; name a unique column in ``order_by`` when rows may tie. Plain appends are
+    read straight from their files (see :mod:`state.appended`). Columns are already typed; rows
+    with a null key go to dead letters.
     """
 
     name: str
@@ -158,7 +156,7 @@ class DeltaTableSource(Source):
 
     def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
         start = _BEFORE_FIRST_VERSION if after is None else int(after)
-        return _version_slices(start, _latest_version(ctx.spark, self.path), self.max_versions,
+        return _version_slices(start, delta_version(self.path, ctx.spark), self.max_versions,
                                limit)
 
     def lag(self, ctx: RunContext, after: Any) -> int:
@@ -170,12 +168,8 @@ class DeltaTableSource(Source):
         return str(version) if version >= 0 else None
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        changes = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", int(start) + 1).option("endingVersion", int(end))
-                   .load(self.path).where(F.col("_change_type") == "insert"))
-        columns = [c for c in changes.columns if not c.startswith("_")]
-        rows = (changes.orderBy("_commit_version", *(self.order_by or columns))
-                .select(*columns).toPandas())
+        rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end),
+                                      self.order_by).drop(columns=[appended.VERSION])
         keys = list(self.schema.key_fields)
         missing = rows[keys].isna().any(axis=1) if keys else pd.Series(False, index=rows.index)
         bad = rows[missing]

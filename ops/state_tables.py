@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 import pandas as pd
@@ -86,9 +87,18 @@ class GroupAggregate(Operator):
         columns = {name: (p if p.index.equals(index) else p.reindex(index)).tolist()
                    for name, p in partials.items()}
         store = scope.store.operator(self.name, initial=None)
-        previous = store.get_many(group_keys)
+        previous = store.get_values(group_keys)
         before, after, states = [], [], []
-        for position, old in enumerate(previous.tolist()):
+        # A key seen for the first time takes its partials as they are when every aggregate's
+        # accumulator is its result (count, sum, min, max, latest): no combine() call per value.
+        firsts = ([dict(zip(columns, values)) for values in zip(*map(_without_nan, columns.values()))]
+                  if self._direct else None)
+        for position, old in enumerate(previous):
+            if old is None and firsts is not None:
+                before.append(None)
+                after.append(firsts[position])
+                states.append({"acc": firsts[position], "visible": True})
+                continue
             old_acc = (old or {}).get("acc", {})
             acc = {name: agg.combine(old_acc.get(name), columns[name][position])
                    for name, agg in self.aggs}
@@ -98,10 +108,21 @@ class GroupAggregate(Operator):
         visible = self._passes(scope, group_keys, after)
         for state, shown in zip(states, visible):
             state["visible"] = bool(shown)
-        store.set_many(pd.Series(states, index=pd.Index(group_keys, tupleize_cols=False), dtype=object))
+        store.set_values(group_keys, states)
         return group_keys, list(zip(before, after, visible))
 
-    def _values(self, acc: Mapping[str, Any]) -> dict[str, Any]:
+    @cached_property
+    def _names(self) -> list[str]:
+        return [name for name, _ in self.aggs]
+
+    @cached_property
+    def _direct(self) -> bool:
+        """Whether every accumulator is its own result and starts as the first partial."""
+        return all(agg.kind in _DIRECT_KINDS for _, agg in self.aggs)
+
+    def _values(self, acc: Mapping[str, Any]) -> Mapping[str, Any]:
+        if self._direct and list(acc) == self._names:
+            return acc  # read only: the next fold builds a new accumulator
         return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
 
     def _passes(self, scope: BatchScope, keys: list, values: list[dict]) -> list[bool]:
@@ -132,6 +153,14 @@ class GroupAggregate(Operator):
         frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
                              for _, old, _, _ in kept]
         return frame
+
+
+_DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest"})
+
+
+def _without_nan(values: list) -> list:
+    """Partials with NaN (a group whose values were all null) as None, as combine() gives."""
+    return [None if isinstance(value, float) and value != value else value for value in values]
 
 
 def nullable_dtype(agg: Agg, values: pd.Series):
@@ -167,7 +196,7 @@ class LatestByKey(Operator):
         keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
                 for row in latest[list(self.keys)].itertuples(index=False)]
         store = scope.store.operator(self.name, initial=None)
-        previous = store.get_many(keys).tolist()
+        previous = store.get_values(keys)
         rows = []
         for key, old, record in zip(keys, previous, latest[values].to_dict("records")):
             new = {c: to_python(v) for c, v in record.items()}

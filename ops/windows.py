@@ -116,8 +116,7 @@ class WindowAggregate(_EventTimeAggregate):
         stream time after the batch (epoch milliseconds)."""
         if frame.empty:
             return frame.assign(**{START: pd.Series(dtype="int64")}), 0, time
-        stamps = pd.to_datetime(frame[self.window.time], utc=True)
-        ms = (stamps.astype("int64") // 1_000_000).to_numpy()
+        ms = _epoch_ms(frame[self.window.time])
         running = np.maximum.accumulate(ms)
         before = np.concatenate([[time if time is not None else np.iinfo(np.int64).min],
                                  running[:-1]])
@@ -130,16 +129,16 @@ class WindowAggregate(_EventTimeAggregate):
             ontime = start + size + grace > before
             late += int((~ontime).sum())
             parts.append(frame[ontime].assign(**{START: start[ontime]}))
-        rows = pd.concat(parts).sort_index(kind="stable")  # input order, window order within
+        # input order, window order within (a tumbling window has one part, already in order)
+        rows = parts[0] if len(parts) == 1 else pd.concat(parts).sort_index(kind="stable")
         stream_time = int(running[-1]) if time is None else max(int(running[-1]), time)
         return rows, late, stream_time
 
     def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
         """Final rows of the windows that just closed; their state is dropped."""
-        states = store.get_many(closed).tolist() if closed else []
+        states = store.get_values(closed)
         shown = [(key, state) for key, state in zip(closed, states) if state and state.get("visible")]
-        for key in closed:
-            store.delete(key)
+        store.delete_many(closed)
         # a closing window is an insert of its final values, never shown before
         return inner.changes([key for key, _ in shown],
                              [(None, inner._values(state["acc"]), True) for _, state in shown])
@@ -190,10 +189,10 @@ class SessionAggregate(_EventTimeAggregate):
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         store, clock = self._clock(scope, frame)
         frame = frame.dropna(subset=[self.window.time, *self.keys])
-        ms = (pd.to_datetime(frame[self.window.time], utc=True).astype("int64") // 1_000_000).tolist()
+        ms = _epoch_ms(frame[self.window.time]).tolist()
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))
-        sessions = dict(zip(unique, store.get_many(unique).tolist()))
+        sessions = dict(zip(unique, store.get_values(unique)))
         gap, grace = _ms(self.window.gap), _ms(self.window.grace)
         time, late, changes = clock["time"], 0, []
         for key, ts, row in zip(keys, ms, frame.to_dict("records")):
@@ -292,6 +291,14 @@ def _one_record_partial(agg: Agg, value: Any, missing: bool) -> Any:
 
 def _ms(delta: pd.Timedelta) -> int:
     return int(delta / pd.Timedelta(milliseconds=1))
+
+
+def _epoch_ms(times: pd.Series) -> np.ndarray:
+    """Event times as epoch milliseconds (naive times are UTC). Datetime columns convert
+    directly: ``pd.to_datetime`` on them first scanned the values to decide about caching."""
+    if not (pd.api.types.is_datetime64_dtype(times) or isinstance(times.dtype, pd.DatetimeTZDtype)):
+        times = pd.to_datetime(times, utc=True)
+    return times.dt.as_unit("ns").array.asi8 // 1_000_000
 
 
 def _timestamps(out: pd.DataFrame) -> pd.DataFrame:

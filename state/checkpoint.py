@@ -31,6 +31,11 @@ STATE_SCHEMA = StructType([
     StructField("checkpoint_id", LongType(), False),
 ])
 
+# File statistics only for checkpoint ids, which reads filter on. Min/max of the key and value
+# strings skip nothing (a commit's keys are spread over the key space) and collecting them cost
+# 0.75 s of a 1.2 s commit of 30k state rows.
+STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id"}
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -76,7 +81,8 @@ class CheckpointLog:
 
     def ensure_table(self) -> bool:
         """Create the state table if missing; True when it was created (so it is empty)."""
-        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",))
+        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",),
+                             properties=STATE_TABLE_PROPERTIES)
 
     def records(self):
         """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""

@@ -19,6 +19,8 @@ def encode_key(key: Hashable) -> str:
     """
     if type(key) is int:  # the common case, ~10x cheaper than json.dumps
         return str(key)
+    if type(key) is tuple and all(type(part) is int for part in key):  # (key, window start)
+        return "[" + ",".join(map(str, key)) + "]"
     if key is None:
         return UNKEYED
     if hasattr(key, "item") and not isinstance(key, (str, bytes, tuple)):

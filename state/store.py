@@ -23,10 +23,11 @@ class OperatorState:
 
     Values are loaded from the ``_state`` table the first time a key is seen in the run (only the
     batch's keys, never the whole table) and kept in memory; ``set`` marks a key changed until the
-    next checkpoint writes it.
+    next checkpoint writes it. Without a ``loader`` (the pipeline never checkpointed) nothing is
+    stored, so nothing is read.
     """
 
-    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader):
+    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None):
         self.name = name
         self._initial = initial
         self._codec = codec
@@ -37,6 +38,8 @@ class OperatorState:
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
+        if self._loader is None:  # nothing stored yet: every key starts from initial state
+            return
         wanted = [key for key in dict.fromkeys(keys) if key not in self._known]
         if not wanted:
             return
@@ -57,9 +60,13 @@ class OperatorState:
     def get_many(self, keys: Iterable[Hashable]) -> pd.Series:
         """Values for many keys at once, as a Series indexed by key (vectorized operators)."""
         keys = list(keys)
-        self.prefetch(keys)
-        return pd.Series([self._value_of(key) for key in keys], dtype=object if not keys else None,
+        return pd.Series(self.get_values(keys), dtype=object if not keys else None,
                          index=pd.Index(keys, tupleize_cols=False))
+
+    def get_values(self, keys: list[Hashable]) -> list[Any]:
+        """Values for many keys at once, as a list in the order of ``keys``."""
+        self.prefetch(keys)
+        return [self._value_of(key) for key in keys]
 
     def _value_of(self, key: Hashable) -> Any:
         value = self._values.get(key, _MISSING)
@@ -77,14 +84,24 @@ class OperatorState:
 
     def set_many(self, values: pd.Series) -> None:
         """Replace the values of every key in the Series' index."""
-        for key, value in zip(values.index, values.tolist()):
+        self.set_values(values.index, values.tolist())
+
+    def set_values(self, keys: Iterable[Hashable], values: Iterable[Any]) -> None:
+        """Replace the value of each key by the value at the same position."""
+        for key, value in zip(keys, values):
             self.set(key, value)
 
     def delete(self, key: Hashable) -> None:
         """Forget ``key``: a tombstone is written and the key reads as initial state again."""
-        self._known.add(key)
-        self._values.pop(key, None)
-        self._changed.add(key)
+        self.delete_many([key])
+
+    def delete_many(self, keys: Iterable[Hashable]) -> None:
+        """Forget every key in ``keys`` (see :meth:`delete`)."""
+        keys = list(keys)
+        self._known.update(keys)
+        self._changed.update(keys)
+        for key in keys:
+            self._values.pop(key, None)
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
@@ -125,7 +142,8 @@ class StateStore:
     def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
         """The state of operator ``name`` (created on first use)."""
         if name not in self._operators:
-            self._operators[name] = OperatorState(name, initial, codec_named(codec), self._load)
+            loader = self._load if self._as_of is not None else None
+            self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
 
     def changed_rows(self) -> pd.DataFrame:
@@ -140,8 +158,6 @@ class StateStore:
             op.mark_checkpointed()
 
     def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
-        if self._as_of is None:
-            return {}  # nothing was ever checkpointed: every key starts from initial state
         latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
 

@@ -1,0 +1,115 @@
+"""Rows inserted by a range of commits: plain appends are read from their Parquet files, anything
+else through the change data feed, and both ways must give the same rows, dtypes and order."""
+
+import datetime
+import decimal
+
+import pandas as pd
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import types as T
+
+from state import appended, tables
+
+SCHEMA = T.StructType([
+    T.StructField("k", T.LongType()), T.StructField("i", T.IntegerType()),
+    T.StructField("x", T.DoubleType()), T.StructField("s", T.StringType()),
+    T.StructField("flag", T.BooleanType()), T.StructField("ts", T.TimestampType()),
+    T.StructField("day", T.DateType()), T.StructField("seq", T.LongType()),
+])
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def commit(spark, path: str, first: int, n: int) -> None:
+    """One append of ``n`` rows of every supported type, nulls included, out of order."""
+    rows = [(k % 3 if k % 4 else None, k if k % 5 else None, k / 4 if k % 6 else None,
+             f"s{k}" if k % 7 else None, bool(k % 2) if k % 8 else None,
+             datetime.datetime(2026, 1, 1, 12, 0, k % 60) if k % 9 else None,
+             datetime.date(2026, 1, 1 + k % 28) if k % 10 else None, k)
+            for k in reversed(range(first, first + n))]
+    spark.createDataFrame(rows, SCHEMA).coalesce(2).write.format("delta").mode("append").save(path)
+
+
+@pytest.fixture
+def appends(spark, tmp_path):
+    path = str(tmp_path / "events")
+    tables.ensure(spark, path, SCHEMA, properties=CDF)           # version 0: the empty table
+    for version in range(1, 4):
+        commit(spark, path, 100 * version, 40)
+    return path
+
+
+def via_change_feed(spark, path, first, last, order_by=()):
+    rows = appended._from_change_feed(spark, path, first, last)
+    keys = [appended.VERSION, *(order_by or SCHEMA.names)]
+    return rows.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("order_by", [(), ("seq",)])
+def test_plain_appends_read_from_files_match_the_change_feed(spark, appends, order_by):
+    assert appended._from_files(appends, 0, 3, SCHEMA, "UTC") is not None   # the direct path
+    direct = appended.inserted_rows(spark, appends, 0, 3, order_by)
+    expected = via_change_feed(spark, appends, 0, 3, order_by)
+    assert len(direct) == 120
+    pd.testing.assert_frame_equal(direct, expected)
+    assert direct[appended.VERSION].is_monotonic_increasing
+    if order_by:
+        for _, version in direct.groupby(appended.VERSION):
+            assert version["seq"].is_monotonic_increasing
+
+
+def test_timestamps_follow_the_session_time_zone(spark, appends):
+    utc = appended.inserted_rows(spark, appends, 1, 1, ("seq",))
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        local = appended.inserted_rows(spark, appends, 1, 1, ("seq",))
+        expected = via_change_feed(spark, appends, 1, 1, ("seq",))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    pd.testing.assert_frame_equal(local, expected)
+    assert (utc["ts"] - local["ts"]).dropna().eq(pd.Timedelta(hours=5)).all()
+
+
+def test_updates_deletes_and_merges_come_from_the_change_feed(spark, appends):
+    table = DeltaTable.forPath(spark, appends)
+    table.update("seq = 101", {"s": "'changed'"})                        # version 4
+    table.delete("seq = 102")                                            # version 5
+    source = spark.createDataFrame([(1000, 999)], "seq long, k long")
+    (table.alias("t").merge(source.alias("u"), "t.seq = u.seq")
+     .whenNotMatchedInsert(values={"seq": "u.seq", "k": "u.k"}).execute())  # version 6
+    for version in (4, 5):
+        assert appended._from_files(appends, version, version, SCHEMA, "UTC") is None
+    rows = appended.inserted_rows(spark, appends, 4, 6, ("seq",))    # updates insert nothing
+    assert rows[[appended.VERSION, "seq", "k"]].values.tolist() == [[6, 1000, 999]]
+
+
+def test_schema_changes_partitions_and_other_types_take_the_change_feed(spark, tmp_path, appends):
+    wider = spark.createDataFrame([(1, 2)], "seq long, extra long")
+    wider.write.format("delta").mode("append").option("mergeSchema", "true").save(appends)
+    table = spark.read.format("delta").load(appends)
+    table.where("seq = 101").write.format("delta").mode("append").save(appends)   # every column
+    assert appended._from_files(appends, 1, 4, table.schema, "UTC") is None   # columns missing
+    assert appended._from_files(appends, 5, 5, table.schema, "UTC") is not None
+    rows = appended.inserted_rows(spark, appends, 3, 5, ("seq",))
+    assert len(rows) == 42 and rows["extra"].isna().sum() == 41
+
+    parted = str(tmp_path / "parted")
+    spark.createDataFrame([(1, "a")], "k long, p string").write.format("delta").partitionBy("p") \
+        .options(**CDF).save(parted)
+    assert appended._from_files(parted, 0, 0, spark.read.format("delta").load(parted).schema,
+                                "UTC") is None
+    assert appended.inserted_rows(spark, parted, 0, 0)[["k", "p"]].values.tolist() == [[1, "a"]]
+
+    money = str(tmp_path / "money")
+    spark.createDataFrame([(decimal.Decimal("1.50"),)], "amount decimal(10,2)").write \
+        .format("delta").options(**CDF).save(money)
+    schema = spark.read.format("delta").load(money).schema
+    assert appended._from_files(money, 0, 0, schema, "UTC") is None      # not a plain type
+    assert appended.inserted_rows(spark, money, 0, 0)["amount"].tolist() == [decimal.Decimal("1.50")]
+
+
+def test_compaction_adds_no_rows(spark, appends):
+    DeltaTable.forPath(spark, appends).optimize().executeCompaction()    # version 4
+    assert appended._from_files(appends, 4, 4, SCHEMA, "UTC") is None     # nothing to read
+    assert appended.inserted_rows(spark, appends, 4, 4).empty
+    assert len(appended.inserted_rows(spark, appends, 1, 4)) == 120
