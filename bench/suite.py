@@ -39,7 +39,9 @@ def main() -> None:
         parser.error(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     n = lambda size: max(100, int(size * args.scale))  # noqa: E731
 
-    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2))
+    # 2 GiB of driver heap for both systems: the 5M-key workloads ran the default 1 GiB out once.
+    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2,
+                                            extra={"spark.driver.memory": "2g"}))
     workdir = tempfile.mkdtemp(prefix="lakestream-bench-")
     results: dict = {"scale": args.scale, "workloads": chosen}
     started = time.perf_counter()

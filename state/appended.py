@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import pandas as pd
 import pyarrow as pa
@@ -70,7 +70,10 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
         if files is None:
             return None
         for name in files:
-            table = pq.read_table(name)
+            try:
+                table = pq.read_table(name)
+            except (OSError, pa.ArrowInvalid):  # gone (vacuumed) or unreadable: Spark will say
+                return None
             if table.schema.names != schema.names or not all(
                     _SAME_IN_PANDAS[type(field.dataType)](table.schema.field(field.name).type)
                     for field in schema.fields):
@@ -83,8 +86,11 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
         if isinstance(field.dataType, T.TimestampType):  # Spark: naive, in the session time zone
             column = rows[field.name]
             instants = column.dt.tz_convert("UTC") if column.dt.tz else column.dt.tz_localize("UTC")
-            rows[field.name] = instants.dt.tz_convert(time_zone).dt.tz_localize(None).astype(
-                "datetime64[ns]")
+            try:
+                local = instants.dt.tz_convert(time_zone)
+            except (KeyError, ValueError, TypeError):  # a zone spelling only Spark knows
+                return None
+            rows[field.name] = local.dt.tz_localize(None).astype("datetime64[ns]")
     return rows
 
 
@@ -106,7 +112,7 @@ def _added_files(local: str, version: int) -> list[str] | None:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
                 continue  # commit info, metadata, transaction ids; compaction rewrites
-            if add.get("partitionValues") or add.get("deletionVector") or "://" in add["path"]:
-                return None
+            if add.get("partitionValues") or add.get("deletionVector") or urlparse(add["path"]).scheme:
+                return None  # partition values live in the log; absolute URIs are not local
             files.append(os.path.join(local, unquote(add["path"])))
     return files
