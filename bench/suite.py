@@ -2,7 +2,7 @@
 same generated input. Prints a table per workload and a summary against the targets, and writes
 ``bench/results/suite.json``. Never part of CI.
 
-    .venv/bin/python bench/suite.py                 # the full sizes (about 40 minutes on 2 cores)
+    .venv/bin/python bench/suite.py                 # the full sizes (about 25 minutes on 2 cores)
     .venv/bin/python bench/suite.py --scale 0.05    # same shapes, small: a quick look
     .venv/bin/python bench/suite.py --only windowed,checkpoint
 """

@@ -87,10 +87,10 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
             column = rows[field.name]
             instants = column.dt.tz_convert("UTC") if column.dt.tz else column.dt.tz_localize("UTC")
             try:
-                local = instants.dt.tz_convert(time_zone)
+                zoned = instants.dt.tz_convert(time_zone)
             except (KeyError, ValueError, TypeError):  # a zone spelling only Spark knows
                 return None
-            rows[field.name] = local.dt.tz_localize(None).astype("datetime64[ns]")
+            rows[field.name] = zoned.dt.tz_localize(None).astype("datetime64[ns]")
     return rows
 
 
@@ -112,7 +112,8 @@ def _added_files(local: str, version: int) -> list[str] | None:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
                 continue  # commit info, metadata, transaction ids; compaction rewrites
-            if add.get("partitionValues") or add.get("deletionVector") or urlparse(add["path"]).scheme:
-                return None  # partition values live in the log; absolute URIs are not local
+            absolute = urlparse(add["path"]).scheme  # a URI, not a path in the table folder
+            if add.get("partitionValues") or add.get("deletionVector") or absolute:
+                return None  # partition values and deleted rows live in the log, not the file
             files.append(os.path.join(local, unquote(add["path"])))
     return files

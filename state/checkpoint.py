@@ -81,8 +81,8 @@ class CheckpointLog:
 
     def ensure_table(self) -> bool:
         """Create the state table if missing; True when it was created (so it is empty)."""
-        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA, partition_by=("operator",),
-                             properties=STATE_TABLE_PROPERTIES)
+        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA,
+                             partition_by=("operator",), properties=STATE_TABLE_PROPERTIES)
 
     def records(self):
         """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""
