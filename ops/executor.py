@@ -125,7 +125,6 @@ class _Run:
         for key, hook in self.hooks:
             hook.on_recover(self.hook_ctx, markers.get(key))
         fault_point("hook_on_recover")
-        tables.warm_transaction_ids(self.spark)  # for the plan and checkpoint commits to come
         if self.last:
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
@@ -177,7 +176,6 @@ class _Run:
     # 3.-4. run operators, write sinks ---------------------------------------------------------
     def run_batch(self, plan: BatchPlan, replayed: bool) -> BatchReport:
         started = time.perf_counter()
-        tables.warm_transaction_ids(self.spark)  # while the batch reads and computes
         source = self.pipeline.source
         start, end = plan.ranges[source.name]
         sliced = source.read(self.ctx, start, end)

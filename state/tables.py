@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pyarrow as pa
@@ -17,13 +15,6 @@ from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.types import StructType
 
 from .errors import CheckpointConflict
-
-log = logging.getLogger(__name__)
-
-# Tables created, or appended to idempotently, since the last warm_transaction_ids(), in order.
-_UNWARMED: dict[str, None] = {}
-# Best effort, in the background: two threads, so the next batch's two commits are both ready.
-_WARMER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakestream-delta-warm")
 
 
 def exists(spark: SparkSession, path: str) -> bool:
@@ -50,7 +41,6 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
         if not _lost_creation_race(exc):  # another writer created it first: that is fine
             raise
         return False
-    _UNWARMED[path] = None  # its first idempotent append is near
     return True
 
 
@@ -163,37 +153,6 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
                 f"concurrent write to {path} with the same idempotency id {txn}: another run of "
                 "this pipeline is active; this run stopped. Run one instance at a time.") from exc
         raise
-    if txn is not None:
-        _UNWARMED[path] = None
-
-
-def warm_transaction_ids(spark: SparkSession) -> None:
-    """Let Delta work out, in the background, the transaction ids of every table created or
-    appended to idempotently since the last call; call it before work that leaves Spark idle.
-
-    An idempotent append asks the table's snapshot which version each ``txnAppId`` reached, and
-    Delta 4.4 answers only by reconstructing the snapshot's whole state: three Spark jobs, 0.4
-    to 0.6 s, after every commit, since every commit makes a new snapshot. Done while the run
-    reads and computes its next batch, it is off the critical path: the next append reuses the
-    snapshot when no one else committed in between. Best effort: a failure only means the next
-    append does the work itself.
-    """
-    jvm = getattr(spark, "_jvm", None)
-    paths = list(_UNWARMED)  # the order the next batch will append in
-    _UNWARMED.clear()
-    if jvm is None:  # not a classic session
-        return
-
-    def warm(path: str) -> None:
-        try:
-            none = jvm.scala.Option.apply(None)
-            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-            delta_log.update(False, none, none).setTransactions()
-        except Exception as exc:  # the session stopped, the table went away, another Delta
-            log.debug("warming the snapshot of %s failed: %s", path, exc)
-
-    for path in paths:
-        _WARMER.submit(warm, path)
 
 
 def delete_where(spark: SparkSession, path: str, condition: Column) -> None:
