@@ -91,13 +91,14 @@ class GroupAggregate(Operator):
         before, after, states = [], [], []
         # A key seen for the first time takes its partials as they are when every aggregate's
         # accumulator is its result (count, sum, min, max, latest): no combine() call per value.
-        firsts = ([dict(zip(columns, values)) for values in zip(*map(_without_nan, columns.values()))]
+        firsts = ({name: _without_nan(values) for name, values in columns.items()}
                   if self._direct else None)
         for position, old in enumerate(previous):
             if old is None and firsts is not None:
+                acc = {name: values[position] for name, values in firsts.items()}
                 before.append(None)
-                after.append(firsts[position])
-                states.append({"acc": firsts[position], "visible": True})
+                after.append(acc)
+                states.append({"acc": acc, "visible": True})
                 continue
             old_acc = (old or {}).get("acc", {})
             acc = {name: agg.combine(old_acc.get(name), columns[name][position])
