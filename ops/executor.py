@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession, functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from state import (BatchPlan, BatchPlans, Checkpoint, CheckpointLog, HookContext, StateStore,
-                   fault_point, new_checkpoint, restore_all, save_all, tables)
+                   TransactionWarmer, fault_point, new_checkpoint, restore_all, save_all, tables,
+                   warming)
 
 from ._context import RunContext
 from .operators import BatchScope
@@ -84,8 +85,10 @@ class RunReport:
 class _Run:
     """One run of one pipeline; the public entry point is :func:`run_pipeline`."""
 
-    def __init__(self, pipeline, spark: SparkSession, warehouse: str | None):
+    def __init__(self, pipeline, spark: SparkSession, warehouse: str | None,
+                 warmer: TransactionWarmer):
         self.pipeline = pipeline
+        self.warmer = warmer
         self.spark = spark
         self.layout = pipeline.layout(warehouse)
         self.checkpoints = CheckpointLog(spark, self.layout)
@@ -125,6 +128,7 @@ class _Run:
         for key, hook in self.hooks:
             hook.on_recover(self.hook_ctx, markers.get(key))
         fault_point("hook_on_recover")
+        self.warmer.note(self.layout.state)  # the first checkpoint commit is near
         if self.last:
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
@@ -176,6 +180,7 @@ class _Run:
     # 3.-4. run operators, write sinks ---------------------------------------------------------
     def run_batch(self, plan: BatchPlan, replayed: bool) -> BatchReport:
         started = time.perf_counter()
+        self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
         start, end = plan.ranges[source.name]
         sliced = source.read(self.ctx, start, end)
@@ -238,19 +243,20 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
     ``on_teardown`` always.
     """
     started = time.perf_counter()
-    run = _Run(pipeline, spark, warehouse)
     report = RunReport(pipeline=pipeline.name)
-    try:
-        run.call_hooks("on_setup")
-        run.recover()
-        run.call_hooks("on_start")
-        _run_batches(run, report, max_batches, progress)
-        run.call_hooks("on_finish")
-    except BaseException as error:
-        run.call_hooks_quietly("on_error", error)
-        raise
-    finally:
-        run.call_hooks_quietly("on_teardown")
+    with warming(spark) as warmer:
+        run = _Run(pipeline, spark, warehouse, warmer)
+        try:
+            run.call_hooks("on_setup")
+            run.recover()
+            run.call_hooks("on_start")
+            _run_batches(run, report, max_batches, progress)
+            run.call_hooks("on_finish")
+        except BaseException as error:
+            run.call_hooks_quietly("on_error", error)
+            raise
+        finally:
+            run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
     report.last_batch_id = run.batch_id
     report.seconds = time.perf_counter() - started

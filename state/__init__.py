@@ -17,13 +17,14 @@ from .queries import changed_keys, compact, read_state
 from .rollback import reset_checkpoint
 from .store import OperatorState, StateStore
 from .tracking import Tracked, restore_all, save_all, track
+from .warmup import TransactionWarmer, warming
 
 __all__ = [
     "CHECKPOINT_OPERATOR", "STATE_SCHEMA", "BatchPlan", "BatchPlans", "Checkpoint",
     "CheckpointConflict", "CheckpointLog", "CorruptStateError", "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
-    "StateError", "StateStore", "StreamError", "Tracked", "changed_keys", "check_name",
+    "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
     "codec_named", "compact", "decode_key", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "restore_all", "save_all", "tables", "track",
+    "restore_all", "save_all", "tables", "track", "warming",
 ]

@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, functions as F
 from pyspark.sql.types import StructType
 
 from .errors import CheckpointConflict
+from .warmup import note_append
 
 
 def exists(spark: SparkSession, path: str) -> bool:
@@ -153,6 +154,8 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
                 f"concurrent write to {path} with the same idempotency id {txn}: another run of "
                 "this pipeline is active; this run stopped. Run one instance at a time.") from exc
         raise
+    if txn is not None:
+        note_append(path)
 
 
 def delete_where(spark: SparkSession, path: str, condition: Column) -> None:

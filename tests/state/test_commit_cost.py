@@ -1,12 +1,61 @@
-"""What keeps the per-batch checkpoint commit cheap: no file statistics on the state table's
-key and value strings."""
+"""What keeps the per-batch commits cheap: transaction ids worked out in the background before
+the next idempotent append (and released when the run ends), and no file statistics on the
+state table's key and value strings."""
 
 import json
 import os
 
 import pandas as pd
 
-from state import STATE_SCHEMA, CheckpointLog, PipelineLayout, tables
+from state import STATE_SCHEMA, CheckpointLog, PipelineLayout, tables, warming
+
+ROW = pd.DataFrame({"k": [1], "x": [2]})
+
+
+def jobs_of(spark, group: str, action) -> int:
+    """How many Spark jobs ``action`` ran."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        action()
+    finally:
+        context.setJobGroup("", "")
+    return len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def cached_states_of(spark, path: str) -> list[str]:
+    """Names of the cached Delta snapshot states of the table at ``path``."""
+    rdds = spark.sparkContext._jsc.sc().getPersistentRDDs()
+    names = [str(rdd.name()) for rdd in spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters
+             .asJava(rdds).values()]
+    return [name for name in names if path in name]
+
+
+def append(spark, path: str, version: int) -> None:
+    tables.append(tables.to_frame(spark, ROW), path, txn=("p/sink", version))
+
+
+def test_a_warmed_table_takes_its_next_idempotent_append_in_one_job(spark, tmp_path):
+    path = str(tmp_path / "sink")
+    with warming(spark) as warmer:
+        append(spark, path, 1)
+        cold = jobs_of(spark, "cold", lambda: append(spark, path, 2))
+        warmer.warm()
+        warmer.wait()
+        warm = jobs_of(spark, "warm", lambda: append(spark, path, 3))
+        assert cold > 1 and warm == 1, (cold, warm)   # the write job alone: Delta knew the ids
+        append(spark, path, 3)   # still idempotent
+    assert tables.read(spark, path).count() == 3
+
+
+def test_what_a_run_warmed_and_did_not_append_to_is_released_when_it_ends(spark, tmp_path):
+    path = str(tmp_path / "sink")
+    with warming(spark) as warmer:
+        append(spark, path, 1)
+        warmer.warm()   # as before a batch that, this time, never comes
+        warmer.wait()
+        assert cached_states_of(spark, path)   # the warm-up built the snapshot's state
+    assert cached_states_of(spark, path) == []   # and the end of the run released it
 
 
 def test_the_state_table_keeps_statistics_of_checkpoint_ids_only(spark, tmp_path):

@@ -1,0 +1,118 @@
+"""Delta transaction ids worked out in the background, before the appends that need them.
+
+An idempotent append (``txnAppId``/``txnVersion``) asks the table's snapshot which version the id
+reached, and Delta 4.4 answers only by reconstructing the snapshot's whole state: three Spark
+jobs, 0.4 to 0.6 s, before every such append, since every commit makes a new snapshot. A run
+appends to the same tables batch after batch, so while a batch reads and computes, a background
+thread reconstructs the snapshots its appends will commit on; each append is then one job.
+
+Delta caches a reconstructed state on its snapshot and releases it when a newer snapshot of the
+table replaces it, which the append does. A snapshot warmed but never appended to (the run ended
+first) would keep its state for as long as the JVM caches the table, and a JVM serving many
+pipelines would run out of heap; so when the run ends, every snapshot warmed is released.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_ACTIVE: ContextVar["TransactionWarmer | None"] = ContextVar("lakestream_warmer", default=None)
+
+
+class TransactionWarmer:
+    """Warms the tables appended to idempotently during one run; see the module docstring."""
+
+    def __init__(self, spark: SparkSession):
+        self._jvm = getattr(spark, "_jvm", None)  # None for a Spark Connect session: no warm-up
+        self._jsession = getattr(spark, "_jsparkSession", None)
+        self._lock = threading.Lock()  # appends are noted from the run's and its landing's threads
+        self._appended: dict[str, None] = {}  # ordered: the order the next batch appends in
+        self._warmed: list[Any] = []  # JVM snapshots whose state this warmer built
+        self._pending: list[Future] = []
+        self._closed = False
+        # Two threads, so a batch's sink and checkpoint tables are both ready in time.
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakestream-warm")
+
+    def note(self, path: str) -> None:
+        """``path`` was appended to idempotently: the next batch is likely to append again."""
+        with self._lock:
+            self._appended[path] = None
+
+    def warm(self) -> None:
+        """Start working out, in the background, the transaction ids of every table noted since
+        the last call. Call it before work that leaves Spark idle (reading, computing)."""
+        with self._lock:
+            paths, self._appended = list(self._appended), {}
+            if self._jvm is None or self._closed:
+                return
+            self._pending = [future for future in self._pending if not future.done()]
+            self._pending += [self._threads.submit(self._warm_one, path) for path in paths]
+
+    def wait(self) -> None:
+        """Block until the warm-ups under way have finished."""
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.result()
+
+    def _warm_one(self, path: str) -> None:
+        try:
+            none = self._jvm.scala.Option.apply(None)
+            delta_log = self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
+            snapshot = delta_log.update(False, none, none)
+            snapshot.setTransactions()
+        except Exception as exc:  # best effort: the append will do the work itself
+            log.debug("warming the snapshot of %s failed: %s", path, exc)
+            return
+        with self._lock:
+            if not self._closed:
+                self._warmed.append(snapshot)
+                return
+        _release(snapshot)  # finished after the run ended
+
+    def close(self) -> None:
+        """Release every state warmed; warm-ups still running release theirs when they end.
+        Nothing waits for them: a run's last warm-up is never used."""
+        with self._lock:
+            self._closed = True
+            warmed, self._warmed = self._warmed, []
+            for future in self._pending:
+                future.cancel()
+        self._threads.shutdown(wait=False)
+        for snapshot in warmed:
+            _release(snapshot)
+
+
+def _release(snapshot: Any) -> None:
+    try:
+        snapshot.uncache()  # a no-op for a snapshot an append already replaced
+    except Exception as exc:  # the session stopped: nothing is cached any more
+        log.debug("releasing a warmed snapshot failed: %s", exc)
+
+
+@contextmanager
+def warming(spark: SparkSession) -> Iterator[TransactionWarmer]:
+    """A warmer that notes this context's idempotent appends, closed when the context ends."""
+    warmer = TransactionWarmer(spark)
+    token = _ACTIVE.set(warmer)
+    try:
+        yield warmer
+    finally:
+        _ACTIVE.reset(token)
+        warmer.close()
+
+
+def note_append(path: str) -> None:
+    """Tell the active warmer, if any, that ``path`` was appended to idempotently."""
+    warmer = _ACTIVE.get()
+    if warmer is not None:
+        warmer.note(path)
