@@ -72,7 +72,7 @@ class GroupAggregate(Operator):
         if missing:
             raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: "
                                 f"column(s) {missing} are not in the data")
-        keyed = frame.dropna(subset=list(self.keys))
+        keyed = without_nulls(frame, self.keys)
         if len(keyed) < len(frame):
             log.warning("%s.%s batch %d: %d row(s) with a null group key dropped", scope.pipeline,
                         self.name, scope.batch_id, len(frame) - len(keyed))
@@ -144,11 +144,15 @@ class GroupAggregate(Operator):
         kept = [(key, old, new, shown) for key, (old, new, shown) in zip(keys, folded)
                 # hidden before and after, or shown and unchanged: nothing a reader could see
                 if not (old is None and not shown) and not (shown and old == new)]
-        parts = [key if len(self.keys) > 1 else (key,) for key, *_ in kept]
-        frame = pd.DataFrame({column: [p[i] for p in parts] for i, column in enumerate(self.keys)})
+        keys = [key for key, *_ in kept]
+        if len(self.keys) == 1:
+            columns = [keys]
+        else:  # tuple keys: one column per position
+            columns = [list(part) for part in zip(*keys)] if keys else [[] for _ in self.keys]
+        frame = pd.DataFrame(dict(zip(self.keys, columns)))
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
-            values = pd.Series([new[name] if shown else None for _, _, new, shown in kept], dtype=object)
-            frame[name] = pd.array(values.tolist(), dtype=nullable_dtype(agg, values))
+            values = [new[name] if shown else None for _, _, new, shown in kept]
+            frame[name] = _nullable_array(agg, values)
         frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
                                 for _, old, _, shown in kept]
         frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
@@ -159,9 +163,24 @@ class GroupAggregate(Operator):
 _DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest"})
 
 
+def without_nulls(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """``frame`` without the rows that have a null in ``columns``; the frame itself, not a copy
+    of it, when there are none (the usual case, and a copy of a large batch costs)."""
+    columns = list(columns)
+    return frame.dropna(subset=columns) if frame[columns].isna().to_numpy().any() else frame
+
+
 def _without_nan(values: list) -> list:
     """Partials with NaN (a group whose values were all null) as None, as combine() gives."""
     return [None if isinstance(value, float) and value != value else value for value in values]
+
+
+def _nullable_array(agg: Agg, values: list):
+    """``values`` as an array of the aggregate's nullable type."""
+    if agg.kind in ("collect_list", "udf") or not values:
+        return pd.array(values, dtype=object)
+    fixed = {"count": "Int64", "avg": "Float64"}.get(agg.kind)
+    return pd.array(values, dtype=fixed) if fixed else pd.array(values)
 
 
 def nullable_dtype(agg: Agg, values: pd.Series):
@@ -193,7 +212,7 @@ class LatestByKey(Operator):
             raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: key "
                                 f"column(s) {missing} are not in the data")
         values = [c for c in frame.columns if c not in self.keys and not c.startswith("_")]
-        latest = frame.dropna(subset=list(self.keys)).drop_duplicates(list(self.keys), keep="last")
+        latest = without_nulls(frame, self.keys).drop_duplicates(list(self.keys), keep="last")
         keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
                 for row in latest[list(self.keys)].itertuples(index=False)]
         store = scope.store.operator(self.name, initial=None)

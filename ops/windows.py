@@ -23,7 +23,7 @@ import pandas as pd
 from .aggregates import Agg, to_python
 from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
-from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, nullable_dtype
+from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, nullable_dtype, without_nulls
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ class WindowAggregate(_EventTimeAggregate):
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         store, clock = self._clock(scope, frame)
-        rows, late, stream_time = self._assign(frame.dropna(subset=[self.window.time]), clock["time"])
+        rows, late, stream_time = self._assign(without_nulls(frame, [self.window.time]),
+                                               clock["time"])
         if late:
             log.warning("%s.%s batch %d: %d late record(s) dropped (window end + grace <= stream "
                         "time)", scope.pipeline, self.name, scope.batch_id, late)
@@ -123,12 +124,17 @@ class WindowAggregate(_EventTimeAggregate):
         if time is not None:
             before = np.maximum(before, time)
         advance, size, grace = _ms(self.window.advance), _ms(self.window.size), _ms(self.window.grace)
+        # only what the aggregation reads: copying whole rows per window was a large part of it
+        read = dict.fromkeys([*self.keys, *(a.column for _, a in self.aggs if a.column)])
+        frame = frame[[column for column in read if column in frame.columns]]  # fold names any missing
         parts, late = [], 0
         for hop in reversed(range(size // advance)):  # earliest window first
             start = (ms // advance) * advance - hop * advance
             ontime = start + size + grace > before
-            late += int((~ontime).sum())
-            parts.append(frame[ontime].assign(**{START: start[ontime]}))
+            on = int(ontime.sum())
+            late += len(ontime) - on
+            parts.append(frame.assign(**{START: start}) if on == len(ontime)
+                         else frame[ontime].assign(**{START: start[ontime]}))
         # input order, window order within (a tumbling window has one part, already in order)
         rows = parts[0] if len(parts) == 1 else pd.concat(parts).sort_index(kind="stable")
         stream_time = int(running[-1]) if time is None else max(int(running[-1]), time)

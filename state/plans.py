@@ -71,7 +71,8 @@ class BatchPlans:
                              for plan in plans])
         stamp = json.dumps({"batch_id": first, "run_id": run_id})
         tables.append(tables.to_frame(self._spark, rows, PLAN_SCHEMA), self._layout.batches,
-                      txn=(f"{self._layout.pipeline}/plans@{epoch}", first), user_metadata=stamp)
+                      txn=(f"{self._layout.pipeline}/plans@{epoch}", first), user_metadata=stamp,
+                      again_soon=False)  # plans are recorded many batches at a time
         if stamp in tables.recent_metadata(self._spark, self._layout.batches):
             return {plan.batch_id: plan for plan in plans}
         stored = self.after(first - 1, epoch)  # another run's plans won

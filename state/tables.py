@@ -129,12 +129,14 @@ def _plain_type(kind: pa.DataType) -> bool:
 
 
 def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
-           partition_by: tuple[str, ...] = (), user_metadata: str | None = None) -> None:
+           partition_by: tuple[str, ...] = (), user_metadata: str | None = None,
+           again_soon: bool = True) -> None:
     """Append ``frame`` to ``path`` in one commit.
 
     With ``txn=(app_id, version)`` the write is idempotent: Delta skips it when the table has
     already seen ``version`` (or a later one) for ``app_id``. That is how a replayed batch writes
-    nothing new.
+    nothing new. ``again_soon``: the next batch is likely to append again, so a run's warm-up
+    may prepare the table's next idempotent append (see :mod:`state.warmup`).
     """
     writer = frame.write.format("delta").mode("append")
     if txn is not None:
@@ -154,7 +156,7 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
                 f"concurrent write to {path} with the same idempotency id {txn}: another run of "
                 "this pipeline is active; this run stopped. Run one instance at a time.") from exc
         raise
-    if txn is not None:
+    if txn is not None and again_soon:
         note_append(path)
 
 
