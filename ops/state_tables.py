@@ -175,22 +175,21 @@ def _without_nan(values: list) -> list:
     return [None if isinstance(value, float) and value != value else value for value in values]
 
 
+# Dtypes fixed by the aggregate's kind; other kinds take the dtype their values infer.
+_KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf": object}
+
+
 def _nullable_array(agg: Agg, values: list):
-    """``values`` as an array of the aggregate's nullable type."""
-    if agg.kind in ("collect_list", "udf") or not values:
-        return pd.array(values, dtype=object)
-    fixed = {"count": "Int64", "avg": "Float64"}.get(agg.kind)
-    return pd.array(values, dtype=fixed) if fixed else pd.array(values)
+    """``values`` as an array of the aggregate's nullable type (see :func:`nullable_dtype`)."""
+    dtype = _KIND_DTYPES.get(agg.kind, None if values else object)
+    return pd.array(values, dtype=dtype)  # None: inferred, once
 
 
 def nullable_dtype(agg: Agg, values: pd.Series):
-    if agg.kind == "count":
-        return "Int64"
-    if agg.kind == "avg":
-        return "Float64"
-    if agg.kind in ("collect_list", "udf") or values.empty:
-        return object
-    return pd.array(values.tolist()).dtype
+    """The nullable dtype for ``agg``'s ``values``: fixed by its kind, else inferred from them."""
+    if agg.kind in _KIND_DTYPES:
+        return _KIND_DTYPES[agg.kind]
+    return object if values.empty else pd.array(values.tolist()).dtype
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,7 @@ class SessionAggregate(_EventTimeAggregate):
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         store, clock = self._clock(scope, frame)
-        frame = frame.dropna(subset=[self.window.time, *self.keys])
+        frame = without_nulls(frame, [self.window.time, *self.keys])
         ms = _epoch_ms(frame[self.window.time]).tolist()
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))

@@ -34,7 +34,7 @@ class TransactionWarmer:
     def __init__(self, spark: SparkSession):
         self._jvm = getattr(spark, "_jvm", None)  # None for a Spark Connect session: no warm-up
         self._jsession = getattr(spark, "_jsparkSession", None)
-        self._lock = threading.Lock()  # appends are noted from the run's and its landing's threads
+        self._lock = threading.Lock()  # warm-ups finish in their own threads, maybe after close()
         self._appended: dict[str, None] = {}  # ordered: the order the next batch appends in
         self._warmed: list[Any] = []  # JVM snapshots whose state this warmer built
         self._pending: list[Future] = []
