@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession, functions as F
@@ -83,20 +84,47 @@ def vacuum(spark: SparkSession, pipeline: Pipeline, retention_hours: float = DEF
     latest state is never affected. Returns files removed per table."""
     if retention_hours < 0:
         raise ValueError(f"retention_hours must be >= 0, got {retention_hours}")
-    # Delta refuses retentions under a week unless told the caller means it; we were told.
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled",
-                   str(retention_hours >= DEFAULT_RETENTION_HOURS).lower())
     removed = {}
-    try:
+    with _session_conf(spark, _vacuum_conf(spark, retention_hours)):
         for path in pipeline_tables(spark, pipeline, warehouse):
             before = _data_files(spark, path)
             DeltaTable.forPath(spark, path).vacuum(retention_hours)
             removed[path] = before - _data_files(spark, path)
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     log.info("%s: vacuum (retain %.1f h) removed %d file(s)", pipeline.name, retention_hours,
              sum(removed.values()))
     return removed
+
+
+# Delta lists a table's directories for vacuum with as many tasks as Spark's partition
+# discovery parallelism, 10,000 by default: about a minute per small table on two cores, against
+# two seconds with one task per core.
+_LISTING_PARALLELISM = ("spark.sql.sources.parallelPartitionDiscovery.parallelism",
+                        "spark.databricks.delta.vacuum.fileListing.parallelism")
+
+
+def _vacuum_conf(spark: SparkSession, retention_hours: float) -> dict[str, str]:
+    """Session settings for a vacuum: retentions under a week allowed (Delta refuses them unless
+    told the caller means it; we were told), listing with one task per core unless the Spark
+    configuration sets its own parallelism."""
+    conf = {"spark.databricks.delta.retentionDurationCheck.enabled":
+            str(retention_hours >= DEFAULT_RETENTION_HOURS).lower()}
+    configured = spark.sparkContext.getConf()
+    cores = str(max(1, spark.sparkContext.defaultParallelism))
+    conf.update({key: cores for key in _LISTING_PARALLELISM if not configured.contains(key)})
+    return conf
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` set on the session for the block; the values before it restored after."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def _data_files(spark: SparkSession, path: str) -> int:

@@ -203,6 +203,25 @@ def test_read_state_as_of_old_checkpoints_and_after_compaction(spark, warehouse)
         sp.read_state(spark, pipeline, "add_x", as_of=9, warehouse=warehouse)
 
 
+def test_vacuum_removes_old_files_keeps_the_latest_state_and_the_session_settings(spark, warehouse):
+    pipeline = _keyed("vacuumed", add_x)
+    for rows in ([{"k": 1, "x": 1}], [{"k": 1, "x": 2}, {"k": 2, "x": 3}]):
+        pipeline.publish(spark, rows, warehouse)
+    pipeline.run_once(spark, warehouse)
+    sp.compact(spark, pipeline, warehouse)  # the files it replaced are left for vacuum
+    latest = sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)
+    listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    settings = {key: spark.conf.get(key, None)
+                for key in (listing, "spark.databricks.delta.retentionDurationCheck.enabled")}
+
+    removed = sp.vacuum(spark, pipeline, retention_hours=0, warehouse=warehouse)
+    assert removed[pipeline.layout(warehouse).state] > 0
+    pd.testing.assert_frame_equal(sp.read_state(spark, pipeline, "add_x", warehouse=warehouse), latest)
+    assert {key: spark.conf.get(key, None) for key in settings} == settings
+    with pytest.raises(ValueError, match="retention_hours must be >= 0"):
+        sp.vacuum(spark, pipeline, retention_hours=-1, warehouse=warehouse)
+
+
 def test_tracked_variables_and_hook_order(spark, warehouse):
     counter = sp.track("counter", {"rows": 0})
     calls = []
