@@ -76,8 +76,9 @@ def _windowed(spark, workdir, n, args) -> list[dict]:
     rows = windowed(spark, workdir, n(10_000), n(500_000), 5)
     _table("tumbling 1-minute count/sum per key, 10 s grace, emit final (anchor: window() + "
            "watermark + RocksDB)", rows,
-           ["keys", "batch", "batches", "system", "events_per_s", "median_batch_s", "x_anchor",
-            "windows_out", "windows_agreeing", "peak_rss_mb", "peak_jvm_heap_mb"])
+           ["keys", "batch", "batches", "system", "runs", "events_per_s", "seconds_range",
+            "median_batch_s", "x_anchor", "windows_out", "windows_agreeing", "peak_rss_mb",
+            "peak_jvm_heap_mb"])
     return rows
 
 

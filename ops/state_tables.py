@@ -144,19 +144,32 @@ class GroupAggregate(Operator):
         kept = [(key, old, new, shown) for key, (old, new, shown) in zip(keys, folded)
                 # hidden before and after, or shown and unchanged: nothing a reader could see
                 if not (old is None and not shown) and not (shown and old == new)]
-        keys = [key for key, *_ in kept]
+        frame = self._rows([key for key, *_ in kept],
+                           [new if shown else None for _, _, new, shown in kept])
+        frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
+                                for _, old, _, shown in kept]
+        frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
+                             for _, old, _, _ in kept]
+        return frame
+
+    def inserts(self, keys: list, accumulators: list[Mapping[str, Any]]) -> pd.DataFrame:
+        """Change rows inserting ``keys`` with the values of their accumulators (windows that
+        close and show their final values for the first time)."""
+        frame = self._rows(keys, [self._values(acc) for acc in accumulators])
+        frame[CHANGE_COLUMN] = "insert"
+        frame[OLD_COLUMN] = None
+        return frame
+
+    def _rows(self, keys: list, values: list[Mapping[str, Any] | None]) -> pd.DataFrame:
+        """Key columns and one column per aggregate (``None`` values: a deleted key)."""
         if len(self.keys) == 1:
             columns = [keys]
         else:  # tuple keys: one column per position
             columns = [list(part) for part in zip(*keys)] if keys else [[] for _ in self.keys]
         frame = pd.DataFrame(dict(zip(self.keys, columns)))
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
-            values = [new[name] if shown else None for _, _, new, shown in kept]
-            frame[name] = _nullable_array(agg, values)
-        frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
-                                for _, old, _, shown in kept]
-        frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
-                             for _, old, _, _ in kept]
+            column = [None if row is None else row[name] for row in values]
+            frame[name] = _nullable_array(agg, column)
         return frame
 
 

@@ -143,11 +143,11 @@ class WindowAggregate(_EventTimeAggregate):
     def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
         """Final rows of the windows that just closed; their state is dropped."""
         states = store.get_values(closed)
-        shown = [(key, state) for key, state in zip(closed, states) if state and state.get("visible")]
+        shown = [(key, state["acc"]) for key, state in zip(closed, states)
+                 if state and state.get("visible")]
         store.delete_many(closed)
         # a closing window is an insert of its final values, never shown before
-        return inner.changes([key for key, _ in shown],
-                             [(None, inner._values(state["acc"]), True) for _, state in shown])
+        return inner.inserts([key for key, _ in shown], [acc for _, acc in shown])
 
     def _with_bounds(self, out: pd.DataFrame) -> pd.DataFrame:
         starts = pd.to_datetime(out[START].astype("int64"), unit="ms", utc=True)

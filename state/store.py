@@ -24,7 +24,8 @@ class OperatorState:
     Values are loaded from the ``_state`` table the first time a key is seen in the run (only the
     batch's keys, never the whole table) and kept in memory; ``set`` marks a key changed until the
     next checkpoint writes it. Without a ``loader`` (the pipeline never checkpointed) nothing is
-    stored, so nothing is read.
+    stored, so nothing is read. A key deleted before any checkpoint held a value for it (a window
+    opened and closed between two checkpoints) needs no tombstone, and gets none.
     """
 
     def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None):
@@ -33,14 +34,18 @@ class OperatorState:
         self._codec = codec
         self._loader = loader
         self._values: dict[Hashable, Any] = {}
-        self._known: set[Hashable] = set()  # keys whose stored value (or absence) is loaded
+        # Keys loaded or written in this run -> whether the last checkpoint holds a value for
+        # them; None when not known (set without being read). Without a loader the run started
+        # from no checkpoint, so a key it has not checkpointed holds none.
+        self._stored: dict[Hashable, bool | None] = {}
+        self._unread = False if loader is None else None
         self._changed: set[Hashable] = set()
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
         if self._loader is None:  # nothing stored yet: every key starts from initial state
             return
-        wanted = [key for key in dict.fromkeys(keys) if key not in self._known]
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._stored]
         if not wanted:
             return
         encoded = [encode_key(key) for key in wanted]
@@ -50,7 +55,7 @@ class OperatorState:
             value = stored.get(text)
             if value is not None:
                 self._values[key] = decode(value)
-        self._known.update(wanted)
+            self._stored[key] = value is not None
 
     def get(self, key: Hashable) -> Any:
         """The value for ``key``; the initial state when the key has none."""
@@ -78,7 +83,7 @@ class OperatorState:
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
-        self._known.add(key)
+        self._stored.setdefault(key, self._unread)
         self._values[key] = value
         self._changed.add(key)
 
@@ -98,7 +103,8 @@ class OperatorState:
     def delete_many(self, keys: Iterable[Hashable]) -> None:
         """Forget every key in ``keys`` (see :meth:`delete`)."""
         keys = list(keys)
-        self._known.update(keys)
+        for key in keys:
+            self._stored.setdefault(key, self._unread)
         self._changed.update(keys)
         for key in keys:
             self._values.pop(key, None)
@@ -108,12 +114,17 @@ class OperatorState:
         rows = []
         for key in self._changed:
             value = self._values.get(key, _MISSING)
-            deleted = value is _MISSING
-            text = None if deleted else encode_value(self._codec, value, operator=self.name, key=key)
-            rows.append((self.name, encode_key(key), text, deleted))
+            if value is _MISSING:
+                if self._stored.get(key, self._unread) is not False:  # may hold a value
+                    rows.append((self.name, encode_key(key), None, True))
+                continue
+            text = encode_value(self._codec, value, operator=self.name, key=key)
+            rows.append((self.name, encode_key(key), text, False))
         return pd.DataFrame(rows, columns=["operator", "key", "value", "deleted"])
 
     def mark_checkpointed(self) -> None:
+        for key in self._changed:
+            self._stored[key] = key in self._values
         self._changed.clear()
 
     @property

@@ -1,12 +1,14 @@
 """Event-time windows: explicit batches in, expected rows out per batch (late and out-of-order
 data, grace, hopping, final vs changes), batching independence, and a restart mid-stream."""
 
+import json
+
 import pandas as pd
 import pytest
 
 import ops as sp
 from ops.operators import BatchScope
-from state import PipelineLayout, StateStore
+from state import PipelineLayout, StateStore, tables
 
 
 def at(text):
@@ -103,6 +105,34 @@ def test_windowed_table_survives_a_restart_mid_stream(spark, warehouse):
     table = pipeline.read_sink(spark, "per_minute", warehouse)
     assert [(str(r.window_start.time()), r.total) for r in table.itertuples()] == [
         ("00:00:00", 2), ("00:01:00", 1)]
+
+
+def test_only_windows_a_checkpoint_held_get_tombstones_when_they_close(spark, warehouse):
+    pipeline = (sp.read.from_callback("clicks", schema={"k": "string", "ts": "timestamp", "x": "long"},
+                                      max_versions=1)
+                .group_by("k").window(sp.tumbling("ts", "1min"))
+                .agg(emit="final", name="minutes", total=sp.sum_("x"))
+                .write.to_table("per_minute")).named("tombstones")
+    # 00:00 is checkpointed open, then closed; 00:01 opens and closes between two checkpoints
+    for rows in (["00:00:10"], ["00:01:10", "00:02:30"]):
+        pipeline.publish(spark, [{"k": "a", "ts": at(t).isoformat(), "x": 1} for t in rows], warehouse)
+    pipeline.run_once(spark, warehouse)
+    state = tables.read(spark, pipeline.layout(warehouse).state).where(
+        "operator = 'minutes'").toPandas()
+    midnight, minute = int(at("00:00:00").timestamp() * 1000), 60_000
+    windows = state.assign(start=[json.loads(key)[1] - midnight if key.startswith("[") else None
+                                  for key in state["key"]])
+    deleted = windows[windows["deleted"]]
+    assert deleted["start"].tolist() == [0]  # 00:00 only: 00:01 was never in a checkpoint
+    assert set(windows.loc[~windows["deleted"], "start"].dropna()) == {0, 2 * minute}
+
+    pipeline.publish(spark, [{"k": "a", "ts": at("00:03:10").isoformat(), "x": 1}], warehouse)
+    pipeline.run_once(spark, warehouse)  # a new run reads state back: closed windows stay closed
+    table = pipeline.read_sink(spark, "per_minute", warehouse)
+    assert [(str(r.window_start.time()), r.total) for r in table.itertuples()] == [
+        ("00:00:00", 1), ("00:01:00", 1), ("00:02:00", 1)]
+    latest = sp.read_state(spark, pipeline, "minutes", warehouse=warehouse)
+    assert [key[1] - midnight for key in latest["key"] if isinstance(key, (list, tuple))] == [3 * minute]
 
 
 def test_windowed_sql_table(spark, warehouse):
