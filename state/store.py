@@ -105,9 +105,8 @@ class OperatorState:
         keys = list(keys)
         for key in keys:
             self._stored.setdefault(key, self._unread)
-        self._changed.update(keys)
-        for key in keys:
             self._values.pop(key, None)
+        self._changed.update(keys)
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
