@@ -169,7 +169,7 @@ class GroupAggregate(Operator):
         frame = pd.DataFrame(dict(zip(self.keys, columns)))
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
             column = [None if row is None else row[name] for row in values]
-            frame[name] = _nullable_array(agg, column)
+            frame[name] = nullable_array(agg, column)
         return frame
 
 
@@ -192,17 +192,17 @@ def _without_nan(values: list) -> list:
 _KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf": object}
 
 
-def _nullable_array(agg: Agg, values: list):
-    """``values`` as an array of the aggregate's nullable type (see :func:`nullable_dtype`)."""
+def nullable_array(agg: Agg, values: list):
+    """``values`` as an array of the aggregate's nullable type: fixed by its kind, else inferred
+    from the values (once). Values pandas cannot type, such as lists of unequal lengths, stay
+    Python objects."""
     dtype = _KIND_DTYPES.get(agg.kind, None if values else object)
-    return pd.array(values, dtype=dtype)  # None: inferred, once
-
-
-def nullable_dtype(agg: Agg, values: pd.Series):
-    """The nullable dtype for ``agg``'s ``values``: fixed by its kind, else inferred from them."""
-    if agg.kind in _KIND_DTYPES:
-        return _KIND_DTYPES[agg.kind]
-    return object if values.empty else pd.array(values.tolist()).dtype
+    try:
+        return pd.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        if dtype is not None:
+            raise
+        return pd.array(values, dtype=object)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import pandas as pd
 from .aggregates import Agg, to_python
 from .errors import OperatorError, PipelineDefinitionError
 from .operators import BatchScope, Operator
-from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, nullable_dtype, without_nulls
+from .state_tables import CHANGE_COLUMN, OLD_COLUMN, GroupAggregate, nullable_array, without_nulls
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class SessionAggregate(_EventTimeAggregate):
         columns = [*self.keys, START, END, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
         out = pd.DataFrame(rows, columns=columns)
         for name, agg in self.aggs:  # nullable dtypes, as the other aggregations emit
-            out[name] = pd.array(out[name].tolist(), dtype=nullable_dtype(agg, out[name].dropna()))
+            out[name] = nullable_array(agg, out[name].tolist())
         return _timestamps(out)
 
     def _add(self, acc: dict | None, row: dict) -> dict:

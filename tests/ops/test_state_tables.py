@@ -4,10 +4,13 @@ changelog, and rebuilding the table from the changelog."""
 import json
 import shutil
 
+import pandas as pd
 import pytest
 
 import ops as sp
 from ops import SqlError
+from ops.operators import BatchScope
+from state import PipelineLayout, StateStore
 
 SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}
 MOVIE_SQL = """CREATE TABLE movie_tickets_sold AS
@@ -148,3 +151,14 @@ def test_user_aggregate_and_state_survives_restart(spark, warehouse):
 def test_unsupported_sql_points_at_the_part(statement, message):
     with pytest.raises(SqlError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         sp.sql(statement, streams={"sales": sales_stream()})
+
+
+def test_values_pandas_cannot_type_are_emitted_as_objects():
+    """Lists of unequal lengths (a latest value that is an array) once failed inside pandas."""
+    op = sp.GroupAggregate(name="g", keys=("k",), aggs=(("last", sp.latest_by_offset("v")),))
+    store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+    out = op.apply(BatchScope("p", 1, ("k",), store),
+                   pd.DataFrame({"k": [1, 2, 1], "v": [[1, 2], [3], [4, 5, 6]]}))
+    assert out["last"].dtype == object
+    assert list(zip(out["k"], out["last"], out["_change"])) == [
+        (1, [4, 5, 6], "insert"), (2, [3], "insert")]
