@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -106,10 +105,15 @@ class _Run:
 
     # 1. recover -------------------------------------------------------------------------------
     def recover(self) -> None:
-        """Read the last checkpoint; restore tracked variables; let hooks truncate global state."""
-        fresh_state, fresh_plans = self.ensure_tables()  # a table just created needs no reading
+        """Read the last checkpoint; restore tracked variables; let hooks truncate global state.
+
+        A pipeline's own tables are created by their first commit, not here: the state table by
+        the first checkpoint, the plans table by the first plan, dead letters by the first
+        rejected record. Creating them empty first cost a fresh pipeline a second or two (an
+        empty commit each, then a full reading of each new snapshot before its first
+        idempotent append)."""
         tables.clear_staging(self.layout.staging)
-        self.last = None if fresh_state else self.checkpoints.latest()
+        self.last = self.checkpoints.latest()
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
@@ -118,7 +122,7 @@ class _Run:
         self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None)
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
-        self.pending_plans = {} if fresh_plans else self.plans.after(self.batch_id, epoch)
+        self.pending_plans = self.plans.after(self.batch_id, epoch)
         self.replaying = bool(self.pending_plans)  # plans left by a run that died: a replay
         restore_all(self.pipeline.tracked, self.last.tracked if self.last else {})
         self.hook_ctx.checkpoint_id = self.last.checkpoint_id if self.last else None
@@ -127,23 +131,11 @@ class _Run:
         for key, hook in self.hooks:
             hook.on_recover(self.hook_ctx, markers.get(key))
         fault_point("hook_on_recover")
-        self.warmer.note(self.layout.state)  # the first checkpoint commit is near
         if self.last:
+            self.warmer.note(self.layout.state)  # the next checkpoint commit is near
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
                      len(self.pending_plans))
-
-    def ensure_tables(self) -> tuple[bool, bool]:
-        """Create the pipeline's state, plans and dead-letter tables where missing, all at once
-        (one after another they took two seconds of a pipeline's first run); returns whether
-        the state and plans tables were created."""
-        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="lakestream-create") as pool:
-            state = pool.submit(self.checkpoints.ensure_table)
-            plans = pool.submit(self.plans.ensure_table)
-            letters = pool.submit(tables.ensure, self.spark, self.layout.dead_letters,
-                                  DEAD_LETTER_SCHEMA)
-            letters.result()
-            return state.result(), plans.result()
 
     def finish_reset(self) -> None:
         """After a reset to an older checkpoint: remove what the abandoned batches wrote to sinks

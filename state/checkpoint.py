@@ -79,11 +79,6 @@ class CheckpointLog:
         self._spark = spark
         self._layout = layout
 
-    def ensure_table(self) -> bool:
-        """Create the state table if missing; True when it was created (so it is empty)."""
-        return tables.ensure(self._spark, self._layout.state, STATE_SCHEMA,
-                             partition_by=("operator",), properties=STATE_TABLE_PROPERTIES)
-
     def records(self):
         """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""
         return (tables.read(self._spark, self._layout.state)
@@ -137,7 +132,8 @@ class CheckpointLog:
         app_id = f"{self._layout.pipeline}/checkpoint"
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id})
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
-                      partition_by=("operator",), user_metadata=stamp)
+                      partition_by=("operator",), user_metadata=stamp,
+                      properties=STATE_TABLE_PROPERTIES)  # the first checkpoint creates the table
         fault_point("after_checkpoint_commit")
         if stamp in tables.recent_metadata(self._spark, self._layout.state):
             return

@@ -45,12 +45,10 @@ class BatchPlans:
         self._spark = spark
         self._layout = layout
 
-    def ensure_table(self) -> bool:
-        """Create the plans table if missing; True when it was created (so it is empty)."""
-        return tables.ensure(self._spark, self._layout.batches, PLAN_SCHEMA)
-
     def after(self, batch_id: int, epoch: int) -> dict[int, BatchPlan]:
         """Plans recorded for batches after ``batch_id`` in ``epoch`` (left by a run that died)."""
+        if not tables.exists(self._spark, self._layout.batches):  # the first plan creates it
+            return {}
         rows = (tables.read(self._spark, self._layout.batches)
                 .where((F.col("batch_id") > batch_id) & (F.col("epoch") == epoch))
                 .select("batch_id", "ranges").collect())

@@ -31,13 +31,8 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
     """
     if exists(spark, path):
         return False
-    writer = spark.createDataFrame([], schema).write.format("delta").mode("append")
-    for key, value in (properties or {}).items():
-        writer = writer.option(key, value)
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
     try:
-        writer.save(path)
+        _appender(spark.createDataFrame([], schema), partition_by, properties).save(path)
     except Exception as exc:
         if not _lost_creation_race(exc):  # another writer created it first: that is fine
             raise
@@ -130,21 +125,20 @@ def _plain_type(kind: pa.DataType) -> bool:
 
 def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
            partition_by: tuple[str, ...] = (), user_metadata: str | None = None,
-           again_soon: bool = True) -> None:
+           properties: dict[str, str] | None = None, again_soon: bool = True) -> None:
     """Append ``frame`` to ``path`` in one commit.
 
     With ``txn=(app_id, version)`` the write is idempotent: Delta skips it when the table has
     already seen ``version`` (or a later one) for ``app_id``. That is how a replayed batch writes
     nothing new. ``again_soon``: the next batch is likely to append again, so a run's warm-up
-    may prepare the table's next idempotent append (see :mod:`state.warmup`).
+    may prepare the table's next idempotent append (see :mod:`state.warmup`). ``properties``:
+    table properties, for when this append creates the table (Delta ignores them otherwise).
     """
-    writer = frame.write.format("delta").mode("append")
+    writer = _appender(frame, partition_by, properties)
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
     if user_metadata is not None:
         writer = writer.option("userMetadata", user_metadata)
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
     try:
         writer.save(path)
     except Exception as exc:
@@ -158,6 +152,14 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         raise
     if txn is not None and again_soon:
         note_append(path)
+
+
+def _appender(frame: DataFrame, partition_by: tuple[str, ...], properties: dict[str, str] | None):
+    """A Delta append of ``frame``; partitioning and properties take effect if it creates the table."""
+    writer = frame.write.format("delta").mode("append")
+    for key, value in (properties or {}).items():
+        writer = writer.option(key, value)
+    return writer.partitionBy(*partition_by) if partition_by else writer
 
 
 def delete_where(spark: SparkSession, path: str, condition: Column) -> None:

@@ -2,6 +2,8 @@
 
 import socket
 
+import pandas as pd
+
 from ops import Pipeline
 from state import tables
 
@@ -16,7 +18,11 @@ def sink_column(spark, pipeline: Pipeline, warehouse: str, column: str, sink: st
 
 
 def dead_letters(spark, pipeline: Pipeline, warehouse: str):
-    return tables.read(spark, pipeline.layout(warehouse).dead_letters).orderBy("position").toPandas()
+    """The pipeline's dead letters by position (none: the table is created by the first one)."""
+    path = pipeline.layout(warehouse).dead_letters
+    if not tables.exists(spark, path):
+        return pd.DataFrame(columns=["batch_id", "source", "position", "reason", "raw"])
+    return tables.read(spark, path).orderBy("position").toPandas()
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import os
 
 import pandas as pd
 
-from state import STATE_SCHEMA, CheckpointLog, PipelineLayout, tables, warming
+from state import CheckpointLog, PipelineLayout, new_checkpoint, tables, warming
 
 ROW = pd.DataFrame({"k": [1], "x": [2]})
 
@@ -60,12 +60,13 @@ def test_what_a_run_warmed_and_did_not_append_to_is_released_when_it_ends(spark,
 
 def test_the_state_table_keeps_statistics_of_checkpoint_ids_only(spark, tmp_path):
     layout = PipelineLayout(str(tmp_path), "p")
-    CheckpointLog(spark, layout).ensure_table()
     rows = pd.DataFrame({"operator": ["op"], "key": ["[1,2]"], "value": ['{"n":1}'],
-                         "deleted": [False], "checkpoint_id": [1]})
-    tables.append(tables.to_frame(spark, rows, STATE_SCHEMA), layout.state,
-                  partition_by=("operator",))
-    with open(os.path.join(layout.state, "_delta_log", f"{1:020d}.json")) as commit:
+                         "deleted": [False]})
+    first = new_checkpoint(None, batch_id=1, offsets={}, tracked={}, markers={}, run_id="r")
+    CheckpointLog(spark, layout).commit(first, rows)   # creates the table: version 0
+    with open(os.path.join(layout.state, "_delta_log", f"{0:020d}.json")) as commit:
         adds = [json.loads(line)["add"] for line in commit if '"add"' in line]
-    stats = json.loads(adds[0]["stats"])
-    assert stats["numRecords"] == 1 and set(stats["minValues"]) == {"checkpoint_id"}
+    assert {add["partitionValues"]["operator"] for add in adds} == {"op", "__checkpoint__"}
+    for add in adds:
+        stats = json.loads(add["stats"])
+        assert stats["numRecords"] == 1 and set(stats["minValues"]) == {"checkpoint_id"}

@@ -156,6 +156,23 @@ def test_checkpoint_every_n_batches_holds_state_in_memory_between(spark, warehou
     assert sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)["value"].tolist() == [15]
 
 
+def test_a_pipelines_tables_are_created_by_their_first_commit(spark, warehouse):
+    pipeline = _keyed("first_commits", add_x)
+    layout = pipeline.layout(warehouse)
+    assert pipeline.run_once(spark, warehouse).checkpoint_id is None   # nothing to read yet
+    assert not any(tables.exists(spark, path)
+                   for path in (layout.state, layout.batches, layout.dead_letters))
+    pipeline.publish(spark, [{"k": 1, "x": 2}], warehouse)
+    pipeline.publish(spark, [{"k": 1, "x": 3}], warehouse)
+    assert pipeline.run_once(spark, warehouse).checkpoint_id == 2
+    for path, operations in ((layout.state, ["WRITE", "WRITE"]), (layout.batches, ["WRITE"])):
+        history = DeltaTable.forPath(spark, path).history().orderBy("version").toPandas()
+        assert history["operation"].tolist() == operations, path   # no empty creation commit
+    assert DeltaTable.forPath(spark, layout.state).detail().first()["partitionColumns"] == ["operator"]
+    assert not tables.exists(spark, layout.dead_letters)   # no record was rejected
+    assert sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)["value"].tolist() == [5]
+
+
 def test_checkpoint_every_t_seconds(spark, warehouse):
     pipeline = _keyed("timed", add_x).checkpoint_every(batches=None, seconds=0.001)
     for x in range(1, 4):
@@ -169,8 +186,7 @@ def test_one_commit_per_checkpoint_with_only_changed_keys(spark, warehouse):
     pipeline.publish(spark, [{"k": 5, "x": 1}], warehouse)
     pipeline.run_once(spark, warehouse)
     layout = pipeline.layout(warehouse)
-    history = DeltaTable.forPath(spark, layout.state).history().orderBy("version").toPandas()
-    commits = history[history["version"] > 0]  # version 0 created the empty table
+    commits = DeltaTable.forPath(spark, layout.state).history().orderBy("version").toPandas()
     assert commits["operation"].tolist() == ["WRITE", "WRITE"]  # one commit per checkpoint
     assert [json.loads(m)["checkpoint_id"] for m in commits["userMetadata"]] == [1, 2]
     state_rows = tables.read(spark, layout.state).where("operator = 'add_x'").groupBy(
