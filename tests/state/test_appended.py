@@ -113,3 +113,29 @@ def test_compaction_adds_no_rows(spark, appends):
     assert appended._from_files(appends, 4, 4, SCHEMA, "UTC") is None     # nothing to read
     assert appended.inserted_rows(spark, appends, 4, 4).empty
     assert len(appended.inserted_rows(spark, appends, 1, 4)) == 120
+
+
+def test_rows_already_in_order_are_not_sorted_again_and_match_the_change_feed(spark, tmp_path):
+    path = str(tmp_path / "ordered")
+    tables.ensure(spark, path, SCHEMA, properties=CDF)
+    for version in range(1, 3):
+        rows = [(k % 3, k, k / 4, f"s{k}", True, datetime.datetime(2026, 1, 1), datetime.date(2026, 1, 1), k)
+                for k in range(100 * version, 100 * version + 30)]
+        spark.createDataFrame(rows, SCHEMA).coalesce(1).write.format("delta").mode("append").save(path)
+    direct = appended.inserted_rows(spark, path, 1, 2, ("seq",))
+    pd.testing.assert_frame_equal(direct, via_change_feed(spark, path, 1, 2, ("seq",)))
+
+
+@pytest.mark.parametrize("columns, in_order", [
+    ({"v": [1, 1, 2, 2], "s": [1, 2, 0, 5]}, True),             # ties on v, s sorted within
+    ({"v": [1, 1, 2, 2], "s": [2, 1, 0, 5]}, False),            # s out of order within a tie
+    ({"v": [1, 2, 3, 4], "s": [9, 8, 7, 6]}, True),             # v alone decides
+    ({"v": [1, 1, 1, 1], "s": [1.0, None, 2.0, 3.0]}, False),   # a null: left to the sort
+    ({"v": [1, 1, 1, 1], "s": ["a", "b", "c", "d"]}, False),    # strings are not checked
+    ({"v": [2, 1, 3, 4], "s": [1, 2, 3, 4]}, False),
+])
+def test_in_order_is_true_only_when_a_stable_sort_would_move_nothing(columns, in_order):
+    frame = pd.DataFrame(columns)
+    assert appended._in_order(frame, ["v", "s"]) is in_order
+    if in_order:
+        pd.testing.assert_frame_equal(frame.sort_values(["v", "s"], kind="stable"), frame)
