@@ -66,26 +66,27 @@ def same_windows(ours: pd.DataFrame, theirs: pd.DataFrame) -> int:
     return len(both)
 
 
-def warm_up(spark, workdir: str) -> None:
-    """Both systems once on a small input first: the suite's warm-up runs the running sum, and
-    without this one whichever system ran first here also paid for compiling the window paths."""
-    source = f"{workdir}/warm_clicks"
-    write_batches(spark, source, clicks(1_000, 20_000, 3, seed=11))
+def warm_up(spark, source: str, workdir: str) -> None:
+    """Both systems once on the timed input, untimed. The suite's warm-up runs the running sum,
+    which leaves the window paths cold, and a warm-up on a small input was not enough either:
+    run after run kept getting faster, and whichever system ran first paid for it."""
     run_lakestream(spark, source, f"{workdir}/warm_win")
     run_anchor(spark, source, f"{workdir}/warm_win_anchor")
 
 
-def windowed(spark, workdir: str, keys: int, batch: int, batches: int, repeats: int = 3) -> list[dict]:
-    """Both systems ``repeats`` times, taking turns, each run on a fresh warehouse: one run of a
-    few seconds varies by 15 % or more on a shared 2-core machine, so the rows report the run of
-    median wall time per system (and the spread)."""
-    warm_up(spark, workdir)
+def windowed(spark, workdir: str, keys: int, batch: int, batches: int, repeats: int = 5) -> list[dict]:
+    """Both systems ``repeats`` times, each run on a fresh warehouse, in the order ours-anchor,
+    anchor-ours, ours-anchor…, so that a machine getting faster or slower over the minutes favours
+    neither. One run of a few seconds varies by 15 % or more on a shared 2-core machine, so the
+    rows report the run of median wall time per system (and the spread)."""
     source = f"{workdir}/clicks_{keys}_{batch}"
     total = write_batches(spark, source, clicks(keys, batch, batches))
+    warm_up(spark, source, workdir)
+    systems = {"ours": run_lakestream, "anchor": run_anchor}
     runs: dict[str, list[dict]] = {"ours": [], "anchor": []}
     for n in range(repeats):
-        runs["ours"].append(run_lakestream(spark, source, f"{workdir}/win_{keys}_{batch}_{n}"))
-        runs["anchor"].append(run_anchor(spark, source, f"{workdir}/win_anchor_{keys}_{batch}_{n}"))
+        for system in ("ours", "anchor") if n % 2 == 0 else ("anchor", "ours"):
+            runs[system].append(systems[system](spark, source, f"{workdir}/win_{system}_{n}"))
     ours, anchor = (_median_run(runs[system]) for system in ("ours", "anchor"))
     agreed = same_windows(ours["windows"], anchor["windows"])
     assert agreed >= 0.5 * len(anchor["windows"]), (agreed, len(anchor["windows"]))

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -96,6 +97,9 @@ class _Run:
         self.hooks = pipeline.all_hooks()
         self.hook_ctx = HookContext(spark, self.layout, uuid.uuid4().hex, self.checkpoints)
         self.last: Checkpoint | None = None
+        # The next checkpoint's state rows, encoded in a thread while the sinks write
+        self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-encode")
+        self.state_rows: Future | None = None
 
     def call_hooks(self, method: str, *args: Any) -> dict[str, Any]:
         """Call ``method`` on every hook, in order; return their results by marker key."""
@@ -181,7 +185,7 @@ class _Run:
         return self.pending_plans.pop(batch_id), False
 
     # 3.-4. run operators, write sinks ---------------------------------------------------------
-    def run_batch(self, plan: BatchPlan, replayed: bool) -> BatchReport:
+    def run_batch(self, plan: BatchPlan, replayed: bool, checkpoint_follows: bool = False) -> BatchReport:
         started = time.perf_counter()
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
@@ -192,6 +196,8 @@ class _Run:
                            plan.ranges)
         for operator in self.pipeline.stream.operators:
             frame = operator.apply(scope, frame)
+        if checkpoint_follows:  # the state is final for this batch: encode it meanwhile
+            self.state_rows = self.encoder.submit(self.store.changed_rows)
         self.write_dead_letters(plan.batch_id, source.name, sliced.rejected)
         for sink in self.pipeline.sinks:
             sink.write(self.ctx, plan.batch_id, frame)
@@ -219,7 +225,8 @@ class _Run:
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
                                     run_id=self.ctx.run_id)
-        self.checkpoints.commit(checkpoint, self.store.changed_rows())
+        rows, self.state_rows = self.state_rows, None
+        self.checkpoints.commit(checkpoint, rows.result() if rows else self.store.changed_rows())
         self.store.mark_checkpointed()
         self.last = checkpoint
         self.hook_ctx.checkpoint_id = checkpoint.checkpoint_id
@@ -259,6 +266,7 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
             run.call_hooks_quietly("on_error", error)
             raise
         finally:
+            run.encoder.shutdown(wait=False)
             run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
     report.last_batch_id = run.batch_id
@@ -275,7 +283,8 @@ def _run_batches(run: _Run, report: RunReport, max_batches: int | None,
         planned = run.plan_next(budget)
         if planned is None:
             break
-        batch = run.run_batch(*planned)
+        follows = policy.due(since_batches + 1, time.monotonic() - since_time)
+        batch = run.run_batch(*planned, checkpoint_follows=follows)
         report.batches.append(batch)
         since_batches += 1
         log.info("%s batch %d: %d rows in, %d out, %d dead letters, %.0f rows/s%s",
