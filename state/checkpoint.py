@@ -80,7 +80,10 @@ class CheckpointLog:
         self._layout = layout
 
     def records(self):
-        """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value``."""
+        """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value`` (empty before
+        the first checkpoint, whose commit creates the table)."""
+        if not tables.exists(self._spark, self._layout.state):
+            return self._spark.createDataFrame([], "checkpoint_id long, value string")
         return (tables.read(self._spark, self._layout.state)
                 .where(F.col("operator") == CHECKPOINT_OPERATOR)
                 .select("checkpoint_id", "value"))
