@@ -185,7 +185,8 @@ class _Run:
         return self.pending_plans.pop(batch_id), False
 
     # 3.-4. run operators, write sinks ---------------------------------------------------------
-    def run_batch(self, plan: BatchPlan, replayed: bool, checkpoint_follows: bool = False) -> BatchReport:
+    def run_batch(self, plan: BatchPlan, replayed: bool,
+                  checkpoint_follows: bool = False) -> BatchReport:
         started = time.perf_counter()
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source

@@ -155,7 +155,7 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
 
 
 def _appender(frame: DataFrame, partition_by: tuple[str, ...], properties: dict[str, str] | None):
-    """A Delta append of ``frame``; partitioning and properties take effect if it creates the table."""
+    """A Delta append of ``frame``; partitioning and properties apply if it creates the table."""
     writer = frame.write.format("delta").mode("append")
     for key, value in (properties or {}).items():
         writer = writer.option(key, value)

@@ -119,9 +119,11 @@ def test_rows_already_in_order_are_not_sorted_again_and_match_the_change_feed(sp
     path = str(tmp_path / "ordered")
     tables.ensure(spark, path, SCHEMA, properties=CDF)
     for version in range(1, 3):
-        rows = [(k % 3, k, k / 4, f"s{k}", True, datetime.datetime(2026, 1, 1), datetime.date(2026, 1, 1), k)
-                for k in range(100 * version, 100 * version + 30)]
-        spark.createDataFrame(rows, SCHEMA).coalesce(1).write.format("delta").mode("append").save(path)
+        day = datetime.date(2026, 1, 1)
+        rows = [(k % 3, k, k / 4, f"s{k}", True, datetime.datetime(2026, 1, 1), day, k)
+                for k in range(100 * version, 100 * version + 30)]   # in seq order already
+        frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)
+        frame.write.format("delta").mode("append").save(path)
     direct = appended.inserted_rows(spark, path, 1, 2, ("seq",))
     pd.testing.assert_frame_equal(direct, via_change_feed(spark, path, 1, 2, ("seq",)))
 

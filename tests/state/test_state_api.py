@@ -168,7 +168,8 @@ def test_a_pipelines_tables_are_created_by_their_first_commit(spark, warehouse):
     for path, operations in ((layout.state, ["WRITE", "WRITE"]), (layout.batches, ["WRITE"])):
         history = DeltaTable.forPath(spark, path).history().orderBy("version").toPandas()
         assert history["operation"].tolist() == operations, path   # no empty creation commit
-    assert DeltaTable.forPath(spark, layout.state).detail().first()["partitionColumns"] == ["operator"]
+    detail = DeltaTable.forPath(spark, layout.state).detail().first()
+    assert detail["partitionColumns"] == ["operator"]
     assert not tables.exists(spark, layout.dead_letters)   # no record was rejected
     assert sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)["value"].tolist() == [5]
 
