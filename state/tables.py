@@ -24,20 +24,15 @@ def exists(spark: SparkSession, path: str) -> bool:
 
 
 def ensure(spark: SparkSession, path: str, schema: StructType, *,
-           partition_by: tuple[str, ...] = (), properties: dict[str, str] | None = None) -> bool:
-    """Create an empty Delta table at ``path`` unless one is there (safe when two runs race).
-
-    Returns whether this call created it, so callers can skip reading a table known empty.
-    """
+           properties: dict[str, str] | None = None) -> None:
+    """Create an empty Delta table at ``path`` unless one is there (safe when two runs race)."""
     if exists(spark, path):
-        return False
+        return
     try:
-        _appender(spark.createDataFrame([], schema), partition_by, properties).save(path)
+        _appender(spark.createDataFrame([], schema), (), properties).save(path)
     except Exception as exc:
         if not _lost_creation_race(exc):  # another writer created it first: that is fine
             raise
-        return False
-    return True
 
 
 def read(spark: SparkSession, path: str) -> DataFrame:

@@ -5,6 +5,7 @@ import socket
 import pandas as pd
 
 from ops import Pipeline
+from ops.executor import DEAD_LETTER_SCHEMA
 from state import tables
 
 
@@ -21,7 +22,7 @@ def dead_letters(spark, pipeline: Pipeline, warehouse: str):
     """The pipeline's dead letters by position (none: the table is created by the first one)."""
     path = pipeline.layout(warehouse).dead_letters
     if not tables.exists(spark, path):
-        return pd.DataFrame(columns=["batch_id", "source", "position", "reason", "raw"])
+        return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("position").toPandas()
 
 
