@@ -8,12 +8,15 @@ idempotent by batch id; the checkpoint commit is the only commit point.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 import uuid
+from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 from pyspark.sql import SparkSession, functions as F
@@ -40,7 +43,8 @@ DEAD_LETTER_SCHEMA = StructType([
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one micro-batch did."""
+    """What one micro-batch did. ``seconds`` runs from its start until its output was written
+    (the checkpoint after it commits while the next batch runs)."""
 
     batch_id: int
     rows_in: int
@@ -57,7 +61,8 @@ class BatchReport:
 
 @dataclass
 class RunReport:
-    """What a run did, for logs and the Dagster UI."""
+    """What a run did, for logs and the Dagster UI. ``checkpoint_seconds``: how long each
+    checkpoint's commit took, in order."""
 
     pipeline: str
     batches: list[BatchReport] = field(default_factory=list)
@@ -83,13 +88,47 @@ class RunReport:
         return sum(b.keys for b in self.batches)
 
 
+@dataclass(frozen=True)
+class _Output:
+    """A batch computed but not yet written."""
+
+    report: BatchReport  # seconds set once written
+    started: float
+    frame: pd.DataFrame
+    rejected: pd.DataFrame
+    source: str
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A checkpoint taken in memory (hooks called, record built), its rows being encoded."""
+
+    checkpoint: Checkpoint
+    rows: Future
+
+
 class _Run:
-    """One run of one pipeline; the public entry point is :func:`run_pipeline`."""
+    """One run of one pipeline; the public entry point is :func:`run_pipeline`.
+
+    Write-behind: a batch's writes run in two writer threads while the main thread plans, reads
+    and computes the next batch, so Spark writes while pandas computes. The sink lane writes
+    each batch's dead letters and sinks, batch after batch; the commit lane commits each
+    checkpoint once the sinks of the batches it covers are written. So durable effects keep the
+    protocol's order (a checkpoint never covers a batch whose output is not written), while a
+    batch's sinks may be written as the checkpoint before it commits: a crash then replays that
+    batch, whose idempotent writes add nothing. The next batch's operators wait only for the
+    pending checkpoint's state rows to be encoded (they change state) and, when the pipeline
+    has lifecycle hooks, for that checkpoint to commit: hooks see ``on_post_checkpoint`` before
+    the next batch's operators run.
+    """
 
     def __init__(self, pipeline, spark: SparkSession, warehouse: str | None,
-                 warmer: TransactionWarmer):
+                 warmer: TransactionWarmer, report: RunReport,
+                 progress: Callable[[BatchReport], None] | None):
         self.pipeline = pipeline
         self.warmer = warmer
+        self.report = report
+        self.progress = progress
         self.spark = spark
         self.layout = pipeline.layout(warehouse)
         self.checkpoints = CheckpointLog(spark, self.layout)
@@ -97,9 +136,13 @@ class _Run:
         self.hooks = pipeline.all_hooks()
         self.hook_ctx = HookContext(spark, self.layout, uuid.uuid4().hex, self.checkpoints)
         self.last: Checkpoint | None = None
-        # The next checkpoint's state rows, encoded in a thread while the sinks write
         self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-encode")
-        self.state_rows: Future | None = None
+        # Two lanes, so a batch's sinks are written while the checkpoint before it commits
+        self.sink_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-sinks")
+        self.commit_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-commit")
+        self.encoding: Future | None = None  # the pending checkpoint's state rows
+        self.written: deque[tuple[Future, _Output]] = deque()  # sink writes not yet reported
+        self.committing: tuple[Future, _Pending] | None = None
 
     def call_hooks(self, method: str, *args: Any) -> dict[str, Any]:
         """Call ``method`` on every hook, in order; return their results by marker key."""
@@ -184,30 +227,89 @@ class _Run:
         fault_point("after_plan")
         return self.pending_plans.pop(batch_id), False
 
-    # 3.-4. run operators, write sinks ---------------------------------------------------------
-    def run_batch(self, plan: BatchPlan, replayed: bool,
-                  checkpoint_follows: bool = False) -> BatchReport:
+    # 3. run operators ------------------------------------------------------------------------
+    def run_batch(self, plan: BatchPlan, replayed: bool) -> _Output:
+        """Read the batch's slice and run the operators on it; nothing is written yet."""
         started = time.perf_counter()
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
         start, end = plan.ranges[source.name]
         sliced = source.read(self.ctx, start, end)
+        self.take_encoded()
+        if self.hooks:
+            self.finish_checkpoint()
         frame = sliced.good
         scope = BatchScope(self.pipeline.name, plan.batch_id, source.schema.key_fields, self.store,
                            plan.ranges)
-        for operator in self.pipeline.stream.operators:
-            frame = operator.apply(scope, frame)
-        if checkpoint_follows:  # the state is final for this batch: encode it meanwhile
-            self.state_rows = self.encoder.submit(self.store.changed_rows)
-        self.write_dead_letters(plan.batch_id, source.name, sliced.rejected)
-        for sink in self.pipeline.sinks:
-            sink.write(self.ctx, plan.batch_id, frame)
-            fault_point("after_sink_write")
+        with _collector_paused():
+            for operator in self.pipeline.stream.operators:
+                frame = operator.apply(scope, frame)
         self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
         keys = len(sliced.good[list(scope.key_fields)].drop_duplicates()) if scope.key_fields else 0
-        return BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
-                           len(sliced.rejected), keys, time.perf_counter() - started, replayed)
+        report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
+                             len(sliced.rejected), keys, 0.0, replayed)
+        return _Output(report, started, frame, sliced.rejected, source.name)
+
+    # 4.-5. write sinks, checkpoint (in the writer threads) --------------------------------------
+    def write_behind(self, output: _Output) -> None:
+        """Start writing ``output``'s sinks, after the previous batch's."""
+        self.report_written()  # an earlier batch's failed write stops the run here
+        previous = self.written[-1][0] if self.written else None
+        self.written.append((self.sink_lane.submit(self.write, output, previous), output))
+
+    def commit_behind(self, pending: _Pending) -> None:
+        """Start committing ``pending``, once the sinks of the batches it covers are written."""
+        sinks = self.written[-1][0] if self.written else None
+        self.committing = self.commit_lane.submit(self.commit, pending, sinks), pending
+
+    def write(self, output: _Output, previous: Future | None) -> float:
+        """Sink lane: dead letters and sinks of one batch, once the batch before is written;
+        returns when they were done (``time.perf_counter``)."""
+        if previous is not None:
+            previous.result()  # it failed: so does this batch, and every checkpoint after it
+        batch_id = output.report.batch_id
+        self.write_dead_letters(batch_id, output.source, output.rejected)
+        for sink in self.pipeline.sinks:
+            sink.write(self.ctx, batch_id, output.frame)
+            fault_point("after_sink_write")
+        self.warmer.warm()  # the next batch appends to the same tables
+        return time.perf_counter()
+
+    def commit(self, pending: _Pending, sinks: Future | None) -> float:
+        """Commit lane: the checkpoint, once the sinks of the batches it covers are written;
+        returns the seconds it took."""
+        if sinks is not None:
+            sinks.result()
+        started = time.perf_counter()
+        self.checkpoints.commit(pending.checkpoint, pending.rows.result())
+        self.warmer.warm()
+        return time.perf_counter() - started
+
+    def finish_checkpoint(self) -> None:
+        """Wait for the checkpoint under way (raising its error, or its sinks'), then call the
+        ``on_post_checkpoint`` hooks."""
+        if self.committing is not None:
+            (committing, pending), self.committing = self.committing, None
+            self.report.checkpoint_seconds.append(committing.result())
+            self.last = pending.checkpoint
+            self.hook_ctx.checkpoint_id = pending.checkpoint.checkpoint_id
+            self.call_hooks("on_post_checkpoint", pending.checkpoint.checkpoint_id)
+        self.report_written()
+
+    def report_written(self, wait: bool = False) -> None:
+        """Report each batch whose sinks are written, in order (all of them with ``wait``);
+        raise a failed write's error."""
+        while self.written and (wait or self.written[0][0].done()):
+            writing, output = self.written.popleft()
+            batch = dataclasses.replace(output.report, seconds=writing.result() - output.started)
+            self.report.batches.append(batch)
+            log.info("%s batch %d: %d rows in, %d out, %d dead letters, %.0f rows/s%s",
+                     self.pipeline.name, batch.batch_id, batch.rows_in, batch.rows_out,
+                     batch.dead_letters, batch.rows_per_second,
+                     " (replay)" if batch.replayed else "")
+            if self.progress:
+                self.progress(batch)
 
     def write_dead_letters(self, batch_id: int, source: str, rejected: pd.DataFrame) -> None:
         if rejected.empty:
@@ -219,20 +321,35 @@ class _Run:
                                       DEAD_LETTER_SCHEMA),
                       self.layout.dead_letters, txn=self.ctx.txn("dead_letters", batch_id))
 
-    # 5. checkpoint ----------------------------------------------------------------------------
-    def checkpoint(self) -> Checkpoint:
-        """1. hooks return markers; 2. one commit of changed state + record; 3. post hooks."""
+    def take_checkpoint(self) -> _Pending:
+        """The checkpoint after the last batch run, taken in memory: hooks return markers, the
+        record is built, and the changed state rows are encoded in a thread. Call only once
+        the previous checkpoint finished (its id comes next)."""
         markers = self.call_hooks("on_checkpoint")
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
                                     run_id=self.ctx.run_id)
-        rows, self.state_rows = self.state_rows, None
-        self.checkpoints.commit(checkpoint, rows.result() if rows else self.store.changed_rows())
-        self.store.mark_checkpointed()
-        self.last = checkpoint
-        self.hook_ctx.checkpoint_id = checkpoint.checkpoint_id
-        self.call_hooks("on_post_checkpoint", checkpoint.checkpoint_id)
-        return checkpoint
+        self.encoding = self.encoder.submit(self.store.changed_rows)
+        return _Pending(checkpoint, self.encoding)
+
+    def take_encoded(self) -> None:
+        """Before operators change state again: the pending checkpoint's rows are encoded, so
+        the store can start counting changes for the next one."""
+        encoding, self.encoding = self.encoding, None
+        if encoding is not None:
+            encoding.result()
+            self.store.mark_checkpointed()
+
+    def settle(self, error: BaseException) -> None:
+        """After ``error``: let the writes under way finish (what they make durable is valid),
+        and log rather than raise their own errors, which ``error`` supersedes."""
+        while self.committing is not None or self.written:
+            try:
+                self.finish_checkpoint()
+                self.report_written(wait=True)
+            except Exception as failure:
+                if failure is not error:  # an encoding error reaches both threads
+                    log.exception("%s: writes under way failed too", self.pipeline.name)
 
     def call_hooks_quietly(self, method: str, *args: Any) -> None:
         """``on_error``/``on_teardown``: one failing hook must neither stop the others nor hide
@@ -251,22 +368,25 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
 
     Order: ``on_setup``, recovery (``on_recover``), ``on_start``, batches with checkpoints as the
     pipeline's policy says, a final checkpoint, ``on_finish``; ``on_error`` on failure;
-    ``on_teardown`` always.
+    ``on_teardown`` always. ``progress`` is called with each batch once its writes are durable.
     """
     started = time.perf_counter()
     report = RunReport(pipeline=pipeline.name)
     with warming(spark) as warmer:
-        run = _Run(pipeline, spark, warehouse, warmer)
+        run = _Run(pipeline, spark, warehouse, warmer, report, progress)
         try:
             run.call_hooks("on_setup")
             run.recover()
             run.call_hooks("on_start")
-            _run_batches(run, report, max_batches, progress)
+            _run_batches(run, max_batches)
             run.call_hooks("on_finish")
         except BaseException as error:
+            run.settle(error)
             run.call_hooks_quietly("on_error", error)
             raise
         finally:
+            run.sink_lane.shutdown(wait=False)
+            run.commit_lane.shutdown(wait=False)
             run.encoder.shutdown(wait=False)
             run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
@@ -275,32 +395,41 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
     return report
 
 
-def _run_batches(run: _Run, report: RunReport, max_batches: int | None,
-                 progress: Callable[[BatchReport], None] | None) -> None:
+def _run_batches(run: _Run, max_batches: int | None) -> None:
     policy = run.pipeline.checkpoint
-    since_batches, since_time = 0, time.monotonic()
-    while max_batches is None or len(report.batches) < max_batches:
-        budget = (max_batches - len(report.batches)) if max_batches is not None else _PLAN_AHEAD
+    ran, since_batches, since_time = 0, 0, time.monotonic()
+    while max_batches is None or ran < max_batches:
+        budget = (max_batches - ran) if max_batches is not None else _PLAN_AHEAD
         planned = run.plan_next(budget)
         if planned is None:
             break
-        follows = policy.due(since_batches + 1, time.monotonic() - since_time)
-        batch = run.run_batch(*planned, checkpoint_follows=follows)
-        report.batches.append(batch)
-        since_batches += 1
-        log.info("%s batch %d: %d rows in, %d out, %d dead letters, %.0f rows/s%s",
-                 run.pipeline.name, batch.batch_id, batch.rows_in, batch.rows_out,
-                 batch.dead_letters, batch.rows_per_second, " (replay)" if batch.replayed else "")
-        if progress:
-            progress(batch)
+        output = run.run_batch(*planned)
+        ran, since_batches = ran + 1, since_batches + 1
+        run.write_behind(output)
+        run.finish_checkpoint()  # the previous checkpoint is committed before the next is taken
         if policy.due(since_batches, time.monotonic() - since_time):
-            _timed_checkpoint(run, report)
+            run.commit_behind(run.take_checkpoint())
             since_batches, since_time = 0, time.monotonic()
+    run.finish_checkpoint()
     if since_batches:
-        _timed_checkpoint(run, report)
+        run.commit_behind(run.take_checkpoint())
+        run.finish_checkpoint()
+    run.report_written(wait=True)
+    run.take_encoded()
 
 
-def _timed_checkpoint(run: _Run, report: RunReport) -> None:
-    started = time.perf_counter()
-    run.checkpoint()
-    report.checkpoint_seconds.append(time.perf_counter() - started)
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while operators run. They allocate a few small
+    objects per key and window, and every few hundred allocations the collector would walk the
+    young objects, and now and then the whole state store: a third of a windowed batch's
+    operator time. Operator state holds no reference cycles, so nothing is lost by waiting;
+    whatever cyclic garbage a batch made is collected after it."""
+    if not gc.isenabled():  # the application turned it off: leave it off
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -8,9 +8,11 @@ Call order in one run (pipeline-wide hooks first, then each operator's, in pipel
                                           global state back to it
     on_start(ctx)                         once, after recovery, before the first batch
       ... batches ...
-      on_checkpoint(ctx) -> marker        at every checkpoint, before the commit; the marker
-                                          (JSON-serialisable) is stored inside the commit
-      on_post_checkpoint(ctx, checkpoint_id)   after the commit succeeded
+      on_checkpoint(ctx) -> marker        at every checkpoint, after the batch's operators and
+                                          before the commit; the marker (JSON-serialisable) is
+                                          stored inside the commit
+      on_post_checkpoint(ctx, checkpoint_id)   after the commit succeeded, before the next
+                                          batch's operators run
     on_finish(ctx)                        after the last batch and the final checkpoint
     on_error(ctx, error)                  instead of on_finish, when the run fails
     on_teardown(ctx)                      always, last

@@ -8,8 +8,15 @@ from tests.state.crash_pipeline import outcome, publish_all
 
 @pytest.fixture(scope="session")
 def oracle(spark, tmp_path_factory):
-    warehouse = str(tmp_path_factory.mktemp("oracle"))
-    pipeline = cp.build()
+    return _crash_free(spark, cp.build(), str(tmp_path_factory.mktemp("oracle")))
+
+
+@pytest.fixture(scope="session")
+def plain_oracle(spark, tmp_path_factory):
+    return _crash_free(spark, cp.build_plain(), str(tmp_path_factory.mktemp("plain_oracle")))
+
+
+def _crash_free(spark, pipeline, warehouse):
     publish_all(spark, pipeline, warehouse)
     pipeline.run_once(spark, warehouse)
     return outcome(spark, pipeline, warehouse)
