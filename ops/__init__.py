@@ -1,4 +1,4 @@
-"""Stream operators and the pipeline API (KX Stream Processor-shaped).
+"""lakestream's pipeline API, KX Stream Processor-shaped: ``import ops as sp``.
 
 >>> import ops as sp
 >>> def running_sum(op, md, data):
@@ -7,45 +7,97 @@
 ...     return data.assign(total=total)
 >>> pipeline = (sp.read.from_callback("publish", key="y", schema={"x": "long", "y": "long"})
 ...             .map(running_sum, state=0).write.to_console()).named("running_sum")
+>>> [op.declares().kind.value for op in pipeline.stream.operators]
+['keyed']
+
+This module is the public door: the names below are the API; the subpackages (``sources``,
+``operators``, ``sinks``, ``sql``, ``runtime``) hold the implementations and the interfaces to
+extend (see ARCHITECTURE.md).
 """
 
-from state import (CheckpointConflict, EncodingError, GlobalTable, HookContext, Hooks,
-                   StreamError, Tracked, global_table, track)
+from state import (
+    CheckpointConflict,
+    EncodingError,
+    GlobalTable,
+    HookContext,
+    Hooks,
+    StreamError,
+    Tracked,
+    global_table,
+    track,
+)
 
-from .aggregates import (Agg, aggregate, avg, collect_list, count, latest_by_offset, max_, min_,
-                         sum_)
 from .api import Metadata, Op, get, set  # noqa: A004 - KX's names
-from .errors import (BadRecordError, ConfigError, OperatorError, PipelineDefinitionError,
-                     SqlError)
-from .executor import BatchReport, RunReport, run_pipeline
-from .operators import BatchScope, Operator
-from .pipeline import CheckpointPolicy, Pipeline, Stream, Writer
-from .sinks import ConsoleSink, DeltaSink, Sink
-from .file_source import FileSource
-from .operations import (DEFAULT_RETENTION_HOURS, PipelineStatus, checkpoint_problems,
-                         describe, describe_lag, global_table_problems, recover, replay, reset_to_checkpoint,
-                         source_lag, vacuum)
-from .sources import CallbackSource, DeltaTableSource, PublishReport, Source, read
+from .columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, SOURCE_COLUMN
+from .context import BatchScope, RunContext
+from .errors import BadRecordError, ConfigError, OperatorError, PipelineDefinitionError, SqlError
+from .inspection import (
+    PipelineStatus,
+    changed_keys,
+    checkpoint_problems,
+    describe,
+    describe_lag,
+    global_table_problems,
+    read_state,
+    source_lag,
+)
+from .operations import DEFAULT_RETENTION_HOURS, compact, recover, replay, reset_to_checkpoint, vacuum
+from .operators import (
+    Agg,
+    GroupAggregate,
+    LatestByKey,
+    Operator,
+    Session,
+    SessionAggregate,
+    StateDeclaration,
+    StateKind,
+    TableJoin,
+    TableTableJoin,
+    Window,
+    WindowAggregate,
+    aggregate,
+    avg,
+    collect_list,
+    count,
+    hopping,
+    latest_by_offset,
+    max_,
+    min_,
+    session,
+    sum_,
+    tumbling,
+)
+from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
+from .readers import read
+from .runtime import BatchReport, RunReport, run_pipeline
 from .session import CONNECT_UNSUPPORTED, SparkConfig, spark_session
-from .sql import register, sql
-from .state_access import changed_keys, compact, read_state
-from .joins import TableJoin, TableTableJoin
-from .merge import MergedSource
-from .state_tables import GroupAggregate, GroupedStream, LatestByKey, TableSink, WindowedStream
-from .windows import Session, SessionAggregate, Window, WindowAggregate, hopping, session, tumbling
+from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
+from .sources import CallbackSource, DeltaTableSource, FileSource, MergedSource, PublishReport, Source
+from .sql import Catalog, register, sql
 
 __all__ = [
-    "Agg", "GroupAggregate", "GroupedStream", "SqlError", "TableSink", "aggregate", "avg",
-    "collect_list", "count", "latest_by_offset", "max_", "min_", "register", "sql", "sum_",
-    "LatestByKey", "MergedSource", "TableJoin", "TableTableJoin", "Session", "SessionAggregate", "Window", "WindowAggregate", "WindowedStream", "hopping",
-    "session", "tumbling",
-    "DEFAULT_RETENTION_HOURS", "DeltaTableSource", "FileSource", "PipelineStatus", "describe",
-    "checkpoint_problems", "describe_lag", "global_table_problems", "recover", "replay", "reset_to_checkpoint",
-    "source_lag", "vacuum",
-    "BadRecordError", "BatchReport", "BatchScope", "Operator", "CallbackSource", "CheckpointConflict", "CheckpointPolicy",
-    "CONNECT_UNSUPPORTED", "ConfigError", "EncodingError", "StreamError",
-    "ConsoleSink", "DeltaSink", "GlobalTable", "HookContext", "Hooks", "Metadata", "Op",
-    "OperatorError", "Pipeline", "PipelineDefinitionError", "PublishReport", "RunReport", "Sink",
-    "Source", "SparkConfig", "Stream", "Tracked", "Writer", "changed_keys", "compact", "get",
-    "global_table", "read", "read_state", "run_pipeline", "set", "spark_session", "track",
+    # the state API and pipeline builder
+    "Metadata", "Op", "get", "set", "read", "Stream", "GroupedStream", "WindowedStream", "Writer",
+    "Pipeline", "CheckpointPolicy", "Tracked", "track", "Hooks", "HookContext", "GlobalTable",
+    "global_table",
+    # aggregates and windows
+    "Agg", "aggregate", "avg", "collect_list", "count", "latest_by_offset", "max_", "min_", "sum_",
+    "Window", "Session", "hopping", "session", "tumbling",
+    # SQL
+    "Catalog", "register", "sql",
+    # running and operating
+    "run_pipeline", "BatchReport", "RunReport", "recover", "replay", "reset_to_checkpoint",
+    "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag", "source_lag",
+    "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",
+    "spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
+    # interfaces to extend, and the implementations shipped
+    "Source", "CallbackSource", "DeltaTableSource", "FileSource", "MergedSource", "PublishReport",
+    "Operator", "StateDeclaration", "StateKind", "BatchScope", "RunContext", "GroupAggregate",
+    "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
+    "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "TableSink",
+    # columns lakestream adds
+    "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
+    # errors
+    "StreamError", "BadRecordError", "CheckpointConflict", "ConfigError", "EncodingError",
+    "OperatorError", "PipelineDefinitionError", "SqlError",
 ]

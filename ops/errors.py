@@ -1,10 +1,12 @@
-"""Errors raised by the pipeline API and the micro-batch executor."""
+"""Errors raised by the pipeline API and the micro-batch executor.
 
-from state.errors import StreamError
+Every one derives from :class:`state.StreamError`; ``ConfigError`` is the state engine's, re-exported
+because settings are checked on both sides.
+"""
 
+from state import ConfigError, StreamError
 
-class ConfigError(StreamError):
-    """A setting is missing or invalid; the message names it and the accepted values."""
+__all__ = ["BadRecordError", "ConfigError", "OperatorError", "PipelineDefinitionError", "SqlError"]
 
 
 class PipelineDefinitionError(StreamError):

@@ -1,22 +1,41 @@
 """The pipeline builder: ``sp.read.from_callback(...).map(...).write.to_console().named(...)``.
 
-Every step returns a new, immutable object, so a partial pipeline can be reused safely.
+Definition only: every step returns a new, immutable object (so a partial pipeline can be reused
+safely) and checks its arguments at once; nothing here reads or writes data until ``run_once``
+hands the pipeline to the runtime.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+import pandas as pd
 from pyspark.sql import SparkSession
 
 from state import Hooks, PipelineLayout, Tracked, check_name, resolve_warehouse
 
 from .errors import PipelineDefinitionError
-from .operators import STATELESS, Filter, Map, Operator
-from .sinks import ConsoleSink, DeltaSink, Sink
-from .sources import CallbackSource, PublishReport, Source
+from .operators import (
+    STATELESS,
+    Agg,
+    Filter,
+    GroupAggregate,
+    LatestByKey,
+    Map,
+    Operator,
+    Session,
+    SessionAggregate,
+    TableJoin,
+    TableTableJoin,
+    Window,
+    WindowAggregate,
+)
+from .runtime import BatchReport, RunReport, run_pipeline
+from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
+from .sources import CallbackSource, MergedSource, PublishReport, Source
 
 
 @dataclass(frozen=True)
@@ -51,7 +70,7 @@ class Stream:
 
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
             vectorized: bool = False, codec: str = "json",
-            hooks: Hooks | None = None) -> "Stream":
+            hooks: Hooks | None = None) -> Stream:
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
@@ -59,21 +78,29 @@ class Stream:
         Give ``name`` to keep state stable if you later reorder operators. ``vectorized=True``
         calls ``fn`` once per batch with every key (``get`` returns a Series indexed by key);
         ``codec="pickle"`` stores arbitrary objects; ``hooks`` are this operator's lifecycle hooks.
+        State is kept per value of the stream's key (``key=`` of the reader), or unkeyed.
 
-        >>> stream.map(running_sum, state=0)
+        >>> import ops as sp
+        >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+        >>> def running_sum(op, md, data):
+        ...     total = sp.get(op, md) + int(data["x"].sum())
+        ...     sp.set(op, md, total)
+        ...     return data.assign(total=total)
+        >>> stream.map(running_sum, state=0).operators[-1].declares().keys
+        ('k',)
         """
         if not callable(fn):
             raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
         op = Map(fn=fn, name=self._name_for(name, fn), state=state, vectorized=vectorized,
-                 codec=codec, hooks=hooks)
+                 codec=codec, hooks=hooks, keys=self.source.schema.key_fields)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
-    def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> "Stream":
+    def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:
         """Keep rows where ``fn(data)`` is True."""
         op = Filter(fn=fn, name=self._name_for(name, fn))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
-    def via(self, operator: Operator) -> "Stream":
+    def via(self, operator: Operator) -> Stream:
         """Apply a user-defined operator (a subclass of ``sp.Operator``).
 
         Its ``apply(scope, frame)`` may keep managed state through
@@ -86,28 +113,24 @@ class Stream:
         check_name("operator", operator.name)
         return dataclasses.replace(self, operators=self.operators + (operator,))
 
-    def merge(self, *others: "Stream") -> "Stream":
+    def merge(self, *others: Stream) -> Stream:
         """One stream of this source's records and ``others``' (merge before any operator);
         rows carry their source's name in ``_source``."""
-        from .merge import MergedSource
-
         streams = (self, *others)
         if any(stream.operators for stream in streams):
             raise PipelineDefinitionError("merge streams straight from their readers, before map, "
                                           "filter or any other operator")
-        parts = tuple(part for stream in streams for part in
-                      (stream.source.parts if isinstance(stream.source, MergedSource) else (stream.source,)))
+        parts = tuple(part for stream in streams for part in stream.source.parts)
         return Stream(source=MergedSource(parts))
 
     def join_table(self, path: str, on: str | tuple[str, ...], *, columns: tuple[str, ...] | None = None,
-                   how: str = "left", name: str | None = None) -> "Stream":
+                   how: str = "left", name: str | None = None) -> Stream:
         """Enrich each event with the Delta table at ``path``'s row for the same ``on`` key (a
         state table, say), as of the batch's planning; ``how="inner"`` drops events without one.
 
-        >>> sales.join_table(tickets.sink("movie_tickets_sold").location(layout), on="title")
+        ``sales.join_table(tickets.table_path("movie_tickets_sold"), on="title")`` joins another
+        pipeline's state table.
         """
-        from .joins import TableJoin
-
         keys = (on,) if isinstance(on, str) else tuple(on)
         op = TableJoin(name=self._name_for(name, "join"), path=path, on=keys,
                        columns=tuple(columns) if columns else None, how=how)
@@ -115,37 +138,31 @@ class Stream:
 
     def join_tables(self, on: str | tuple[str, ...], left: tuple[str, tuple[str, ...]],
                     right: tuple[str, tuple[str, ...]], how: str = "inner",
-                    name: str | None = None) -> "Stream":
+                    name: str | None = None) -> Stream:
         """Join two tables on ``on``, given a merged stream of their updates (e.g. two state
         tables' changelogs read with ``sp.read.from_delta``): ``left``/``right`` are
         ``(source name, value columns)``. Write the result with ``.write.to_table(name)``."""
-        from .joins import TableTableJoin
-
         keys = (on,) if isinstance(on, str) else tuple(on)
         op = TableTableJoin(name=self._name_for(name, "table_join"), keys=keys,
                             left=(left[0], tuple(left[1])), right=(right[0], tuple(right[1])), how=how)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
-    def as_table(self, *keys: str, name: str | None = None) -> "Stream":
+    def as_table(self, *keys: str, name: str | None = None) -> Stream:
         """Read the stream as updates to a table keyed by ``keys``: each record replaces its
         key's row, a record with only nulls besides the key deletes it (a tombstone). Write it
         with ``.write.to_table(name)``."""
-        from .state_tables import LatestByKey
-
         if not keys:
             raise PipelineDefinitionError("as_table needs the key column(s)")
         op = LatestByKey(name=self._name_for(name, "table"), keys=tuple(keys))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
-    def group_by(self, *columns: str) -> "GroupedStream":
+    def group_by(self, *columns: str) -> GroupedStream:
         """Keyed aggregation: ``.group_by("title").agg(sold=sp.count("ticket"))`` yields the
         state table's changes; write them with ``.write.to_table("name")``."""
-        from .state_tables import GroupedStream  # the aggregation module builds on this one
-
         return GroupedStream(self, tuple(columns))
 
     @property
-    def write(self) -> "Writer":
+    def write(self) -> Writer:
         """Choose a sink: ``.write.to_console()``, ``.write.to_delta("name")`` or, after an
         aggregation, ``.write.to_table("name")``."""
         return Writer(Pipeline(stream=self, sinks=()))
@@ -171,29 +188,29 @@ class Stream:
 class Writer:
     """Adds a sink and yields the pipeline."""
 
-    pipeline: "Pipeline"
+    pipeline: Pipeline
 
-    def to_console(self) -> "Pipeline":
+    def to_console(self) -> Pipeline:
+        """Print each batch (a replay prints again)."""
         return self._with(ConsoleSink())
 
-    def to_delta(self, name: str, path: str | None = None) -> "Pipeline":
+    def to_delta(self, name: str, path: str | None = None) -> Pipeline:
         """Append to the Delta table ``<warehouse>/<pipeline>/<name>`` (or ``path``)."""
         check_name("sink", name)
         return self._with(DeltaSink(name=name, path=path))
 
-    def to_table(self, name: str) -> "Pipeline":
+    def to_table(self, name: str) -> Pipeline:
         """Materialise an aggregation as a state table ``<warehouse>/<pipeline>/<name>`` (latest
         value per key) with its changelog ``<name>_changelog``."""
-        from .state_tables import TableSink
-
         check_name("table", name)
-        last = self.pipeline.stream.operators[-1] if self.pipeline.stream.operators else None
-        if not hasattr(last, "table_keys"):
+        operators = self.pipeline.stream.operators
+        keys = operators[-1].table_keys if operators else None
+        if keys is None:
             raise PipelineDefinitionError("to_table needs an aggregation right before it: "
                                           "stream.group_by(...).agg(...).write.to_table(name)")
-        return self._with(TableSink(name=name, keys=last.table_keys))
+        return self._with(TableSink(name=name, keys=keys))
 
-    def _with(self, sink: Sink) -> "Pipeline":
+    def _with(self, sink: Sink) -> Pipeline:
         if any(existing.name == sink.name for existing in self.pipeline.sinks):
             raise PipelineDefinitionError(f"sink name {sink.name!r} is used twice")
         return dataclasses.replace(self.pipeline, sinks=self.pipeline.sinks + (sink,))
@@ -210,15 +227,22 @@ class Pipeline:
     tracked: tuple[Tracked, ...] = ()
     hooks: tuple[Hooks, ...] = ()
 
-    def named(self, name: str) -> "Pipeline":
+    def named(self, name: str) -> Pipeline:
         """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
         return dataclasses.replace(self, name=check_name("pipeline", name))
 
-    def checkpoint_every(self, batches: int | None = 1, seconds: float | None = None) -> "Pipeline":
+    @property
+    def id(self) -> str:
+        """The pipeline's name; a pipeline must be named before it runs or is stored."""
+        if self.name is None:
+            raise PipelineDefinitionError("the pipeline has no name: call .named('...') first")
+        return self.name
+
+    def checkpoint_every(self, batches: int | None = 1, seconds: float | None = None) -> Pipeline:
         """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end)."""
         return dataclasses.replace(self, checkpoint=CheckpointPolicy(batches, seconds))
 
-    def track(self, *variables: Tracked) -> "Pipeline":
+    def track(self, *variables: Tracked) -> Pipeline:
         """Save these tracked variables (``sp.track(name, initial)``) with every checkpoint;
         they are restored before any operator runs after a restart."""
         names = [v.name for v in self.tracked + variables]
@@ -226,7 +250,7 @@ class Pipeline:
             raise PipelineDefinitionError(f"tracked variable names repeat: {sorted(names)}")
         return dataclasses.replace(self, tracked=self.tracked + variables)
 
-    def with_hooks(self, *hooks: Hooks) -> "Pipeline":
+    def with_hooks(self, *hooks: Hooks) -> Pipeline:
         """Add pipeline-wide lifecycle hooks (``sp.Hooks`` subclasses, global tables)."""
         updated = dataclasses.replace(self, hooks=self.hooks + hooks)
         keys = [key for key, _ in updated.all_hooks()]
@@ -239,7 +263,7 @@ class Pipeline:
         """Every hook with the key its marker is stored under: pipeline-wide, then per operator."""
         keyed = [(hook_key(hook), hook) for hook in self.hooks]
         keyed += [(f"op:{op.name}", op.hooks) for op in self.stream.operators
-                  if getattr(op, "hooks", None) is not None]
+                  if op.hooks is not None]
         return keyed
 
     @property
@@ -252,41 +276,44 @@ class Pipeline:
         return self.stream.source
 
     def layout(self, warehouse: str | None = None) -> PipelineLayout:
-        if self.name is None:
-            raise PipelineDefinitionError("the pipeline has no name: call .named('...') first")
-        return PipelineLayout(resolve_warehouse(warehouse), self.name)
+        """Where the pipeline's tables are, under ``warehouse`` (default: the configured one)."""
+        return PipelineLayout(resolve_warehouse(warehouse), self.id)
 
     def sink(self, name: str) -> Sink:
+        """The sink called ``name``."""
         for sink in self.sinks:
             if sink.name == name:
                 return sink
         raise PipelineDefinitionError(f"pipeline {self.name!r} has no sink {name!r}")
 
-    def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None):
+    def stored_sink(self, name: str) -> StoredSink:
+        """The sink called ``name``, which must keep its output in Delta."""
+        sink = self.sink(name)
+        if not isinstance(sink, StoredSink):
+            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not stored in Delta")
+        return sink
+
+    def table_path(self, name: str, warehouse: str | None = None) -> str:
+        """Where stored sink ``name`` keeps its rows (for SQL, joins and other pipelines)."""
+        return self.stored_sink(name).location(self.layout(warehouse))
+
+    def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None) -> pd.DataFrame:
         """Rows of Delta sink ``name`` (batch and row order) or state table ``name`` (its
         current rows, by key), as pandas."""
-        sink = self.sink(name)
-        if not hasattr(sink, "read"):
-            raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not stored in Delta")
-        return sink.read(spark, self.layout(warehouse))
+        return self.stored_sink(name).read(spark, self.layout(warehouse))
 
     def rebuild_table(self, spark: SparkSession, name: str, warehouse: str | None = None) -> int:
         """Recreate state table ``name`` from its changelog; returns its rows."""
-        from .state_tables import TableSink
-
         sink = self.sink(name)
         if not isinstance(sink, TableSink):
             raise PipelineDefinitionError(f"sink {name!r} of {self.name!r} is not a state table")
         return sink.rebuild(spark, self.layout(warehouse))
 
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
-                 max_batches: int | None = None, progress: Callable[..., None] | None = None):
-        """Recover, then run micro-batches until the source is drained or ``max_batches`` ran.
-
-        Returns a :class:`~ops.executor.RunReport`.
-        """
-        from .executor import run_pipeline  # executor imports this module
-
+                 max_batches: int | None = None,
+                 progress: Callable[[BatchReport], None] | None = None) -> RunReport:
+        """Recover, then run micro-batches until the source is drained or ``max_batches`` ran
+        (see :func:`ops.runtime.run_pipeline`)."""
         return run_pipeline(self, spark, warehouse=warehouse, max_batches=max_batches,
                             progress=progress)
 
@@ -298,8 +325,7 @@ class Pipeline:
         lists them. With ``dedupe_id`` a repeated publish of the same id stores nothing. A
         pipeline merging several callbacks takes the callback's name as ``source``.
         """
-        callbacks = [part for part in getattr(self.source, "parts", (self.source,))
-                     if isinstance(part, CallbackSource)]
+        callbacks = [part for part in self.source.parts if isinstance(part, CallbackSource)]
         chosen = [c for c in callbacks if source is None or c.name == source]
         if len(chosen) != 1:
             raise PipelineDefinitionError(
@@ -308,6 +334,52 @@ class Pipeline:
         return chosen[0].publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
 
 
+@dataclass(frozen=True)
+class GroupedStream:
+    """``stream.group_by(...)``: waiting for ``.agg(...)``."""
+
+    stream: Stream
+    keys: tuple[str, ...]
+
+    def window(self, window: Window | Session) -> WindowedStream:
+        """Aggregate per key and event-time window: ``sp.tumbling("ts", "1min")``,
+        ``sp.hopping("ts", "10min", "5min", grace="30s")`` or ``sp.session("ts", "5min")``."""
+        return WindowedStream(self.stream, self.keys, window)
+
+    def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
+            **aggs: Agg) -> Stream:
+        """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
+        _check_aggs(aggs)
+        op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
+                            keys=self.keys, aggs=tuple(aggs.items()), having=having)
+        return self.stream.via(op)
+
+
+@dataclass(frozen=True)
+class WindowedStream:
+    """``stream.group_by(...).window(sp.tumbling(...))``: waiting for ``.agg(...)``."""
+
+    stream: Stream
+    keys: tuple[str, ...]
+    window: Window | Session
+
+    def agg(self, emit: str = "changes", name: str | None = None, **aggs: Agg) -> Stream:
+        """Aggregates per key and window; ``emit="final"`` emits each window once, closed."""
+        _check_aggs(aggs)
+        kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
+        op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
+                  window=self.window, aggs=tuple(aggs.items()), emit=emit)
+        return self.stream.via(op)
+
+
+def _check_aggs(aggs: Mapping[str, Any]) -> None:
+    for out, agg in aggs.items():
+        if not isinstance(agg, Agg):
+            raise PipelineDefinitionError(
+                f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
+                f"not {type(agg).__name__}")
+
+
 def hook_key(hook: Hooks) -> str:
     """Where a pipeline-wide hook's marker is stored: its ``marker_key``, else its class name."""
-    return getattr(hook, "marker_key", None) or type(hook).__name__
+    return hook.marker_key or type(hook).__name__

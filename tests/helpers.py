@@ -5,7 +5,7 @@ import socket
 import pandas as pd
 
 from ops import Pipeline
-from ops.executor import DEAD_LETTER_SCHEMA
+from ops.runtime import DEAD_LETTER_SCHEMA
 from state import tables
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import ops as sp
 from ops import SqlError
-from ops.operators import BatchScope
+from ops import BatchScope
 from state import PipelineLayout, StateStore
 
 SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}

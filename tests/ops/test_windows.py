@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from ops.operators import BatchScope
+from ops import BatchScope
 from state import PipelineLayout, StateStore, tables
 
 

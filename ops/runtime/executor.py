@@ -13,79 +13,42 @@ import logging
 import time
 import uuid
 from collections import deque
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from pyspark.sql import SparkSession, functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from state import (BatchPlan, BatchPlans, Checkpoint, CheckpointLog, HookContext, StateStore,
-                   TransactionWarmer, fault_point, new_checkpoint, restore_all, save_all, tables,
-                   warming)
+from state import (
+    BatchPlan,
+    BatchPlans,
+    Checkpoint,
+    CheckpointLog,
+    HookContext,
+    StateStore,
+    TransactionWarmer,
+    fault_point,
+    new_checkpoint,
+    restore_all,
+    save_all,
+    tables,
+    warming,
+)
 
-from ._context import RunContext
-from .operators import BatchScope
+from ..context import BatchScope, RunContext
+from .dead_letters import write_dead_letters
+from .reports import BatchReport, RunReport
+
+if TYPE_CHECKING:  # the pipeline module hands pipelines to the runtime: a type, not an import
+    from ..pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
 _PLAN_AHEAD = 32  # most batches planned (and recorded) in one commit
-DEAD_LETTER_SCHEMA = StructType([
-    StructField("batch_id", LongType(), False),
-    StructField("source", StringType(), False),
-    StructField("position", StringType(), False),
-    StructField("reason", StringType(), False),
-    StructField("raw", StringType(), True),
-])
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """What one micro-batch did. ``seconds`` runs from its start until its output was written
-    (the checkpoint after it commits while the next batch runs)."""
-
-    batch_id: int
-    rows_in: int
-    rows_out: int
-    dead_letters: int
-    keys: int
-    seconds: float
-    replayed: bool
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.rows_in / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class RunReport:
-    """What a run did, for logs and the Dagster UI. ``checkpoint_seconds``: how long each
-    checkpoint's commit took, in order."""
-
-    pipeline: str
-    batches: list[BatchReport] = field(default_factory=list)
-    checkpoint_id: int | None = None
-    last_batch_id: int | None = None
-    seconds: float = 0.0
-    checkpoint_seconds: list[float] = field(default_factory=list)
-
-    @property
-    def rows_in(self) -> int:
-        return sum(b.rows_in for b in self.batches)
-
-    @property
-    def rows_out(self) -> int:
-        return sum(b.rows_out for b in self.batches)
-
-    @property
-    def dead_letters(self) -> int:
-        return sum(b.dead_letters for b in self.batches)
-
-    @property
-    def keys_touched(self) -> int:
-        return sum(b.keys for b in self.batches)
 
 
 @dataclass(frozen=True)
@@ -122,7 +85,7 @@ class _Run:
     the next batch's operators run.
     """
 
-    def __init__(self, pipeline, spark: SparkSession, warehouse: str | None,
+    def __init__(self, pipeline: Pipeline, spark: SparkSession, warehouse: str | None,
                  warmer: TransactionWarmer, report: RunReport,
                  progress: Callable[[BatchReport], None] | None):
         self.pipeline = pipeline
@@ -269,7 +232,7 @@ class _Run:
         if previous is not None:
             previous.result()  # it failed: so does this batch, and every checkpoint after it
         batch_id = output.report.batch_id
-        self.write_dead_letters(batch_id, output.source, output.rejected)
+        write_dead_letters(self.ctx, batch_id, output.source, output.rejected)
         for sink in self.pipeline.sinks:
             sink.write(self.ctx, batch_id, output.frame)
             fault_point("after_sink_write")
@@ -311,16 +274,6 @@ class _Run:
             if self.progress:
                 self.progress(batch)
 
-    def write_dead_letters(self, batch_id: int, source: str, rejected: pd.DataFrame) -> None:
-        if rejected.empty:
-            return
-        rows = rejected.assign(batch_id=batch_id, source=source)
-        log.warning("%s batch %d: %d record(s) to dead letters; first: %s", self.pipeline.name,
-                    batch_id, len(rows), rows["reason"].iloc[0])
-        tables.append(tables.to_frame(self.spark, rows[DEAD_LETTER_SCHEMA.names],
-                                      DEAD_LETTER_SCHEMA),
-                      self.layout.dead_letters, txn=self.ctx.txn("dead_letters", batch_id))
-
     def take_checkpoint(self) -> _Pending:
         """The checkpoint after the last batch run, taken in memory: hooks return markers, the
         record is built, and the changed state rows are encoded in a thread. Call only once
@@ -361,7 +314,7 @@ class _Run:
                 log.exception("%s: %s hook %s failed", self.pipeline.name, method, key)
 
 
-def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
+def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | None = None,
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None) -> RunReport:
     """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran).
@@ -371,7 +324,7 @@ def run_pipeline(pipeline, spark: SparkSession, *, warehouse: str | None = None,
     ``on_teardown`` always. ``progress`` is called with each batch once its writes are durable.
     """
     started = time.perf_counter()
-    report = RunReport(pipeline=pipeline.name)
+    report = RunReport(pipeline=pipeline.id)
     with warming(spark) as warmer:
         run = _Run(pipeline, spark, warehouse, warmer, report, progress)
         try:

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 
 from state import tables
 
-from .errors import OperatorError, PipelineDefinitionError
-from .operators import BatchScope, Operator
-from .sources import delta_version
-
-_HIDDEN = ("_batch_id", "_row", "_change", "_old")
+from ..columns import CHANGE_COLUMN, OLD_COLUMN, SOURCE_COLUMN, WRITTEN_COLUMNS
+from ..context import BatchScope
+from ..errors import OperatorError, PipelineDefinitionError
+from .aggregates import to_python
+from .base import Operator, StateDeclaration
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,11 @@ class TableJoin(Operator):
     def _pin(self) -> str:
         return f"table:{self.name}"
 
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.stateless()  # the table is read as of the plan, never written
+
     def plan_inputs(self, spark: SparkSession) -> dict[str, tuple[Any, Any]]:
-        version = delta_version(self.path, spark)
+        version = tables.latest_version(self.path, spark)
         if version < 0:  # as in ksqlDB, a join needs its table to exist (and fixes its columns)
             raise OperatorError(f"operator {self.name!r}: the table to join, {self.path}, does "
                                 "not exist yet; create it (run the pipeline that writes it) first")
@@ -54,21 +57,21 @@ class TableJoin(Operator):
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if self._pin not in scope.inputs:
-            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: batch "
-                                f"{scope.batch_id} was planned before this join existed")
+            raise OperatorError(f"{scope.where(self.name)}: the batch was planned before this "
+                                "join existed")
         missing = [c for c in self.on if c not in frame.columns]
         if missing:
-            raise OperatorError(f"pipeline {scope.pipeline!r}, operator {self.name!r}: join "
-                                f"column(s) {missing} are not in the stream")
+            raise OperatorError(f"{scope.where(self.name)}: join column(s) {missing} are not in "
+                                "the stream")
         version = int(scope.inputs[self._pin][1])
         matches = self._lookup(scope, frame, version)
         return frame.merge(matches, on=list(self.on), how=self.how, suffixes=("", "_table"))
 
     def _lookup(self, scope: BatchScope, frame: pd.DataFrame, version: int) -> pd.DataFrame:
-        spark = scope.store.spark
+        spark = scope.spark
         table = spark.read.format("delta").option("versionAsOf", version).load(self.path)
         table = tables.only_keys(spark, table, frame[list(self.on)].drop_duplicates())
-        keep = [c for c in (self.columns or table.columns) if c not in _HIDDEN and c not in self.on]
+        keep = [c for c in (self.columns or table.columns) if c not in WRITTEN_COLUMNS and c not in self.on]
         # nullable integer/text dtypes: an event without a match must not turn longs into doubles
         return table.select(*self.on, *keep).toPandas().convert_dtypes(convert_floating=False)
 
@@ -97,18 +100,18 @@ class TableTableJoin(Operator):
     def table_keys(self) -> tuple[str, ...]:
         return self.keys
 
-    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        from .aggregates import to_python
-        from .state_tables import CHANGE_COLUMN, OLD_COLUMN
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.keyed(self.keys, self.name)
 
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}
-        if "_source" not in frame.columns and not frame.empty:
+        if SOURCE_COLUMN not in frame.columns and not frame.empty:
             raise OperatorError(f"operator {self.name!r} joins a merged stream: "
                                 "left_table_stream.merge(right_table_stream).join_tables(...)")
-        latest = frame.drop_duplicates(["_source", *self.keys], keep="last") if len(frame) else frame
+        latest = frame.drop_duplicates([SOURCE_COLUMN, *self.keys], keep="last") if len(frame) else frame
         updates: dict[Any, dict[str, Any]] = {}
         for row in latest.to_dict("records"):
-            side, columns = sides[row["_source"]]
+            side, columns = sides[row[SOURCE_COLUMN]]
             key = tuple(to_python(row[k]) for k in self.keys)
             values = {c: to_python(row.get(c)) for c in columns}
             deleted = all(v is None or v != v for v in values.values())

@@ -20,10 +20,10 @@ from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, St
 
 from state import PipelineLayout, tables
 
-from ._context import RunContext
-from .errors import ConfigError, PipelineDefinitionError
+from ..context import RunContext
+from ..errors import ConfigError, PipelineDefinitionError
+from .base import REJECTED_COLUMNS, Slice, Source
 from .records import RecordSchema
-from .sources import Slice, Source
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ class FileSource(Source):
                 "(field -> long/double/string/boolean/timestamp)")
         if self.max_files is not None and self.max_files < 1:
             raise PipelineDefinitionError(f"max_files must be >= 1, got {self.max_files}")
+
+    def tables(self, layout: PipelineLayout) -> list[str]:
+        return [layout.manifest(self.name)]
 
     def setup(self, ctx: RunContext) -> None:
         tables.ensure(ctx.spark, ctx.layout.manifest(self.name), MANIFEST_SCHEMA)
@@ -165,7 +168,7 @@ class FileSource(Source):
             {"position": [p for p, _ in unreadable], "raw": [None] * len(unreadable),
              "reason": [f"unreadable {self.format} file: {m}" for _, m in unreadable]})],
             ignore_index=True)
-        return Slice(good=good, rejected=rejected[["position", "reason", "raw"]])
+        return Slice(good=good, rejected=rejected[REJECTED_COLUMNS])
 
     def _load(self, spark: SparkSession, paths: list[str]) -> pd.DataFrame:
         """Rows of ``paths`` in manifest order then file order, with ``_path`` and ``_line``."""
@@ -195,7 +198,7 @@ class FileSource(Source):
     def _split(self, rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Good rows (in order) and rejected ones with a reason and ``file:line`` position."""
         if rows.empty:
-            return pd.DataFrame(), pd.DataFrame(columns=["position", "reason", "raw"])
+            return pd.DataFrame(), Slice.no_rejects()
         reasons = pd.Series(None, index=rows.index, dtype=object)
         if _CORRUPT in rows:
             reasons[rows[_CORRUPT].notna()] = (

@@ -1,52 +1,22 @@
-"""Sinks: where a batch's output goes. Every write is idempotent by batch id."""
+"""``.write.to_delta(name)``: append each batch to a Delta table, idempotently."""
 
 from __future__ import annotations
 
-import sys
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import pandas as pd
-
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from state import PipelineLayout, tables
 
-from ._context import RunContext
-
-BATCH_COLUMN = "_batch_id"
-ROW_COLUMN = "_row"
-
-
-class Sink(ABC):
-    """Receives each batch's output frame."""
-
-    name: str
-
-    @abstractmethod
-    def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
-        """Write ``frame`` for ``batch_id``; a second call for the same batch adds nothing."""
-
-    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
-        """Remove what batches after ``batch_id`` wrote (a reset abandoned them); a sink that
-        cannot take output back does nothing."""
+from ..columns import BATCH_COLUMN, ROW_COLUMN
+from ..context import RunContext
+from .base import StoredSink
 
 
 @dataclass(frozen=True)
-class ConsoleSink(Sink):
-    """Prints each batch. A replayed batch prints again (the console cannot be un-printed)."""
-
-    name: str = "console"
-
-    def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
-        if frame.empty:
-            return
-        print(f"[{ctx.pipeline}] batch {batch_id}:")
-        print(frame.to_string(index=False), flush=True, file=sys.stdout)
-
-
-@dataclass(frozen=True)
-class DeltaSink(Sink):
+class DeltaSink(StoredSink):
     """Appends each batch to a Delta table, with ``_batch_id`` and ``_row`` (order in the batch).
 
     ``path`` defaults to ``<warehouse>/<pipeline>/<name>``. The write uses Delta's idempotent

@@ -7,7 +7,7 @@ source's order, first source first, and carry the source's name in ``_source``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -15,19 +15,21 @@ from pyspark.sql import SparkSession
 
 from state import PipelineLayout
 
-from ._context import RunContext
-from .errors import PipelineDefinitionError
+from ..columns import SOURCE_COLUMN
+from ..context import RunContext
+from ..errors import PipelineDefinitionError
+from .base import Slice, Source
 from .records import RecordSchema
-from .sources import Slice, Source
-
-SOURCE_COLUMN = "_source"
 
 
 @dataclass(frozen=True)
 class MergedSource(Source):
-    """Several sources read as one; ``name`` is theirs joined with ``+``."""
+    """Several sources read as one; ``name`` is theirs joined with ``+``, ``schema`` the first's
+    (they share their key)."""
 
-    parts: tuple[Source, ...]
+    sources: tuple[Source, ...]
+    name: str = field(init=False)
+    schema: RecordSchema = field(init=False)
 
     def __post_init__(self) -> None:
         names = [part.name for part in self.parts]
@@ -37,14 +39,16 @@ class MergedSource(Source):
         keys = {part.schema.key_fields for part in self.parts}
         if len(keys) > 1:
             raise PipelineDefinitionError(f"merged sources must share their key, got {sorted(keys)}")
+        # frozen: the derived fields are set once, here
+        object.__setattr__(self, "name", "+".join(names))
+        object.__setattr__(self, "schema", self.sources[0].schema)
 
     @property
-    def name(self) -> str:
-        return "+".join(part.name for part in self.parts)
+    def parts(self) -> tuple[Source, ...]:
+        return self.sources
 
-    @property
-    def schema(self) -> RecordSchema:
-        return self.parts[0].schema
+    def tables(self, layout: PipelineLayout) -> list[str]:
+        return [path for part in self.parts for path in part.tables(layout)]
 
     def setup(self, ctx: RunContext) -> None:
         for part in self.parts:
@@ -73,7 +77,7 @@ class MergedSource(Source):
             rejected.append(sliced.rejected)
         return Slice(good=pd.concat(good, ignore_index=True) if good else pd.DataFrame(),
                      rejected=pd.concat(rejected, ignore_index=True) if rejected
-                     else pd.DataFrame(columns=["position", "reason", "raw"]))
+                     else Slice.no_rejects())
 
     def lag(self, ctx: RunContext, after: Any) -> int:
         after = after or {}

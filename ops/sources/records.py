@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from .errors import PipelineDefinitionError
+from ..errors import PipelineDefinitionError
 
 
 def _as_long(value: Any) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from .errors import PipelineDefinitionError
+from ..errors import PipelineDefinitionError
 
 
 @dataclass(frozen=True)

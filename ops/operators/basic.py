@@ -1,55 +1,31 @@
-"""Operators: functions applied to each batch's rows, optionally with managed state."""
+"""The basic operators: ``map`` (a user function, optionally with managed state) and ``filter``."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
-from state import StateStore
+from state import Hooks
 
+from ..api import Metadata, Op
+from ..context import BatchScope
+from ..errors import OperatorError
 from .aggregates import to_python
-from .api import Metadata, Op
-from .errors import OperatorError
+from .base import Operator, StateDeclaration
 
 STATELESS = object()  # marks a map without managed state
-
-
-@dataclass(frozen=True)
-class BatchScope:
-    """Where an operator runs: pipeline, batch, the stream's key fields, the run's state and the
-    batch's recorded plan (``inputs``: source ranges and the versions of tables it looks up)."""
-
-    pipeline: str
-    batch_id: int
-    key_fields: tuple[str, ...]
-    store: StateStore
-    inputs: Mapping[str, Any] = field(default_factory=dict)
-
-
-class Operator(ABC):
-    """One step of a pipeline."""
-
-    name: str
-
-    def plan_inputs(self, spark) -> dict[str, tuple[Any, Any]]:
-        """Extra inputs to pin in each new batch plan (e.g. a looked-up table's version), so a
-        replayed batch sees exactly what the first attempt saw. Most operators have none."""
-        return {}
-
-    @abstractmethod
-    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        """This operator's output for ``frame`` (one batch's rows, in order)."""
 
 
 @dataclass(frozen=True)
 class Map(Operator):
     """``fn(data)`` or, with ``state``, ``fn(op, md, data)`` returning a DataFrame (or None).
 
-    Per-key mode calls ``fn`` once per key with that key's rows (KX semantics); vectorized mode
-    calls it once with every row and ``md.key`` holding all the batch's keys.
+    Per-key mode calls ``fn`` once per key of ``keys`` with that key's rows (KX semantics);
+    vectorized mode calls it once with every row and ``md.key`` holding all the batch's keys.
+    Without ``keys`` the state is the stream's one unkeyed value.
     """
 
     fn: Callable[..., Any]
@@ -57,19 +33,27 @@ class Map(Operator):
     state: Any = STATELESS
     vectorized: bool = False
     codec: str = "json"
-    hooks: Any = None
+    hooks: Hooks | None = None
+    keys: tuple[str, ...] = ()
 
     @property
     def stateful(self) -> bool:
         return self.state is not STATELESS
 
+    def declares(self) -> StateDeclaration:
+        if not self.stateful:
+            return StateDeclaration.stateless()
+        if not self.keys:
+            return StateDeclaration.unkeyed(self.name)
+        return StateDeclaration.keyed(self.keys, self.name)
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:
             return self._call(scope, None, frame)
         op = Op(self.name, scope.store.operator(self.name, self.state, self.codec), scope.pipeline)
-        if not scope.key_fields:
+        if not self.keys:
             return self._call(scope, None, frame, op=op, md=self._md(scope, None, False))
-        keys = _key_index(frame, scope.key_fields)
+        keys = _key_index(frame, self.keys)
         op._state.prefetch(keys.unique())
         if self.vectorized:
             md = self._md(scope, pd.Index(keys.unique(), tupleize_cols=False), True)
@@ -88,11 +72,9 @@ class Map(Operator):
             result = self.fn(op, md, rows) if op is not None else self.fn(rows)
             return _as_frame(result)
         except Exception as exc:
-            where = f", key {key!r}" if key is not None else ""
             raise OperatorError(
-                f"pipeline {scope.pipeline!r}, operator {self.name!r}, batch {scope.batch_id}"
-                f"{where}: {type(exc).__name__}: {exc}. Nothing of this batch was committed; "
-                "the next run retries it from the last checkpoint.") from exc
+                f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. Nothing of this "
+                "batch was committed; the next run retries it from the last checkpoint.") from exc
 
 
 @dataclass(frozen=True)
@@ -102,13 +84,14 @@ class Filter(Operator):
     fn: Callable[[pd.DataFrame], Any]
     name: str
 
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.stateless()
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         try:
             mask = pd.Series(self.fn(frame), index=frame.index).astype(bool)
         except Exception as exc:
-            raise OperatorError(
-                f"pipeline {scope.pipeline!r}, operator {self.name!r}, batch {scope.batch_id}: "
-                f"{type(exc).__name__}: {exc}") from exc
+            raise OperatorError(f"{scope.where(self.name)}: {type(exc).__name__}: {exc}") from exc
         return frame[mask]
 
 

@@ -1,0 +1,19 @@
+"""Names of the columns lakestream adds to what it writes, in one place.
+
+Sinks tag every row with its batch and position; state tables' changelogs say what changed;
+merged streams say where a row came from. Readers (analytics, tests, users' SQL) take the names
+from here rather than spelling them out.
+
+>>> from ops.columns import BATCH_COLUMN, CHANGE_COLUMN
+>>> BATCH_COLUMN, CHANGE_COLUMN
+('_batch_id', '_change')
+"""
+
+BATCH_COLUMN = "_batch_id"   # the micro-batch that wrote the row
+ROW_COLUMN = "_row"          # the row's position in its batch's output
+CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's changelog
+OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
+SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
+
+#: What sinks and changelogs add to a table: a join leaves them out of what it copies from one.
+WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN)

@@ -1,0 +1,61 @@
+"""What sources, operators and sinks are handed while a pipeline runs.
+
+:class:`RunContext` is one run of one pipeline (sources and sinks get it); :class:`BatchScope` is
+one batch as an operator sees it. Both are plain values built by the runtime: nothing here does
+I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from state import PipelineLayout, StateStore
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run of one pipeline: the Spark session, the pipeline's tables and the current epoch."""
+
+    spark: SparkSession
+    layout: PipelineLayout
+    epoch: int
+    run_id: str
+
+    @property
+    def pipeline(self) -> str:
+        return self.layout.pipeline
+
+    def txn(self, writer: str, batch_id: int) -> tuple[str, int]:
+        """Delta idempotent-write id for ``writer`` at ``batch_id`` in the current epoch."""
+        return (f"{self.pipeline}/{writer}@{self.epoch}", batch_id)
+
+
+@dataclass(frozen=True)
+class BatchScope:
+    """What an operator sees of the batch it runs in.
+
+    ``pipeline`` and ``batch_id`` name it; ``key_fields`` are the stream's key columns (empty for
+    an unkeyed stream); ``store`` holds the run's managed state (``store.operator(name,
+    initial)`` is one operator's); ``inputs`` is the batch's recorded plan: source ranges and the
+    versions of tables it looks up, so a replay sees what the first attempt saw.
+    """
+
+    pipeline: str
+    batch_id: int
+    key_fields: tuple[str, ...]
+    store: StateStore
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's Spark session (for operators that read tables, such as joins)."""
+        return self.store.spark
+
+    def where(self, operator: str, key: Any = None) -> str:
+        """``pipeline 'p', operator 'o', batch 3[, key 'k']``: the start of an error message."""
+        place = f"pipeline {self.pipeline!r}, operator {operator!r}, batch {self.batch_id}"
+        return place if key is None else f"{place}, key {key!r}"

@@ -1,0 +1,162 @@
+"""Looking at a pipeline from outside its runs: status, lag, state as of a checkpoint, and the
+invariants the asset checks assert. Nothing here writes."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import state
+from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout, tables
+
+from .context import RunContext
+from .pipeline import Pipeline
+from .sinks import StoredSink
+
+log = logging.getLogger(__name__)
+
+
+def _codec(pipeline: Pipeline, operator: str) -> str:
+    for op in pipeline.stream.operators:
+        if op.name == operator:
+            return op.codec
+    return "json"
+
+
+def read_state(spark: SparkSession, pipeline: Pipeline, operator: str, as_of: int | None = None,
+               warehouse: str | None = None) -> pd.DataFrame:
+    """``key, value, checkpoint_id`` of ``operator``'s state as of checkpoint ``as_of``
+    (default: the latest), decoded with the operator's codec:
+    ``sp.read_state(spark, pipeline, "running_sum", as_of=3)``.
+    """
+    return state.read_state(spark, pipeline.layout(warehouse), operator, as_of,
+                            codec=_codec(pipeline, operator))
+
+
+def changed_keys(spark: SparkSession, pipeline: Pipeline, operator: str, after: int,
+                 upto: int | None = None, warehouse: str | None = None) -> pd.DataFrame:
+    """Keys of ``operator`` changed after checkpoint ``after`` up to ``upto`` (default: latest)."""
+    return state.changed_keys(spark, pipeline.layout(warehouse), operator, after, upto,
+                              codec=_codec(pipeline, operator))
+
+
+@dataclass
+class PipelineStatus:
+    """What ``describe`` reports."""
+
+    pipeline: str
+    checkpoint_id: int | None = None
+    batch_id: int | None = None
+    epoch: int | None = None
+    checkpointed_at: float | None = None
+    source_lag: int | None = None
+    state_keys: dict[str, int] = field(default_factory=dict)
+    changelog_rows: int = 0
+    sink_rows: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+
+    def lines(self) -> list[str]:
+        if self.checkpoint_id is None:
+            return [f"{self.pipeline}: no checkpoint yet; source lag {self.source_lag}"]
+        return [f"{self.pipeline}: checkpoint {self.checkpoint_id} (batch {self.batch_id}, "
+                f"epoch {self.epoch}); source lag {self.source_lag}",
+                f"  state keys {self.state_keys} in {self.changelog_rows} changelog rows",
+                f"  sink rows {self.sink_rows}; dead letters {self.dead_letters}"]
+
+
+def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> PipelineStatus:
+    """The pipeline's status: last checkpoint, how far its source is ahead, state size."""
+    layout = pipeline.layout(warehouse)
+    status = PipelineStatus(pipeline=pipeline.id)
+    last = _last_checkpoint(spark, layout)
+    status.source_lag = _lag(spark, pipeline, layout, last)
+    if last is not None:
+        status.checkpoint_id, status.batch_id = last.checkpoint_id, last.batch_id
+        status.epoch, status.checkpointed_at = last.epoch, last.created_at
+        changelog = tables.read(spark, layout.state)
+        status.changelog_rows = changelog.count()
+        live = (state.store.latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
+                .where(~F.col("deleted")).groupBy("operator").count().collect())
+        status.state_keys = {row["operator"]: int(row["count"]) for row in live}
+    for sink in pipeline.sinks:
+        if isinstance(sink, StoredSink) and tables.exists(spark, sink.location(layout)):
+            status.sink_rows[sink.name] = tables.read(spark, sink.location(layout)).count()
+    if tables.exists(spark, layout.dead_letters):
+        status.dead_letters = tables.read(spark, layout.dead_letters).count()
+    return status
+
+
+def describe_lag(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:
+    """How far the pipeline's source is ahead of its last checkpoint."""
+    layout = pipeline.layout(warehouse)
+    return _lag(spark, pipeline, layout, _last_checkpoint(spark, layout))
+
+
+def _last_checkpoint(spark: SparkSession, layout: PipelineLayout) -> Checkpoint | None:
+    return CheckpointLog(spark, layout).latest() if tables.exists(spark, layout.state) else None
+
+
+def _lag(spark: SparkSession, pipeline: Pipeline, layout: PipelineLayout,
+         last: Checkpoint | None) -> int:
+    ctx = RunContext(spark, layout, last.epoch if last else 0, run_id="describe")
+    return source_lag(ctx, pipeline, last.offsets if last else {})
+
+
+def source_lag(ctx: RunContext, pipeline: Pipeline, offsets: dict[str, Any]) -> int:
+    """How far the pipeline's source is ahead of ``offsets`` (0 when its input is missing)."""
+    source = pipeline.source
+    try:
+        return max(0, source.lag(ctx, offsets.get(source.name)))
+    except Exception as exc:  # a source not created yet has no lag to report
+        log.debug("%s: no source lag (%s)", pipeline.name, exc)
+        return 0
+
+
+def checkpoint_problems(spark: SparkSession, pipeline: Pipeline,
+                        warehouse: str | None = None) -> list[str]:
+    """What is wrong with the pipeline's checkpoints (empty when all is well): the latest record
+    must parse, ids must run 1..latest once each, and no state row may be newer than it."""
+    layout = pipeline.layout(warehouse)
+    if not tables.exists(spark, layout.state):
+        return []
+    try:
+        last = CheckpointLog(spark, layout).latest()
+    except Exception as exc:
+        return [f"latest checkpoint record of {layout.state} is unreadable: {exc}"]
+    if last is None:
+        return []
+    problems = []
+    ids = [row[0] for row in CheckpointLog(spark, layout).records()
+           .groupBy("checkpoint_id").count().where("count > 1").select("checkpoint_id").collect()]
+    if ids:
+        problems.append(f"checkpoint id(s) recorded more than once: {sorted(ids)}")
+    count = CheckpointLog(spark, layout).records().select("checkpoint_id").distinct().count()
+    if count != last.checkpoint_id:
+        problems.append(f"{count} checkpoint records for ids 1..{last.checkpoint_id}")
+    newer = tables.read(spark, layout.state).where(F.col("checkpoint_id") > last.checkpoint_id).count()
+    if newer:
+        problems.append(f"{newer} state row(s) newer than checkpoint {last.checkpoint_id}")
+    return problems
+
+
+def global_table_problems(spark: SparkSession, pipeline: Pipeline,
+                          warehouse: str | None = None) -> list[str]:
+    """Global tables holding rows beyond the marker of the last checkpoint (should be none once
+    a run ended: recovery and checkpoints keep them in step)."""
+    layout = pipeline.layout(warehouse)
+    last = _last_checkpoint(spark, layout)
+    problems = []
+    for key, hook in pipeline.all_hooks():
+        if not isinstance(hook, state.GlobalTable) or not tables.exists(spark, layout.table(hook.name)):
+            continue
+        marker = last.markers.get(key) if last else None
+        bound = -1 if marker is None else int(marker)
+        beyond = tables.read(spark, layout.table(hook.name)).where(F.col(hook.index) > bound).count()
+        if beyond:
+            problems.append(f"global table {hook.name!r}: {beyond} row(s) beyond marker {bound}")
+    return problems

@@ -1,0 +1,32 @@
+"""Operators: the :class:`Operator` interface and the operators lakestream ships.
+
+One module per operator family: ``basic`` (map, filter), ``aggregates`` (the aggregate
+functions), ``grouped`` (group-by aggregation), ``latest`` (``as_table``), ``windows`` and
+``sessions`` (event-time windows, sharing ``event_time``), ``joins``.
+"""
+
+from .aggregates import (
+    Agg,
+    aggregate,
+    avg,
+    collect_list,
+    count,
+    latest_by_offset,
+    max_,
+    min_,
+    sum_,
+)
+from .base import Operator, StateDeclaration, StateKind
+from .basic import STATELESS, Filter, Map
+from .grouped import GroupAggregate
+from .joins import TableJoin, TableTableJoin
+from .latest import LatestByKey
+from .sessions import Session, SessionAggregate, session
+from .windows import Window, WindowAggregate, hopping, tumbling
+
+__all__ = [
+    "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map", "Operator", "Session",
+    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableTableJoin", "Window",
+    "WindowAggregate", "aggregate", "avg", "collect_list", "count", "hopping", "latest_by_offset",
+    "max_", "min_", "session", "sum_", "tumbling",
+]

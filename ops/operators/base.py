@@ -1,0 +1,114 @@
+"""The Operator interface: what the runtime calls on each step of a pipeline, and in which order.
+
+An operator turns one batch's rows (a pandas frame, in source order) into its output rows, and
+may keep managed state in the run's store. It declares what state it keeps
+(:class:`StateDeclaration`), so the runtime can decide where it runs: a stateless operator runs
+wherever its rows are, a keyed one wherever its keys' rows and state are brought together, an
+unkeyed one where it sees the whole batch.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from state import Hooks
+
+from ..context import BatchScope
+
+
+class StateKind(enum.Enum):
+    """How an operator's managed state is partitioned."""
+
+    STATELESS = "stateless"  # no managed state
+    KEYED = "keyed"          # one value per key: a key's rows need only that key's state
+    UNKEYED = "unkeyed"      # one value for the whole stream: needs every row of the batch
+
+
+@dataclass(frozen=True)
+class StateDeclaration:
+    """What state an operator keeps.
+
+    ``keys``: the columns whose values key the state (``KEYED`` only). ``names``: the names it
+    keeps state under in the store (``scope.store.operator(name, …)``). ``shared``: entries of a
+    keyed operator's state that belong to no key of the data but to the operator as a whole
+    (a window's stream time), which whoever runs the operator must see in full.
+
+    >>> StateDeclaration.keyed(("user",), "clicks").kind.value
+    'keyed'
+    """
+
+    kind: StateKind
+    keys: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
+
+    @classmethod
+    def stateless(cls) -> StateDeclaration:
+        return cls(StateKind.STATELESS)
+
+    @classmethod
+    def keyed(cls, keys: tuple[str, ...], name: str, shared: tuple[str, ...] = ()) -> StateDeclaration:
+        return cls(StateKind.KEYED, tuple(keys), (name,), shared)
+
+    @classmethod
+    def unkeyed(cls, name: str) -> StateDeclaration:
+        return cls(StateKind.UNKEYED, (), (name,))
+
+
+class Operator(ABC):
+    """One step of a pipeline.
+
+    What the runtime calls, in order:
+
+    1. ``plan_inputs(spark)`` whenever it plans new batches: extra inputs to pin in the plans
+       (a looked-up table's version). Not called for a replayed batch, whose plan is reused.
+    2. ``apply(scope, frame)`` once per batch, batches in order, with the batch's rows as the
+       operator before it returned them. A batch that crashed is applied again on replay with
+       the same rows and the state of the last checkpoint, so ``apply`` must be deterministic
+       given (rows, state, ``scope.batch_id``): no wall clock, no unseeded randomness.
+
+    Managed state goes through ``scope.store.operator(self.name, initial)``; it is saved with
+    the next checkpoint and restored after a crash. Subclasses declare it in :meth:`declares`
+    (the default, unkeyed state under the operator's name, is the safe one: such an operator
+    always sees the whole batch). ``hooks`` are the operator's lifecycle hooks, ``codec`` how its
+    state values are stored (``"json"`` or ``"pickle"``).
+
+    >>> class Doubler(Operator):
+    ...     name = "doubler"
+    ...     def declares(self):
+    ...         return StateDeclaration.stateless()
+    ...     def apply(self, scope, frame):
+    ...         return frame.assign(x=frame["x"] * 2)
+    >>> Doubler().apply(None, pd.DataFrame({"x": [1, 2]}))["x"].tolist()
+    [2, 4]
+    """
+
+    name: str
+    hooks: Hooks | None = None
+    codec: str = "json"
+
+    def declares(self) -> StateDeclaration:
+        """The state this operator keeps (see :class:`StateDeclaration`)."""
+        return StateDeclaration.unkeyed(self.name)
+
+    @property
+    def table_keys(self) -> tuple[str, ...] | None:
+        """The key columns of the table whose changes this operator emits (aggregations,
+        ``as_table``, table joins: what ``.write.to_table()`` materialises), or ``None`` when
+        its output is a plain stream."""
+        return None
+
+    def plan_inputs(self, spark: SparkSession) -> dict[str, tuple[Any, Any]]:
+        """Extra inputs to pin in each new batch plan, so a replayed batch sees exactly what
+        the first attempt saw. Most operators have none."""
+        return {}
+
+    @abstractmethod
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        """This operator's output for ``frame`` (one batch's rows, in order)."""

@@ -1,0 +1,200 @@
+"""Keyed aggregation (ksqlDB's ``CREATE TABLE … AS SELECT … GROUP BY``).
+
+``stream.group_by("title").agg(tickets_sold=sp.count("ticket_total_value"))`` keeps one
+accumulator per key in managed state and emits, per batch, one change row per key whose
+aggregate changed: the new values, the old ones (``_old``, JSON) and ``_change``
+(``insert``/``update``/``delete``), which ``.write.to_table(name)`` materialises (see
+:mod:`ops.sinks.state_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pandas as pd
+
+from ..columns import CHANGE_COLUMN, OLD_COLUMN
+from ..context import BatchScope
+from ..errors import OperatorError, PipelineDefinitionError
+from .aggregates import Agg
+from .base import Operator, StateDeclaration
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupAggregate(Operator):
+    """Aggregates ``aggs`` (output name -> :class:`Agg`) per value of ``keys``.
+
+    Rows whose group key is null are dropped and counted in the log (ksqlDB drops them too).
+    ``having(values) -> bool Series`` hides keys that fail it: a key that stops passing is
+    deleted from the table (a tombstone), as in ksqlDB.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    aggs: tuple[tuple[str, Agg], ...]
+    having: Callable[[pd.DataFrame], Any] | None = None
+
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys
+
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.keyed(self.keys, self.name)
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise PipelineDefinitionError("group_by needs at least one column")
+        names = [name for name, _ in self.aggs]
+        clash = set(names) & set(self.keys) or {n for n in names if names.count(n) > 1}
+        if clash or not names:
+            raise PipelineDefinitionError(
+                f"agg needs distinct output names that are not group columns; got {names}")
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        return self.changes(*self.fold(scope, frame))
+
+    def fold(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
+        """Fold the batch into the state: the group keys it touched, and per key ``(old values
+        or None, new values, visible)``."""
+        missing = [c for c in self.keys + tuple(a.column for _, a in self.aggs if a.column)
+                   if c not in frame.columns]
+        if missing:
+            raise OperatorError(f"{scope.where(self.name)}: column(s) {missing} are not in the data")
+        keyed = without_nulls(frame, self.keys)
+        if len(keyed) < len(frame):
+            log.warning("%s.%s batch %d: %d row(s) with a null group key dropped", scope.pipeline,
+                        self.name, scope.batch_id, len(frame) - len(keyed))
+        if keyed.empty:
+            return [], []
+        groups = keyed.groupby(list(self.keys), sort=False)
+        partials = {name: agg.partial(groups) for name, agg in self.aggs}
+        index = next(iter(partials.values())).index
+        group_keys = index.tolist()
+        # Plain lists by position: a Series lookup per key (a MultiIndex search for several
+        # group columns) made this loop the slowest part of a windowed batch.
+        columns = {name: (p if p.index.equals(index) else p.reindex(index)).tolist()
+                   for name, p in partials.items()}
+        store = scope.store.operator(self.name, initial=None)
+        previous = store.get_values(group_keys)
+        before, after, states = [], [], []
+        # A key seen for the first time takes its partials as they are when every aggregate's
+        # accumulator is its result (count, sum, min, max, latest): no combine() call per value.
+        firsts = ({name: _without_nan(values) for name, values in columns.items()}
+                  if self._direct else None)
+        for position, old in enumerate(previous):
+            if old is None and firsts is not None:
+                acc = {name: values[position] for name, values in firsts.items()}
+                before.append(None)
+                after.append(acc)
+                states.append({"acc": acc, "visible": True})
+                continue
+            old_acc = (old or {}).get("acc", {})
+            acc = {name: agg.combine(old_acc.get(name), columns[name][position])
+                   for name, agg in self.aggs}
+            before.append(self._values(old_acc) if old and old.get("visible") else None)
+            after.append(self._values(acc))
+            states.append({"acc": acc, "visible": True})
+        visible = self._passes(scope, group_keys, after)
+        for state, shown in zip(states, visible):
+            state["visible"] = bool(shown)
+        store.set_values(group_keys, states)
+        return group_keys, list(zip(before, after, visible))
+
+    @cached_property
+    def _names(self) -> list[str]:
+        return [name for name, _ in self.aggs]
+
+    @cached_property
+    def _direct(self) -> bool:
+        """Whether every accumulator is its own result and starts as the first partial."""
+        return all(agg.kind in _DIRECT_KINDS for _, agg in self.aggs)
+
+    def _values(self, acc: Mapping[str, Any]) -> Mapping[str, Any]:
+        if self._direct and list(acc) == self._names:
+            return acc  # read only: the next fold builds a new accumulator
+        return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
+
+    def _passes(self, scope: BatchScope, keys: list, values: list[dict]) -> list[bool]:
+        if self.having is None:
+            return [True] * len(keys)
+        frame = pd.DataFrame(values)
+        for position, column in enumerate(self.keys):
+            frame[column] = [key[position] if len(self.keys) > 1 else key for key in keys]
+        try:
+            return [bool(v) for v in pd.Series(self.having(frame)).fillna(False)]
+        except Exception as exc:
+            raise OperatorError(
+                f"{scope.where(self.name)}: HAVING failed: {type(exc).__name__}: {exc}") from exc
+
+    def changes(self, keys: list, folded: list[tuple]) -> pd.DataFrame:
+        """The change rows of a :meth:`fold`: one per key whose visible value changed, with key
+        columns, new values, ``_change`` and ``_old``."""
+        kept = [(key, old, new, shown) for key, (old, new, shown) in zip(keys, folded)
+                # hidden before and after, or shown and unchanged: nothing a reader could see
+                if not (old is None and not shown) and not (shown and old == new)]
+        frame = self._rows([key for key, *_ in kept],
+                           [new if shown else None for _, _, new, shown in kept])
+        frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
+                                for _, old, _, shown in kept]
+        frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
+                             for _, old, _, _ in kept]
+        return frame
+
+    def inserts(self, keys: list, accumulators: list[Mapping[str, Any]]) -> pd.DataFrame:
+        """Change rows inserting ``keys`` with the values of their accumulators (windows that
+        close and show their final values for the first time)."""
+        frame = self._rows(keys, [self._values(acc) for acc in accumulators])
+        frame[CHANGE_COLUMN] = "insert"
+        frame[OLD_COLUMN] = None
+        return frame
+
+    def _rows(self, keys: list, values: list[Mapping[str, Any] | None]) -> pd.DataFrame:
+        """Key columns and one column per aggregate (``None`` values: a deleted key)."""
+        if len(self.keys) == 1:
+            columns = [keys]
+        else:  # tuple keys: one column per position
+            columns = [list(part) for part in zip(*keys)] if keys else [[] for _ in self.keys]
+        frame = pd.DataFrame(dict(zip(self.keys, columns)))
+        for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
+            column = [None if row is None else row[name] for row in values]
+            frame[name] = nullable_array(agg, column)
+        return frame
+
+
+_DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest"})
+
+
+def without_nulls(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """``frame`` without the rows that have a null in ``columns``; the frame itself, not a copy
+    of it, when there are none (the usual case, and a copy of a large batch costs)."""
+    columns = list(columns)
+    return frame.dropna(subset=columns) if frame[columns].isna().to_numpy().any() else frame
+
+
+def _without_nan(values: list) -> list:
+    """Partials with NaN (a group whose values were all null) as None, as combine() gives."""
+    return [None if isinstance(value, float) and value != value else value for value in values]
+
+
+# Dtypes fixed by the aggregate's kind; other kinds take the dtype their values infer.
+_KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf": object}
+
+
+def nullable_array(agg: Agg, values: list):
+    """``values`` as an array of the aggregate's nullable type: fixed by its kind, else inferred
+    from the values (once). Values pandas cannot type, such as lists of unequal lengths, stay
+    Python objects."""
+    dtype = _KIND_DTYPES.get(agg.kind, None if values else object)
+    try:
+        return pd.array(values, dtype=dtype)
+    except (TypeError, ValueError):
+        if dtype is not None:
+            raise
+        return pd.array(values, dtype=object)

@@ -1,0 +1,156 @@
+"""Session windows: a key's records closer than a gap form one session (ksqlDB's SESSION)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+
+from ..columns import CHANGE_COLUMN, OLD_COLUMN
+from ..context import BatchScope
+from ..errors import PipelineDefinitionError
+from .aggregates import Agg, to_python
+from .event_time import CLOCK, END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
+from .grouped import nullable_array, without_nulls
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Session:
+    """Session windows on ``time``: a key's records closer than ``gap`` form one session."""
+
+    time: str
+    gap: pd.Timedelta
+    grace: pd.Timedelta
+
+    def __post_init__(self) -> None:
+        if self.gap <= pd.Timedelta(0) or self.grace < pd.Timedelta(0):
+            raise PipelineDefinitionError("a session gap must be positive and grace not negative")
+
+
+def session(time: str, gap: str, grace: str = "0s") -> Session:
+    """Sessions on column ``time`` that close after ``gap`` of inactivity (plus ``grace``)."""
+    return Session(time, pd.Timedelta(gap), pd.Timedelta(grace))
+
+
+@dataclass(frozen=True)
+class SessionAggregate(EventTimeAggregate):
+    """Aggregates per key and session. A record within ``gap`` of a key's open sessions joins
+    them (merging sessions it bridges); otherwise it opens a session ``[ts, ts]``, unless that
+    would already be closed (``ts + gap + grace <= stream time``): then it is late, dropped and
+    counted. A session closes when ``end + gap + grace <= stream time``. ``window_start`` and
+    ``window_end`` are the first and last event times (both inclusive, as in ksqlDB). In
+    ``changes`` mode a merge deletes the rows of the sessions it absorbed. Records are folded one
+    by one (sessions are inherently sequential), so this operator is not vectorized.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if any(agg.kind == "udf" for _, agg in self.aggs):
+            raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        store, clock = self.clock(scope, frame)
+        frame = without_nulls(frame, [self.window.time, *self.keys])
+        ms = epoch_ms(frame[self.window.time]).tolist()
+        keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
+        unique = list(dict.fromkeys(keys))
+        sessions = dict(zip(unique, store.get_values(unique)))
+        gap, grace = to_ms(self.window.gap), to_ms(self.window.grace)
+        time, late, changes = clock["time"], 0, []
+        for key, ts, row in zip(keys, ms, frame.to_dict("records")):
+            if sessions[key] is None:
+                sessions[key] = []
+            # sessions closed by stream time (even if not yet emitted) take no more records, so
+            # the outcome does not depend on where batches were cut
+            touching = [s for s in sessions[key] if s[0] - gap <= ts <= s[1] + gap
+                        and (time is None or s[1] + gap + grace > time)]
+            if not touching and time is not None and ts + gap + grace <= time:
+                late += 1
+                continue
+            acc = None
+            for old in sorted(touching):
+                acc = old[2] if acc is None else self._merge(acc, old[2])
+                sessions[key].remove(old)
+                changes.append(("delete", key, old))
+            merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
+                      self._add(acc, row)]
+            sessions[key].append(merged)
+            changes.append(("upsert", key, merged))
+            time = ts if time is None else max(time, ts)
+        if late:
+            log.warning("%s.%s batch %d: %d late record(s) dropped (session closed)",
+                        scope.pipeline, self.name, scope.batch_id, late)
+        opened = {tuple(k) for k in clock["open"]} | {k for k, s in sessions.items() if s}
+        finals = self._close(store, sessions, opened, time, gap + grace)
+        for key, value in sessions.items():
+            store.set(key, value) if value else store.delete(key)
+        still_open = sorted(list(k) for k in opened if sessions.get(k))
+        store.set(CLOCK, {"time": time, "open": still_open, "late": clock["late"] + late})
+        rows = self._rows(changes) if self.emit == "changes" else finals
+        columns = [*self.keys, START, END, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
+        out = pd.DataFrame(rows, columns=columns)
+        for name, agg in self.aggs:  # nullable dtypes, as the other aggregations emit
+            out[name] = nullable_array(agg, out[name].tolist())
+        return timestamps(out)
+
+    def _add(self, acc: dict | None, row: dict) -> dict:
+        acc = acc or {}
+        out = {}
+        for name, agg in self.aggs:
+            value = row.get(agg.column) if agg.column else None
+            missing = agg.column is not None and (value is None or value != value)
+            part = _one_record_partial(agg, value, missing)
+            out[name] = agg.combine(acc.get(name), part)
+        return out
+
+    def _merge(self, left: dict, right: dict) -> dict:
+        # an accumulator folds into another like a batch partial does
+        return {name: agg.combine(left.get(name), right.get(name)) if right.get(name) is not None
+                else left.get(name) for name, agg in self.aggs}
+
+    def _values(self, acc: dict) -> dict:
+        return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
+
+    def _rows(self, changes: list) -> list[dict]:
+        """Net changes of the batch: sessions absorbed by a later merge show as deletes only."""
+        final: dict[tuple, tuple] = {}
+        for change, key, sess in changes:
+            final[(key, sess[0])] = (change, key, sess)
+        rows = []
+        for change, key, sess in final.values():
+            values = self._values(sess[2]) if change == "upsert" else {n: None for n, _ in self.aggs}
+            rows.append({**dict(zip(self.keys, key)), START: sess[0],
+                         END: sess[1] if change == "upsert" else None, **values,
+                         CHANGE_COLUMN: "update" if change == "upsert" else "delete",
+                         OLD_COLUMN: None})
+        return rows
+
+    def _close(self, store, sessions: dict, opened: set, time: int | None, wait: int) -> list[dict]:
+        rows = []
+        for key in sorted(opened):
+            held = sessions.get(key)
+            if held is None:
+                held = sessions[key] = store.get(key) or []
+            for sess in sorted(held):
+                if time is not None and sess[1] + wait <= time:
+                    held.remove(sess)
+                    rows.append({**dict(zip(self.keys, key)), START: sess[0], END: sess[1],
+                                 **self._values(sess[2]), CHANGE_COLUMN: "insert", OLD_COLUMN: None})
+        return rows
+
+
+def _one_record_partial(agg: Agg, value: Any, missing: bool) -> Any:
+    """What one record contributes, in the shape of a batch partial."""
+    value = to_python(value)
+    if agg.kind == "count":
+        return 0 if missing else 1
+    if agg.kind == "avg":
+        return (None, 0) if missing else (value, 1)
+    if agg.kind == "collect_list":
+        return [] if missing else [value]
+    return None if missing else value

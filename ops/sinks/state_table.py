@@ -1,0 +1,109 @@
+"""``.write.to_table(name)``: a state table (latest value per key) and its changelog.
+
+The operator before the sink emits change rows (key columns, new values, ``_change``, ``_old``);
+the sink appends them to ``<name>_changelog`` and upserts ``<name>``, both idempotent per batch,
+so the table can always be rebuilt from the changelog.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pandas as pd
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from state import PipelineLayout, tables
+
+from ..columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN
+from ..context import RunContext
+from .base import StoredSink
+
+log = logging.getLogger(__name__)
+
+
+def _typed_like(spark: SparkSession, frame: DataFrame, path: str) -> DataFrame:
+    """``frame`` with the column types of the table at ``path`` (a batch whose values are all
+    null, e.g. only deletes, must not change them); ``_old`` is always text."""
+    frame = frame.withColumn(OLD_COLUMN, F.col(OLD_COLUMN).cast("string"))
+    if not tables.exists(spark, path):
+        return frame
+    types = {field.name: field.dataType for field in tables.read(spark, path).schema.fields}
+    return frame.select(*(F.col(c).cast(types[c]).alias(c) if c in types else F.col(c)
+                          for c in frame.columns))
+
+
+@dataclass(frozen=True)
+class TableSink(StoredSink):
+    """A state table: latest value per key in ``<name>``, every change in ``<name>_changelog``.
+
+    Both writes are idempotent per batch: the changelog append carries Delta's transaction id,
+    and the upsert only applies a change from a batch at least as new as the row it replaces.
+    """
+
+    name: str
+    keys: tuple[str, ...]
+
+    def location(self, layout: PipelineLayout) -> str:
+        return layout.table(self.name)
+
+    def changelog(self, layout: PipelineLayout) -> str:
+        return layout.table(f"{self.name}_changelog")
+
+    def tables(self, layout: PipelineLayout) -> list[str]:
+        return [self.location(layout), self.changelog(layout)]
+
+    def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        rows = frame.reset_index(drop=True).assign(**{BATCH_COLUMN: batch_id,
+                                                      ROW_COLUMN: range(len(frame))})
+        changes = _typed_like(ctx.spark, tables.to_frame(ctx.spark, rows), self.changelog(ctx.layout))
+        tables.append(changes, self.changelog(ctx.layout),
+                      txn=ctx.txn(f"table/{self.name}", batch_id))
+        self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))
+
+    def _upsert(self, spark: SparkSession, layout: PipelineLayout, changes: DataFrame) -> None:
+        path = self.location(layout)
+        if not tables.exists(spark, path):
+            tables.ensure(spark, path, changes.drop(CHANGE_COLUMN).schema)
+        on = " AND ".join(f"t.`{k}` = c.`{k}`" for k in self.keys)
+        newer = f"c.{BATCH_COLUMN} >= t.{BATCH_COLUMN}"
+        values = {f"`{c}`": f"c.`{c}`" for c in changes.columns if c != CHANGE_COLUMN}
+        (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("c"), on)
+         .whenMatchedDelete(f"{newer} AND c.{CHANGE_COLUMN} = 'delete'")
+         .whenMatchedUpdate(newer, values)
+         .whenNotMatchedInsert(f"c.{CHANGE_COLUMN} != 'delete'", values)
+         .execute())
+
+    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
+        tables.delete_where(ctx.spark, self.changelog(ctx.layout), F.col(BATCH_COLUMN) > batch_id)
+        if tables.exists(ctx.spark, self.changelog(ctx.layout)):
+            self.rebuild(ctx.spark, ctx.layout)
+
+    def latest(self, changes: DataFrame) -> DataFrame:
+        """The table that ``changes`` (changelog rows, as a Spark DataFrame) leave behind: the
+        last change per key, deleted keys dropped, with each row's ``_batch_id``."""
+        order = Window.partitionBy(*self.keys).orderBy(F.col(BATCH_COLUMN).desc(),
+                                                       F.col(ROW_COLUMN).desc())
+        return (changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
+                .where(F.col(CHANGE_COLUMN) != "delete")
+                .drop("_rank", CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN))
+
+    def rebuild(self, spark: SparkSession, layout: PipelineLayout) -> int:
+        """Recreate the table from its changelog (the latest change per key, deletes dropped),
+        in one overwrite commit; returns the rows. Use it when the table was lost or damaged."""
+        latest = self.latest(tables.read(spark, self.changelog(layout))).localCheckpoint()
+        latest.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+            self.location(layout))
+        count = latest.count()
+        log.info("rebuilt %s from its changelog: %d rows", self.location(layout), count)
+        return count
+
+    def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
+        """The table's current rows, ordered by key."""
+        if not tables.exists(spark, self.location(layout)):
+            return pd.DataFrame()
+        return tables.read(spark, self.location(layout)).orderBy(*self.keys).toPandas()

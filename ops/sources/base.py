@@ -1,0 +1,94 @@
+"""The Source interface: a replayable input, read in bounded slices addressed by position.
+
+What the runtime calls, in order:
+
+1. ``setup(ctx)`` once per run, before recovery finishes (create what the source needs;
+   idempotent).
+2. ``plan(ctx, after, limit)`` when the run needs new batches: up to ``limit`` consecutive
+   ``(start, end]`` slices after position ``after``. The runtime records them in the batch plans
+   before reading any, so a slice never changes once planned. Not called for a batch whose plan
+   a crashed run left behind: that plan is reused.
+3. ``read(ctx, start, end)`` once per batch attempt: exactly the records of ``(start, end]``, in
+   the same order every time (a replay reads the same slice again), split into good rows and
+   rejected ones with reasons (which go to dead letters).
+
+``lag`` and ``probe`` are asked from outside runs (describe, sensors); positions are JSON values.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from state import PipelineLayout
+
+from ..context import RunContext
+from .records import RecordSchema
+
+#: Columns of a slice's rejected records (dead letters add the batch and source).
+REJECTED_COLUMNS = ["position", "reason", "raw"]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Records read for one batch: ``good`` rows in source order and ``rejected`` ones with reasons."""
+
+    good: pd.DataFrame
+    rejected: pd.DataFrame  # columns: REJECTED_COLUMNS
+
+    @staticmethod
+    def no_rejects() -> pd.DataFrame:
+        return pd.DataFrame(columns=REJECTED_COLUMNS)
+
+
+class Source(ABC):
+    """A replayable input. Positions are JSON values; a batch reads ``(start, end]``."""
+
+    name: str
+    schema: RecordSchema
+
+    @property
+    def parts(self) -> tuple[Source, ...]:
+        """The sources this one reads: itself, or those a merged source combines."""
+        return (self,)
+
+    def tables(self, layout: PipelineLayout) -> list[str]:
+        """Tables of the pipeline's own that this source keeps (inboxes, manifests)."""
+        return []
+
+    @abstractmethod
+    def setup(self, ctx: RunContext) -> None:
+        """Create what the source needs (idempotent)."""
+
+    @abstractmethod
+    def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Up to ``limit`` consecutive slices after position ``after`` (``None``: from the
+        beginning); empty when nothing new is there."""
+
+    @abstractmethod
+    def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
+        """Exactly the records of ``(start, end]``, in order, validated."""
+
+    @abstractmethod
+    def lag(self, ctx: RunContext, after: Any) -> int:
+        """How far the input is ahead of position ``after`` (versions or files not processed)."""
+
+    @abstractmethod
+    def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:
+        """A token that changes whenever new input arrives (for sensors); ``None`` while there
+        is no input at all. Local paths are probed without Spark; other URIs need ``spark``."""
+
+
+def version_slices(start: int, latest: int, step: int | None,
+                    limit: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end]`` version ranges of at most ``step`` versions up to ``latest``."""
+    slices = []
+    while start < latest and len(slices) < limit:
+        end = latest if step is None else min(latest, start + step)
+        slices.append((start, end))
+        start = end
+    return slices
