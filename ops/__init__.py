@@ -70,7 +70,7 @@ from .operators import (
 from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
 from .readers import read
 from .runtime import BatchReport, RunReport, run_pipeline
-from .session import CONNECT_UNSUPPORTED, SparkConfig, spark_session
+from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, DeltaTableSource, FileSource, MergedSource, PublishReport, Source
 from .sql import Catalog, register, sql

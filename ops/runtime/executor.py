@@ -38,6 +38,7 @@ from state import (
     tables,
     warming,
 )
+from state.faults import InjectedCrash
 
 from ..context import BatchScope, RunContext
 from .dead_letters import write_dead_letters
@@ -300,7 +301,7 @@ class _Run:
             try:
                 self.finish_checkpoint()
                 self.report_written(wait=True)
-            except Exception as failure:
+            except (Exception, InjectedCrash) as failure:
                 if failure is not error:  # an encoding error reaches both threads
                     log.exception("%s: writes under way failed too", self.pipeline.name)
 

@@ -1,0 +1,139 @@
+"""Helpers for testing your own pipelines: run one on a few records in a temporary warehouse and
+get back what it wrote, the state it keeps and what it rejected, in one call.
+
+>>> import ops as sp
+>>> from ops.testing import run_records
+>>> def running_sum(op, md, data):
+...     total = sp.get(op, md) + data["x"].cumsum()
+...     sp.set(op, md, int(total.iloc[-1]))
+...     return data.assign(total=total)
+>>> pipeline = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+...             .map(running_sum, state=0).write.to_delta("sums")).named("sums")
+>>> result = run_records(pipeline, [{"k": "a", "x": 1}, {"k": "a", "x": 2}, {"k": "b", "x": "?"}],
+...                      spark=spark)
+>>> result.outputs["sums"]["total"].tolist()
+[1, 3]
+>>> result.state["running_sum"].set_index("key")["value"].to_dict()
+{'a': 3}
+>>> result.dead_letters["reason"].tolist()
+["field 'x' '?' is not an integer; expected long"]
+
+``crash_at="after_sink_write"`` stops the first run at that protocol step and runs the pipeline
+again, which recovers from the last checkpoint and finishes: the result must be the same as
+without the crash.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from state import tables
+from state.faults import InjectedCrash, crash_at
+
+from .errors import PipelineDefinitionError
+from .inspection import read_state
+from .pipeline import Pipeline
+from .runtime import RunReport
+from .spark import spark_session
+from .sinks import StoredSink
+from .sources import CallbackSource
+
+__all__ = ["PROTOCOL_STEPS", "TestRun", "run_records"]
+
+#: Where ``crash_at_step`` can stop a run, in protocol order. The ``hook_*`` steps come right
+#: after the hooks of that name ran (with or without hooks); the global-table ones around an
+#: append to a ``sp.global_table``.
+PROTOCOL_STEPS = ("hook_on_setup", "hook_on_recover", "hook_on_start", "after_plan",
+                  "before_global_append", "after_global_append", "after_sink_write",
+                  "hook_on_checkpoint", "before_checkpoint_commit", "after_checkpoint_commit",
+                  "hook_on_post_checkpoint")
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """What a test run left behind.
+
+    ``outputs``: every stored sink's rows, by sink name (a state table's current rows);
+    ``state``: every stateful operator's ``key, value, checkpoint_id`` as of the last
+    checkpoint, decoded; ``dead_letters``: rejected records with their reasons; ``reports``:
+    the report of each run (two when a crash was injected); ``warehouse``: where it all is.
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    outputs: dict[str, pd.DataFrame]
+    state: dict[str, pd.DataFrame]
+    dead_letters: pd.DataFrame
+    reports: list[RunReport]
+    warehouse: str
+    crashed_at: str | None = None
+
+
+def run_records(pipeline: Pipeline, *batches: Sequence[Any], spark: SparkSession | None = None,
+                warehouse: str | None = None, crash_at_step: str | None = None,
+                crash: int = 1) -> TestRun:
+    """Publish each of ``batches`` (a list of records each, one publish each) to the pipeline's
+    callback source, run the pipeline until drained, and collect what it left.
+
+    ``warehouse`` defaults to a new temporary folder, ``spark`` to :func:`ops.spark_session`.
+    With ``crash_at_step`` (one of :data:`PROTOCOL_STEPS`) the first run stops at the
+    ``crash``-th arrival at that step, and a second run recovers and drains.
+    """
+    source = _callback_source(pipeline)
+    spark = spark or spark_session()
+    warehouse = warehouse or tempfile.mkdtemp(prefix="lakestream-test-")
+    for records in batches:
+        pipeline.publish(spark, list(records), warehouse, source=source.name)
+    reports = []
+    if crash_at_step is not None:
+        _check_step(crash_at_step)
+        try:
+            with crash_at(crash_at_step, crash):
+                reports.append(pipeline.run_once(spark, warehouse))
+        except InjectedCrash:
+            pass  # what a crash leaves is what the next run must recover from
+    reports.append(pipeline.run_once(spark, warehouse))
+    return TestRun(outputs=_outputs(spark, pipeline, warehouse),
+                   state=_state(spark, pipeline, warehouse),
+                   dead_letters=_dead_letters(spark, pipeline, warehouse), reports=reports,
+                   warehouse=warehouse, crashed_at=crash_at_step)
+
+
+def _callback_source(pipeline: Pipeline) -> CallbackSource:
+    callbacks = [part for part in pipeline.source.parts if isinstance(part, CallbackSource)]
+    if not callbacks:
+        raise PipelineDefinitionError(
+            f"pipeline {pipeline.name!r}: run_records publishes records, so the pipeline must "
+            "read sp.read.from_callback(...)")
+    return callbacks[0]
+
+
+def _check_step(step: str) -> None:
+    if step not in PROTOCOL_STEPS:
+        raise PipelineDefinitionError(f"crash_at_step {step!r} is not a protocol step; use one "
+                                      f"of {list(PROTOCOL_STEPS)}")
+
+
+def _outputs(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> dict[str, pd.DataFrame]:
+    return {sink.name: sink.read(spark, pipeline.layout(warehouse)) for sink in pipeline.sinks
+            if isinstance(sink, StoredSink)}
+
+
+def _state(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> dict[str, pd.DataFrame]:
+    if not tables.exists(spark, pipeline.layout(warehouse).state):
+        return {}
+    names = [name for op in pipeline.stream.operators for name in op.declares().names]
+    return {name: read_state(spark, pipeline, name, warehouse=warehouse) for name in names}
+
+
+def _dead_letters(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> pd.DataFrame:
+    path = pipeline.layout(warehouse).dead_letters
+    if not tables.exists(spark, path):
+        return pd.DataFrame(columns=["batch_id", "source", "position", "reason", "raw"])
+    return tables.read(spark, path).orderBy("batch_id", "position").toPandas()
