@@ -70,9 +70,9 @@ from .operators import (
 from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
 from .readers import read
 from .runtime import BatchReport, RunReport, run_pipeline
-from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, DeltaTableSource, FileSource, MergedSource, PublishReport, Source
+from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import Catalog, register, sql
 
 __all__ = [

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 import pandas as pd
 
@@ -48,8 +49,15 @@ def get(op: Op, md: Metadata) -> Any:
     In vectorized mode returns a pandas Series indexed by ``md.key``.
     """
     if md.vectorized:
-        return op._state.get_many(md.key)
+        return op._state.get_many(_keys(md))
     return op._state.get(md.key)
+
+
+def _keys(md: Metadata) -> pd.Index:
+    if not isinstance(md.key, pd.Index):
+        raise TypeError(f"operator {md.operator!r}: vectorized metadata carries a pandas Index of "
+                        f"keys, got {type(md.key).__name__}")
+    return md.key
 
 
 def set(op: Op, md: Metadata, value: Any) -> None:  # noqa: A001 - mirrors KX's .qsp.set

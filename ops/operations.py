@@ -117,8 +117,11 @@ def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in before.items():
-            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
 
 
 def _data_files(spark: SparkSession, path: str) -> int:
@@ -129,5 +132,6 @@ def _data_files(spark: SparkSession, path: str) -> int:
     files, count = fs.listFiles(root, True), 0
     while files.hasNext():
         status = files.next()
-        count += "/_delta_log/" not in status.getPath().toString() and status.getPath().getName().endswith(".parquet")
+        name = status.getPath().toString()
+        count += "/_delta_log/" not in name and name.endswith(".parquet")
     return count

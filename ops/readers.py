@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .pipeline import Stream
-from .sources import CallbackSource, DeltaTableSource, FileSource, RecordSchema
+from .sources import CallbackSource, DeltaTableSource, RecordSchema
 
 
 class Readers:

@@ -38,7 +38,7 @@ class SparkConfig:
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls) -> "SparkConfig":
+    def from_env(cls) -> SparkConfig:
         """Read ``LAKESTREAM_SPARK_MASTER`` and ``LAKESTREAM_SHUFFLE_PARTITIONS``."""
         partitions = os.environ.get("LAKESTREAM_SHUFFLE_PARTITIONS", "4")
         if not partitions.isdigit() or int(partitions) < 1:

@@ -40,9 +40,9 @@ from .errors import PipelineDefinitionError
 from .inspection import read_state
 from .pipeline import Pipeline
 from .runtime import RunReport
-from .spark import spark_session
 from .sinks import StoredSink
 from .sources import CallbackSource
+from .spark import spark_session
 
 __all__ = ["PROTOCOL_STEPS", "TestRun", "run_records"]
 

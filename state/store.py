@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import tables
-from .checkpoint import STATE_SCHEMA
 from .codecs import Codec, codec_named, encode_key, encode_value
 from .layout import PipelineLayout
 
@@ -68,7 +69,7 @@ class OperatorState:
         return pd.Series(self.get_values(keys), dtype=object if not keys else None,
                          index=pd.Index(keys, tupleize_cols=False))
 
-    def get_values(self, keys: list[Hashable]) -> list[Any]:
+    def get_values(self, keys: Sequence[Hashable]) -> list[Any]:
         """Values for many keys at once, as a list in the order of ``keys``."""
         self.prefetch(keys)
         return [self._value_of(key) for key in keys]
@@ -110,7 +111,7 @@ class OperatorState:
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
-        rows = []
+        rows: list[tuple[str, str, str | None, bool]] = []
         for key in self._changed:
             value = self._values.get(key, _MISSING)
             if value is _MISSING:
@@ -168,6 +169,7 @@ class StateStore:
             op.mark_checkpointed()
 
     def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
+        assert self._as_of is not None  # operator() hands out this loader only with a checkpoint
         latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
 

@@ -8,8 +8,9 @@ counts rows.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,8 @@ class Agg:
                 return [total, count]
             return [batch_total if total is None else total + batch_total, count + int(batch_count)]
         if kind == "udf":
+            if self.fn is None:
+                raise PipelineDefinitionError("a user aggregate needs its function: sp.aggregate(...)")
             return self.fn(copy.deepcopy(self.initial) if acc is None else acc, pd.Series(part))
         if _missing(part):
             return acc
@@ -80,7 +83,7 @@ class Agg:
             return acc or 0
         if self.kind == "avg":
             total, count = acc or (None, 0)
-            return None if not count else total / count
+            return None if not count or total is None else total / count
         return acc
 
 

@@ -83,7 +83,9 @@ class GroupAggregate(Operator):
                    for name, p in partials.items()}
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_values(group_keys)
-        before, after, states = [], [], []
+        before: list[Mapping[str, Any] | None] = []
+        after: list[Mapping[str, Any]] = []
+        states: list[dict[str, Any]] = []
         # A key seen for the first time takes its partials as they are when every aggregate's
         # accumulator is its result (count, sum, min, max, latest): no combine() call per value.
         firsts = ({name: _without_nan(values) for name, values in columns.items()}
@@ -121,7 +123,7 @@ class GroupAggregate(Operator):
             return acc  # read only: the next fold builds a new accumulator
         return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
 
-    def _passes(self, scope: BatchScope, keys: list, values: list[dict]) -> list[bool]:
+    def _passes(self, scope: BatchScope, keys: list, values: list[Mapping[str, Any]]) -> list[bool]:
         if self.having is None:
             return [True] * len(keys)
         frame = pd.DataFrame(values)

@@ -71,9 +71,11 @@ class TableJoin(Operator):
         spark = scope.spark
         table = spark.read.format("delta").option("versionAsOf", version).load(self.path)
         table = tables.only_keys(spark, table, frame[list(self.on)].drop_duplicates())
-        keep = [c for c in (self.columns or table.columns) if c not in WRITTEN_COLUMNS and c not in self.on]
+        keep = [c for c in (self.columns or table.columns)
+                if c not in WRITTEN_COLUMNS and c not in self.on]
+        matches: pd.DataFrame = table.select(*self.on, *keep).toPandas()
         # nullable integer/text dtypes: an event without a match must not turn longs into doubles
-        return table.select(*self.on, *keep).toPandas().convert_dtypes(convert_floating=False)
+        return matches.convert_dtypes(convert_floating=False)
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,8 @@ class TableTableJoin(Operator):
             shown = after or {c: None for c in (*self.left[1], *self.right[1])}
             rows.append({**dict(zip(self.keys, key)), **shown, CHANGE_COLUMN: change,
                          OLD_COLUMN: None if before is None else json.dumps(before, default=str)})
-        columns = [*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN, OLD_COLUMN]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=[*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN,
+                                           OLD_COLUMN])
 
     def _joined(self, sides: dict) -> dict | None:
         left, right = sides.get("left"), sides.get("right")

@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-
 from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError

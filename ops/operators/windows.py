@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
 from .event_time import CLOCK, END, START, EventTimeAggregate, epoch_ms, to_ms

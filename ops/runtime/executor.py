@@ -129,7 +129,7 @@ class _Run:
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
         if self.last and self.last.reset_to_batch is not None:
-            self.finish_reset()
+            self.last = self.finish_reset(self.last, self.last.reset_to_batch)
         self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None)
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
@@ -148,23 +148,23 @@ class _Run:
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
                      len(self.pending_plans))
 
-    def finish_reset(self) -> None:
-        """After a reset to an older checkpoint: remove what the abandoned batches wrote to sinks
-        and dead letters, then commit a plain copy of the reset checkpoint to say it is done.
-        Until then no batch runs, so every row past the reset point is the abandoned timeline's
-        and the cleanup can safely be redone after a crash."""
-        after = self.last.reset_to_batch
+    def finish_reset(self, reset: Checkpoint, after: int) -> Checkpoint:
+        """After a reset to an older checkpoint (``reset``, back to batch ``after``): remove what
+        the abandoned batches wrote to sinks and dead letters, then commit a plain copy of the
+        reset checkpoint to say it is done, and return it. Until then no batch runs, so every
+        row past the reset point is the abandoned timeline's and the cleanup can safely be
+        redone after a crash."""
         for sink in self.pipeline.sinks:
             sink.discard_after(self.ctx, after)
         tables.delete_where(self.spark, self.layout.dead_letters, F.col("batch_id") > after)
         fault_point("reset_cleanup")
-        done = dataclasses.replace(self.last, checkpoint_id=self.last.checkpoint_id + 1,
+        done = dataclasses.replace(reset, checkpoint_id=reset.checkpoint_id + 1,
                                    reset_to_batch=None, resumed_from=None, run_id=self.ctx.run_id,
                                    created_at=time.time())
         self.checkpoints.commit(done, pd.DataFrame())
         log.info("%s: reset to batch %d finished; sinks hold no later batch", self.pipeline.name,
                  after)
-        self.last = done
+        return done
 
     # 2. plan ----------------------------------------------------------------------------------
     def plan_next(self, budget: int) -> tuple[BatchPlan, bool] | None:
@@ -203,7 +203,7 @@ class _Run:
         if self.hooks:
             self.finish_checkpoint()
         frame = sliced.good
-        scope = BatchScope(self.pipeline.name, plan.batch_id, source.schema.key_fields, self.store,
+        scope = BatchScope(self.pipeline.id, plan.batch_id, source.schema.key_fields, self.store,
                            plan.ranges)
         with _collector_paused():
             for operator in self.pipeline.stream.operators:

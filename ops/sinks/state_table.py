@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from state import PipelineLayout, tables
@@ -71,7 +71,8 @@ class TableSink(StoredSink):
             tables.ensure(spark, path, changes.drop(CHANGE_COLUMN).schema)
         on = " AND ".join(f"t.`{k}` = c.`{k}`" for k in self.keys)
         newer = f"c.{BATCH_COLUMN} >= t.{BATCH_COLUMN}"
-        values = {f"`{c}`": f"c.`{c}`" for c in changes.columns if c != CHANGE_COLUMN}
+        values: dict[str, str | Column] = {f"`{c}`": f"c.`{c}`" for c in changes.columns
+                                           if c != CHANGE_COLUMN}
         (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("c"), on)
          .whenMatchedDelete(f"{newer} AND c.{CHANGE_COLUMN} = 'delete'")
          .whenMatchedUpdate(newer, values)

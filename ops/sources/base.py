@@ -86,7 +86,7 @@ class Source(ABC):
 def version_slices(start: int, latest: int, step: int | None,
                     limit: int) -> list[tuple[int, int]]:
     """Consecutive ``(start, end]`` version ranges of at most ``step`` versions up to ``latest``."""
-    slices = []
+    slices: list[tuple[int, int]] = []
     while start < latest and len(slices) < limit:
         end = latest if step is None else min(latest, start + step)
         slices.append((start, end))

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, functions as F
-from pyspark.sql.types import (BooleanType, DoubleType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from state import PipelineLayout, tables
 
@@ -49,6 +57,7 @@ class LandedFile:
 def list_landed(spark: SparkSession, directory: str) -> list[LandedFile]:
     """Visible files of ``directory`` (any Hadoop file system), oldest first."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a classic (non-Connect) session always has one
     path = jvm.org.apache.hadoop.fs.Path(directory)
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(path):
@@ -91,7 +100,7 @@ class FileSource(Source):
         start = 0 if after is None else int(after)
         latest = self.discover(ctx)
         step = self.max_files or max(1, latest - start)
-        slices = []
+        slices: list[tuple[Any, Any]] = []
         while start < latest and len(slices) < limit:
             end = min(latest, start + step)
             slices.append((start, end))
@@ -138,7 +147,7 @@ class FileSource(Source):
         tables.append(tables.to_frame(ctx.spark, rows, MANIFEST_SCHEMA), manifest,
                       txn=(f"{ctx.pipeline}/files:{self.name}", last + 1))
         log.info("%s: %d new file(s) in %s", ctx.pipeline, len(new), self.directory)
-        return int(tables.read(ctx.spark, manifest).agg(F.max("seq")).first()[0])
+        return int(tables.read(ctx.spark, manifest).agg(F.max("seq")).collect()[0][0])
 
     def _manifest(self, ctx: RunContext) -> pd.DataFrame:
         """``seq, path`` of every file numbered so far (none before the first run)."""
@@ -148,9 +157,10 @@ class FileSource(Source):
         return tables.read(ctx.spark, path).select("seq", "path").toPandas()
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        files = (tables.read(ctx.spark, ctx.layout.manifest(self.name))
-                 .where((F.col("seq") > int(start)) & (F.col("seq") <= int(end)))
-                 .orderBy("seq").select("path").toPandas()["path"].tolist())
+        manifest = tables.read(ctx.spark, ctx.layout.manifest(self.name))
+        files = [row["path"] for row in manifest.where((F.col("seq") > int(start))
+                                                       & (F.col("seq") <= int(end)))
+                 .orderBy("seq").select("path").collect()]
         unreadable = []
         try:
             rows = self._load(ctx.spark, files)
@@ -183,7 +193,7 @@ class FileSource(Source):
                     "columnNameOfCorruptRecord", _CORRUPT)
             reader = reader.schema(StructType(fields))
         frame: DataFrame = reader.load(paths)
-        rows = frame.select("*", F.col("_metadata.file_path").alias("_path"),
+        rows: pd.DataFrame = frame.select("*", F.col("_metadata.file_path").alias("_path"),
                             F.col("_metadata.file_block_start").alias("_block"),
                             F.monotonically_increasing_id().alias("_order")).toPandas()
         if self.format != "parquet" and _CORRUPT in rows:

@@ -6,6 +6,7 @@ clauses it does not know)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -18,8 +19,8 @@ from .catalog import Catalog
 from .clauses import split_clauses, window_of
 from .expressions import AGGREGATES, predicate, snippet
 
-_NAMED_AGGREGATES = {"LATEST_BY_OFFSET": aggregates.latest_by_offset,
-                     "COLLECT_LIST": aggregates.collect_list}
+_NAMED_AGGREGATES: dict[str, Callable[[Any], aggregates.Agg]] = {
+    "LATEST_BY_OFFSET": aggregates.latest_by_offset, "COLLECT_LIST": aggregates.collect_list}
 _UNSUPPORTED_CLAUSES = ("joins", "order", "limit", "offset", "distinct", "qualify", "with",
                         "windows", "laterals")
 

@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from ops import SqlError
-from ops import BatchScope
+from ops import BatchScope, SqlError
 from state import PipelineLayout, StateStore
 
 SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}
