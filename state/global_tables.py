@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from . import tables
 from .errors import StateError
@@ -31,14 +32,18 @@ CHECKPOINT_COLUMN = "_checkpoint"
 class GlobalTable(Hooks):
     """An append-only Delta table ``<warehouse>/<pipeline>/<name>`` with index column ``index``.
 
+    Register it with ``pipeline.with_hooks(trades)`` and call ``trades.append(frame)`` from
+    operators; its marker is stored under its own key in every checkpoint.
+
     >>> trades = global_table("trades", index="idx")
-    >>> pipeline = pipeline.with_hooks(trades)
-    >>> trades.append(frame)                  # inside an operator
+    >>> trades.marker_key, trades.index
+    ('global:trades', 'idx')
     """
 
     def __init__(self, name: str, index: str = "index"):
         self.name = check_name("global table", name)
         self.index = check_name("index column", index)
+        self.marker_key: str = f"global:{self.name}"  # never None here, unlike the Hooks default
         self._ctx: HookContext | None = None
         self._next_index = 0
         self._covering_checkpoint = 1
@@ -71,10 +76,6 @@ class GlobalTable(Hooks):
         marker = (last.markers.get(self.marker_key) if last else None)
         rows = tables.read(ctx.spark, self.path(ctx))
         return rows.where(F.col(self.index) <= (-1 if marker is None else marker))
-
-    @property
-    def marker_key(self) -> str:
-        return f"global:{self.name}"
 
     # -- hooks ------------------------------------------------------------------------------
     def on_setup(self, ctx: HookContext) -> None:

@@ -14,9 +14,13 @@ _CODEC = PickleCodec()  # tuples, int dict keys and objects must come back exact
 class Tracked:
     """A named value that survives restarts. Read and write ``.value``; mutate it in place freely.
 
-    >>> seen = track("seen", {})           # module level
-    >>> pipeline = pipeline.track(seen)     # register with the pipeline
-    >>> seen.value["a"] = 1                 # inside an operator; saved at the next checkpoint
+    Register it with ``pipeline.track(seen)``; what operators leave in ``.value`` is saved at
+    every checkpoint and restored before a restarted pipeline runs anything.
+
+    >>> seen = track("seen", {"rows": 0})   # module level
+    >>> seen.value["rows"] += 3             # inside an operator
+    >>> seen.value
+    {'rows': 3}
     """
 
     def __init__(self, name: str, initial: Any = None):
