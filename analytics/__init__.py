@@ -2,8 +2,18 @@
 table, get a snapshot, then only what changed; identical subscriptions are shared."""
 
 from .manager import Handle, QueryManager
-from .registry import Analytic, AnalyticsError, Subscription, canonical, get, register, registered
+from .registry import (
+    Analytic,
+    AnalyticsError,
+    Registry,
+    Subscription,
+    canonical,
+    default_registry,
+    get,
+    register,
+    registered,
+)
 from .server import QueryServer, serve
 
-__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "QueryServer", "Subscription",
-           "canonical", "get", "register", "registered", "serve"]
+__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "QueryServer", "Registry",
+           "Subscription", "canonical", "default_registry", "get", "register", "registered", "serve"]

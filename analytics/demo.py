@@ -12,10 +12,12 @@ import random
 import threading
 import time
 
+import pandas as pd
+
 import ops as sp
 
-from . import registry
 from .manager import QueryManager
+from .registry import Registry, Subscription, default_registry
 from .server import QueryServer, serve
 
 TARGET, TABLE = "servers", "cpu_now"
@@ -27,12 +29,12 @@ def cpu_pipeline() -> sp.Pipeline:
             .as_table("sym").write.to_table(TABLE)).named(TARGET)
 
 
-def _in_syms(subscription, rows):
+def _in_syms(subscription: Subscription, rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["sym"].isin(subscription.params["syms"])] if len(rows) else rows
 
 
-def register_cpu_analytic() -> None:
-    """``cpu_by_server(syms)``: the subscribed servers' rows, snapshot and changes."""
+def register_cpu_analytic(registry: Registry = default_registry) -> None:
+    """``cpu_by_server(syms)`` in ``registry``: the subscribed servers' rows, snapshot and changes."""
     registry.register("cpu_by_server", params={"syms": "list[string]"},
                       snapshot=_in_syms, delta=_in_syms)
 

@@ -16,18 +16,19 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession, Window, functions as F
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from ops import Pipeline, TableSink
+from ops import BATCH_COLUMN, OLD_COLUMN, ROW_COLUMN, Pipeline, TableSink
 from state import resolve_warehouse, tables
 
-from . import registry
-from .registry import AnalyticsError, Subscription, canonical
+from .registry import AnalyticsError, Registry, Subscription, canonical, default_registry
 
 SUBSCRIPTIONS_SCHEMA = StructType([
     StructField("id", StringType(), False), StructField("analytic", StringType(), False),
@@ -52,10 +53,12 @@ class Handle:
 
 
 class QueryManager:
-    """Subscriptions over ``targets`` (name -> (pipeline, state table name))."""
+    """Subscriptions over ``targets`` (name -> (pipeline, state table name)), to the analytics
+    in ``registry`` (default: the module-level ``analytics.register`` ones)."""
 
     def __init__(self, spark: SparkSession, targets: Mapping[str, tuple[Pipeline, str]],
-                 warehouse: str | None = None):
+                 warehouse: str | None = None, registry: Registry | None = None):
+        self.registry = registry if registry is not None else default_registry
         self._spark = spark
         self._warehouse = warehouse
         self._targets = dict(targets)
@@ -72,7 +75,7 @@ class QueryManager:
     # -- clients ----------------------------------------------------------------------------
     def subscribe(self, analytic: str, params: Any, target: str, user: str) -> Handle:
         """A handle on the (possibly shared) subscription, with its snapshot."""
-        chosen = registry.get(analytic)
+        chosen = self.registry.get(analytic)
         checked = chosen.validate(params)
         if target not in self._targets:
             raise AnalyticsError(f"no target pipeline {target!r}; known: {sorted(self._targets)}")
@@ -101,7 +104,7 @@ class QueryManager:
                 return False
             del self._subscriptions[sub.key]
             self._record(sub, active=False)
-            unsubscribe = registry.get(sub.analytic).unsubscribe
+            unsubscribe = self.registry.get(sub.analytic).unsubscribe
             if unsubscribe:
                 unsubscribe(sub)
             return True
@@ -127,7 +130,7 @@ class QueryManager:
         """The subscription's rows as of the last batch published for its target, and that
         batch: the deltas a client receives next start right after it."""
         batch = self._published.get(sub.target, 0)
-        rows = registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
+        rows = self.registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
         return batch, _records(rows)
 
     def table_keys(self, target: str) -> tuple[str, ...]:
@@ -165,7 +168,7 @@ class QueryManager:
     def _publish_batch(self, target: str, batch_id: int, changes: pd.DataFrame, out: dict) -> None:
         rows = [(target, batch_id, _POSITION, "[]")]
         for sub in [s for s in self._subscriptions.values() if s.target == target]:
-            delta = _records(registry.get(sub.analytic).delta(sub, changes))
+            delta = _records(self.registry.get(sub.analytic).delta(sub, changes))
             self.computations[(target, batch_id)] += 1
             if delta:
                 rows.append((target, batch_id, sub.id, json.dumps(delta, default=str)))
@@ -182,26 +185,27 @@ class QueryManager:
             raise AnalyticsError(f"target {target!r}: {table!r} is not a state table")
         return sink
 
-    def _changelog(self, target: str):
+    def _changelog(self, target: str) -> tuple[DataFrame | None, TableSink]:
         pipeline, _ = self._targets[target]
         sink = self._changelog_sink(target)
         path = sink.changelog(pipeline.layout(self._warehouse))
         return (tables.read(self._spark, path) if tables.exists(self._spark, path) else None), sink
 
-    def _batches_after(self, target: str, after: int):
+    def _batches_after(self, target: str, after: int) -> list[tuple[int, pd.DataFrame]]:
         changelog, _ = self._changelog(target)
         if changelog is None:
             return []
-        rows = changelog.where(F.col("_batch_id") > after).orderBy("_batch_id", "_row").toPandas()
-        return [(int(b), group.drop(columns=["_old", "_row"]).reset_index(drop=True))
-                for b, group in rows.groupby("_batch_id", sort=True)]
+        rows: pd.DataFrame = (changelog.where(F.col(BATCH_COLUMN) > after)
+                              .orderBy(BATCH_COLUMN, ROW_COLUMN).toPandas())
+        return [(int(b), group.drop(columns=[OLD_COLUMN, ROW_COLUMN]).reset_index(drop=True))
+                for b, group in rows.groupby(BATCH_COLUMN, sort=True)]
 
     def _table_as_of(self, target: str, batch_id: int) -> pd.DataFrame:
         """The state table as it stood after ``batch_id``: latest change per key, deletes out."""
         changelog, sink = self._changelog(target)
         if changelog is None:
             return pd.DataFrame()
-        return sink.latest(changelog.where(F.col("_batch_id") <= batch_id)).toPandas()
+        return sink.latest(changelog.where(F.col(BATCH_COLUMN) <= batch_id)).toPandas()
 
     # -- persistence ------------------------------------------------------------------------
     def _record(self, sub: Subscription, active: bool) -> None:

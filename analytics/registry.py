@@ -12,13 +12,18 @@ An analytic declares its parameter schema and three functions:
 plus ``unsubscribe(subscription)`` (optional) when its last client leaves. Parameters are
 validated against the schema and only ever handed to these functions as values: nothing in
 them is spliced into SQL or code.
+
+Analytics live in a :class:`Registry`. The module functions ``register``, ``registered`` and
+``get`` act on one process-wide ``default_registry``; a :class:`~analytics.QueryManager` built
+with ``registry=Registry()`` sees only the analytics registered there.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -55,6 +60,8 @@ class Subscription:
 
 @dataclass(frozen=True)
 class Analytic:
+    """A registered analytic: its parameter schema and functions (see the module docstring)."""
+
     name: str
     params: Mapping[str, str]
     snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame]
@@ -98,7 +105,49 @@ def canonical(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
-_ANALYTICS: dict[str, Analytic] = {}
+class Registry:
+    """A set of analytics by name. Each :class:`~analytics.QueryManager` looks analytics up in
+    one (the default registry unless given another), so two managers in one process can serve
+    different analytics under the same name.
+
+    >>> registry = Registry()
+    >>> cpu = registry.register("cpu", params={"syms": "list[string]"},
+    ...                         snapshot=lambda sub, table: table, delta=lambda sub, rows: rows)
+    >>> registry.get("cpu") is cpu
+    True
+    """
+
+    def __init__(self) -> None:
+        self._analytics: dict[str, Analytic] = {}
+
+    def register(self, name: str, *, params: Mapping[str, str],
+                 snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
+                 delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
+                 subscribe: Callable[[Subscription], None] | None = None,
+                 unsubscribe: Callable[[Subscription], None] | None = None) -> Analytic:
+        """Register (or replace) analytic ``name``; ``params`` maps parameter names to
+        ``string``/``long``/``double``/``boolean`` or ``list[...]`` of those."""
+        bad = {p: t for p, t in params.items() if t not in PARAM_TYPES}
+        if bad:
+            raise AnalyticsError(f"analytic {name!r}: unknown parameter type(s) {bad}; use {PARAM_TYPES}")
+        analytic = Analytic(name, dict(params), snapshot, delta, subscribe, unsubscribe)
+        self._analytics[name] = analytic
+        return analytic
+
+    def registered(self) -> dict[str, Analytic]:
+        """Every registered analytic, by name (a copy)."""
+        return dict(self._analytics)
+
+    def get(self, name: str) -> Analytic:
+        """Analytic ``name``; :class:`AnalyticsError` naming the registered ones if unknown."""
+        if name not in self._analytics:
+            raise AnalyticsError(f"no analytic {name!r}; registered: {sorted(self._analytics)}")
+        return self._analytics[name]
+
+
+#: The registry that :func:`register`, :func:`registered`, :func:`get` and managers built
+#: without ``registry=`` use.
+default_registry = Registry()
 
 
 def register(name: str, *, params: Mapping[str, str],
@@ -106,22 +155,16 @@ def register(name: str, *, params: Mapping[str, str],
              delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
              subscribe: Callable[[Subscription], None] | None = None,
              unsubscribe: Callable[[Subscription], None] | None = None) -> Analytic:
-    """Register (or replace) analytic ``name``; ``params`` maps parameter names to
-    ``string``/``long``/``double``/``boolean`` or ``list[...]`` of those."""
-    bad = {p: t for p, t in params.items() if t not in PARAM_TYPES}
-    if bad:
-        raise AnalyticsError(f"analytic {name!r}: unknown parameter type(s) {bad}; use {PARAM_TYPES}")
-    analytic = Analytic(name, dict(params), snapshot, delta, subscribe, unsubscribe)
-    _ANALYTICS[name] = analytic
-    return analytic
+    """:meth:`Registry.register` on the default registry."""
+    return default_registry.register(name, params=params, snapshot=snapshot, delta=delta,
+                                     subscribe=subscribe, unsubscribe=unsubscribe)
 
 
 def registered() -> dict[str, Analytic]:
-    """Every registered analytic, by name."""
-    return dict(_ANALYTICS)
+    """:meth:`Registry.registered` of the default registry."""
+    return default_registry.registered()
 
 
 def get(name: str) -> Analytic:
-    if name not in _ANALYTICS:
-        raise AnalyticsError(f"no analytic {name!r}; registered: {sorted(_ANALYTICS)}")
-    return _ANALYTICS[name]
+    """:meth:`Registry.get` on the default registry."""
+    return default_registry.get(name)

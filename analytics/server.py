@@ -14,16 +14,15 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import registry
 from .manager import QueryManager
 from .registry import AnalyticsError
 
@@ -65,7 +64,7 @@ class QueryServer:
 
     # -- lifecycle: one poller turns new batches into pushes --------------------------------
     @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette):
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._poller = asyncio.create_task(self._poll())
         try:
             yield
@@ -143,7 +142,7 @@ class QueryServer:
         caller = self._caller(request)
         if isinstance(caller, Response):
             return caller
-        return JSONResponse({name: dict(a.params) for name, a in registry.registered().items()})
+        return JSONResponse({name: dict(a.params) for name, a in self.manager.registry.registered().items()})
 
     async def subscriptions(self, request: Request) -> Response:
         caller = self._caller(request)
@@ -199,6 +198,7 @@ class QueryServer:
         if isinstance(caller, Response):
             return caller
         _, client = caller
+        assert client is not None  # owned=True: _caller answered 404 for a handle it did not find
         client_id = request.path_params["client"]
         if client.dropped:
             del self.clients[client_id]  # the reason is delivered once; the handle is gone
@@ -207,14 +207,14 @@ class QueryServer:
             client.release.cancel()  # reconnected within the grace period
         client.connected = True
 
-        async def events():
+        async def events() -> AsyncIterator[str]:
             try:
                 yield ": connected\n\n"
                 while not client.dropped:
                     try:
                         delta = await asyncio.wait_for(client.queue.get(), timeout=15)
                         yield f"event: delta\ndata: {json.dumps(delta, default=str)}\n\n"
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         yield ": keep-alive\n\n"
                 yield f"event: dropped\ndata: {json.dumps({'reason': client.dropped})}\n\n"
             finally:

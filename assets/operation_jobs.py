@@ -1,7 +1,7 @@
 """Operations jobs (``dagster job execute`` and the UI launchpad) and maintenance schedules."""
 
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import dagster as dg
 from pydantic import Field

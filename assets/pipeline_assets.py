@@ -1,20 +1,23 @@
 """Asset factory: any pipeline definition becomes a Dagster asset (its main sink), with checks."""
 
 
-from typing import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
+from pyspark.sql import SparkSession
 
 import ops
 from ops import BatchReport, DeltaSink, Pipeline, RunReport, TableSink
+from state import PipelineLayout
 
+from .checks import check_results, check_specs
 from .resources import SparkResource, WarehouseResource
 from .sensors import PIPELINE_TAG
 
-CHECKPOINT_CHECK = "checkpoint_consistent"
-GLOBAL_TABLE_CHECK = "global_tables_within_marker"
-DEAD_LETTER_CHECK = "dead_letters_below_threshold"
+if TYPE_CHECKING:  # dagster exports no public name for what define_asset_job returns
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 
 class PipelineRunConfig(dg.Config):
@@ -39,32 +42,26 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
 
     >>> running_sum_asset = make_pipeline_asset(running_sum_pipeline)
     """
-    pipeline.layout()  # fails now, at definition time, if the pipeline has no name
-    key = dg.AssetKey(pipeline.name)
-    checks = [
-        dg.AssetCheckSpec(CHECKPOINT_CHECK, asset=key, blocking=True,
-                          description="The last checkpoint is readable and consistent"),
-        dg.AssetCheckSpec(GLOBAL_TABLE_CHECK, asset=key,
-                          description="No global-table row beyond its checkpoint marker"),
-        dg.AssetCheckSpec(DEAD_LETTER_CHECK, asset=key,
-                          description="Dead letters below the configured share of records"),
-    ]
+    pipeline.layout()  # fails now, at definition time, if the pipeline has no or a bad name
+    name = pipeline.id
+    key = dg.AssetKey(name)
 
     state_tables = [sink for sink in pipeline.sinks if isinstance(sink, TableSink)]
     specs = [dg.AssetSpec(key, deps=list(deps), group_name=group_name, kinds={"spark", "delta"},
-                          tags={PIPELINE_TAG: pipeline.name},
-                          description=f"Runs pipeline {pipeline.name!r} over all new input "
+                          tags={PIPELINE_TAG: name},
+                          description=f"Runs pipeline {name!r} over all new input "
                                       "(exactly-once).")]
-    specs += [dg.AssetSpec(dg.AssetKey([pipeline.name, table.name]), deps=[key],
+    specs += [dg.AssetSpec(dg.AssetKey([name, table.name]), deps=[key],
                            group_name=group_name, kinds={"delta"},
                            description=f"State table {table.name!r}: latest value per key; "
                                        f"changes in {table.name}_changelog.")
               for table in state_tables]
 
-    @dg.multi_asset(name=pipeline.name, specs=specs, check_specs=checks,
-                    pool=f"lakestream_{pipeline.name}")
+    @dg.multi_asset(name=name, specs=specs, check_specs=check_specs(key),
+                    pool=f"lakestream_{name}")
     def _materialise(context: dg.AssetExecutionContext, config: PipelineRunConfig,
-                     spark: SparkResource, warehouse: WarehouseResource):
+                     spark: SparkResource, warehouse: WarehouseResource
+                     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         def progress(batch: BatchReport) -> None:
             context.log.info(
                 f"batch {batch.batch_id}: {batch.rows_in} rows in, {batch.rows_out} out, "
@@ -74,51 +71,34 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
         session = spark.session()
         report = pipeline.run_once(session, warehouse.root, max_batches=config.max_batches,
                                    progress=progress)
-        context.log.info(f"{pipeline.name}: {len(report.batches)} batch(es), checkpoint "
+        context.log.info(f"{name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         metadata = run_metadata(pipeline, report, warehouse.root)
         metadata["source_lag"] = ops.describe_lag(session, pipeline, warehouse.root)
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
         for table in state_tables:
             yield dg.MaterializeResult(
-                asset_key=dg.AssetKey([pipeline.name, table.name]),
+                asset_key=dg.AssetKey([name, table.name]),
                 metadata=_table_metadata(session, table, pipeline.layout(warehouse.root)))
-        yield from _check_results(session, pipeline, report, warehouse.root, config,
-                                  dead_letter_severity)
+        yield from check_results(session, pipeline, report, warehouse.root,
+                                 config.max_dead_letter_ratio, dead_letter_severity)
 
     return _materialise
 
 
-def _table_metadata(session, table: TableSink, layout) -> dict:
+def _table_metadata(session: SparkSession, table: TableSink, layout: PipelineLayout) -> dict:
     rows = len(table.read(session, layout))
     return {"rows": rows, "table": dg.MetadataValue.path(table.location(layout)),
             "changelog": dg.MetadataValue.path(table.changelog(layout))}
 
 
-def _check_results(session, pipeline: Pipeline, report: RunReport, warehouse: str,
-                   config: PipelineRunConfig, severity: dg.AssetCheckSeverity):
-    problems = ops.checkpoint_problems(session, pipeline, warehouse)
-    key = dg.AssetKey(pipeline.name)
-    yield dg.AssetCheckResult(asset_key=key, check_name=CHECKPOINT_CHECK, passed=not problems,
-                              metadata={"problems": "; ".join(problems) or "none",
-                                        "checkpoint_id": report.checkpoint_id or -1})
-    problems = ops.global_table_problems(session, pipeline, warehouse)
-    yield dg.AssetCheckResult(asset_key=key, check_name=GLOBAL_TABLE_CHECK, passed=not problems,
-                              metadata={"problems": "; ".join(problems) or "none"})
-    ratio = report.dead_letters / report.rows_in if report.rows_in else 0.0
-    yield dg.AssetCheckResult(
-        asset_key=key, check_name=DEAD_LETTER_CHECK, passed=ratio <= config.max_dead_letter_ratio,
-        severity=severity,
-        metadata={"dead_letters": report.dead_letters, "rows_in": report.rows_in,
-                  "ratio": round(ratio, 6), "threshold": config.max_dead_letter_ratio})
-
-
-def make_pipeline_job(pipeline: Pipeline, asset: dg.AssetsDefinition):
+def make_pipeline_job(pipeline: Pipeline, asset: dg.AssetsDefinition
+                      ) -> "UnresolvedAssetJobDefinition":
     """``run_<pipeline>``: materialises the pipeline's asset; tagged so the instance's run
     concurrency limit (one per pipeline) and the sensors can find its runs."""
     return dg.define_asset_job(
-        f"run_{pipeline.name}", selection=[asset], tags={PIPELINE_TAG: pipeline.name},
-        description=f"Run pipeline {pipeline.name!r} until its source is drained.",
+        f"run_{pipeline.id}", selection=[asset], tags={PIPELINE_TAG: pipeline.id},
+        description=f"Run pipeline {pipeline.id!r} until its source is drained.",
         executor_def=dg.in_process_executor)
 
 

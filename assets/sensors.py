@@ -27,22 +27,25 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
     Local sources are probed from the file system, with no Spark session.
     """
 
-    @dg.sensor(name=f"{pipeline.name}_sensor", job=job,
+    name = pipeline.id
+
+    @dg.sensor(name=f"{name}_sensor", job=job,
                minimum_interval_seconds=minimum_interval_seconds, default_status=default_status,
-               description=f"Runs {pipeline.name!r} when its source has new input.")
-    def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource):
+               description=f"Runs {name!r} when its source has new input.")
+    def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource
+                ) -> dg.SkipReason | dg.RunRequest:
         position = pipeline.source.probe(pipeline.layout(warehouse.root))
         if position is None:
-            return dg.SkipReason(f"{pipeline.name}: its source has no input yet")
+            return dg.SkipReason(f"{name}: its source has no input yet")
         if position == context.cursor:
             return dg.SkipReason(f"no new input (source at {position})")
         in_flight = context.instance.get_run_records(
-            dg.RunsFilter(tags={PIPELINE_TAG: pipeline.name}, statuses=_IN_FLIGHT), limit=1)
+            dg.RunsFilter(tags={PIPELINE_TAG: name}, statuses=_IN_FLIGHT), limit=1)
         if in_flight:
-            return dg.SkipReason(f"run {in_flight[0].dagster_run.run_id} of {pipeline.name} is "
+            return dg.SkipReason(f"run {in_flight[0].dagster_run.run_id} of {name} is "
                                  f"still in flight; source at {position} waits for it")
         context.update_cursor(position)
-        return dg.RunRequest(run_key=f"{pipeline.name}:{position}",
-                             tags={PIPELINE_TAG: pipeline.name, "lakestream/position": position})
+        return dg.RunRequest(run_key=f"{name}:{position}",
+                             tags={PIPELINE_TAG: name, "lakestream/position": position})
 
     return _sensor

@@ -3,9 +3,16 @@
 
 import dagster as dg
 
-from assets import (SparkResource, WarehouseResource, make_maintenance_schedules,
-                    make_operation_jobs, make_pipeline_asset, make_pipeline_job,
-                    make_pipeline_sensor, resources_for_deployment)
+from assets import (
+    SparkResource,
+    WarehouseResource,
+    make_maintenance_schedules,
+    make_operation_jobs,
+    make_pipeline_asset,
+    make_pipeline_job,
+    make_pipeline_sensor,
+    resources_for_deployment,
+)
 
 from .pipelines import EXAMPLES, SEED_ROWS
 

@@ -1,6 +1,8 @@
 """The example pipelines: the KX documentation's running sum, keyed on ``y`` and unkeyed."""
 
 
+import pandas as pd
+
 import ops as sp
 
 SCHEMA = {"x": "long", "y": "long"}
@@ -8,7 +10,7 @@ SCHEMA = {"x": "long", "y": "long"}
 SEED_ROWS = [{"x": x, "y": y} for x, y in [(1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (3, 1), (4, 0)]]
 
 
-def running_sum(op: sp.Op, md: sp.Metadata, data):
+def running_sum(op: sp.Op, md: sp.Metadata, data: pd.DataFrame) -> pd.DataFrame:
     """Add ``x`` to the previous sum of the key (or of the whole stream when unkeyed)."""
     total = sp.get(op, md) + data["x"].cumsum()
     sp.set(op, md, int(total.iloc[-1]))

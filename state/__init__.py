@@ -6,8 +6,14 @@ Nothing here imports Dagster or the pipeline API; ``ops`` builds on it.
 from . import tables
 from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, Checkpoint, CheckpointLog, new_checkpoint
 from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
-from .errors import (CheckpointConflict, CorruptStateError, EncodingError, StateError,
-                     StreamError)
+from .errors import (
+    CheckpointConflict,
+    ConfigError,
+    CorruptStateError,
+    EncodingError,
+    StateError,
+    StreamError,
+)
 from .faults import fault_point
 from .global_tables import GlobalTable, global_table
 from .hooks import HookContext, Hooks
@@ -21,7 +27,7 @@ from .warmup import TransactionWarmer, warming
 
 __all__ = [
     "CHECKPOINT_OPERATOR", "STATE_SCHEMA", "BatchPlan", "BatchPlans", "Checkpoint",
-    "CheckpointConflict", "CheckpointLog", "CorruptStateError", "EncodingError", "GlobalTable",
+    "CheckpointConflict", "CheckpointLog", "ConfigError", "CorruptStateError", "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
     "codec_named", "compact", "decode_key", "encode_key", "fault_point",

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from .tables import local_path
@@ -26,7 +28,7 @@ from .tables import local_path
 VERSION = "_commit_version"
 
 # Spark types whose Parquet form pyarrow turns into the pandas dtype Spark's toPandas gives.
-_SAME_IN_PANDAS = {
+_SAME_IN_PANDAS: dict[type[T.DataType], Callable[[pa.DataType], bool]] = {
     T.LongType: pa.types.is_int64, T.IntegerType: pa.types.is_int32,
     T.ShortType: pa.types.is_int16, T.ByteType: pa.types.is_int8,
     T.DoubleType: pa.types.is_float64, T.FloatType: pa.types.is_float32,
@@ -43,7 +45,9 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
     """
     schema = spark.read.format("delta").load(path).schema
-    rows = _from_files(path, first, last, schema, spark.conf.get("spark.sql.session.timeZone"))
+    time_zone = spark.conf.get("spark.sql.session.timeZone")
+    assert time_zone is not None  # a built-in setting: get() returns its value or raises
+    rows = _from_files(path, first, last, schema, time_zone)
     if rows is None:
         rows = _from_change_feed(spark, path, first, last)
     keys = [VERSION, *(order_by or schema.names)]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from . import tables
@@ -68,7 +69,7 @@ class Checkpoint:
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Checkpoint":
+    def from_json(cls, text: str) -> Checkpoint:
         return cls(**json.loads(text))
 
 
@@ -79,7 +80,7 @@ class CheckpointLog:
         self._spark = spark
         self._layout = layout
 
-    def records(self):
+    def records(self) -> DataFrame:
         """All checkpoint rows, as a Spark DataFrame of ``checkpoint_id, value`` (empty before
         the first checkpoint, whose commit creates the table)."""
         if not tables.exists(self._spark, self._layout.state):
@@ -100,7 +101,8 @@ class CheckpointLog:
         output is still there (a reset abandons those after the one it went back to)."""
         records = {row["checkpoint_id"]: Checkpoint.from_json(row["value"])
                    for row in self.records().collect()}
-        ids, current = [], latest
+        ids: list[int] = []
+        current: Checkpoint | None = latest
         while current is not None:
             ids.append(current.checkpoint_id)
             current = records.get(current.predecessor) if current.predecessor else None

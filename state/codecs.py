@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-from typing import Any, Hashable, Protocol
+from collections.abc import Hashable
+from typing import Any, Protocol
 
 from .errors import EncodingError
 

@@ -19,3 +19,7 @@ class CheckpointConflict(StateError):
 
 class CorruptStateError(StateError):
     """Stored state does not match what the protocol guarantees; names the table and what is wrong."""
+
+
+class ConfigError(StreamError):
+    """A setting is missing or invalid; the message names it and the accepted values."""

@@ -48,7 +48,13 @@ class HookContext:
 
 
 class Hooks:
-    """Base class with no-op hooks; override the ones you need (see the module doc for order)."""
+    """Base class with no-op hooks; override the ones you need (see the module doc for order).
+
+    ``marker_key`` is where the hook's marker is stored in a checkpoint (default: the class
+    name); two hooks of one class in a pipeline need distinct keys.
+    """
+
+    marker_key: str | None = None
 
     def on_setup(self, ctx: HookContext) -> None:
         """Called once when the run starts, before recovery."""

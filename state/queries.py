@@ -7,7 +7,8 @@ import logging
 
 import pandas as pd
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import tables
 from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog

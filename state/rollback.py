@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from .checkpoint import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog
 from .errors import StateError

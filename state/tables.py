@@ -11,10 +11,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession, functions as F
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .errors import CheckpointConflict
+from .errors import CheckpointConflict, ConfigError
 from .warmup import note_append
 
 
@@ -176,7 +177,9 @@ def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[s
     """
     versions = local_commit_versions(path)
     if versions:  # a local table: read the newest commit files directly, no Spark job
-        log = os.path.join(local_path(path), "_delta_log")
+        local = local_path(path)
+        assert local is not None  # there are local versions only for a local path
+        log = os.path.join(local, "_delta_log")
         found = []
         for version in reversed(versions[-commits:]):
             with open(os.path.join(log, f"{version:020d}.json")) as handle:
@@ -209,3 +212,22 @@ def local_commit_versions(path: str) -> list[int] | None:
     except FileNotFoundError:
         return []
     return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+
+
+def history_version(spark: SparkSession, path: str) -> int:
+    """Latest version of the existing Delta table at ``path``, from its history."""
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0])
+
+
+def latest_version(path: str, spark: SparkSession | None = None) -> int:
+    """Latest version of the Delta table at ``path``; -1 when there is none yet.
+
+    A local table is read from its ``_delta_log`` folder directly, so sensors need no JVM;
+    other URIs need ``spark``.
+    """
+    versions = local_commit_versions(path)
+    if versions is not None:
+        return versions[-1] if versions else -1
+    if spark is None:
+        raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
+    return history_version(spark, path) if exists(spark, path) else -1

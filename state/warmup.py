@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-_ACTIVE: ContextVar["TransactionWarmer | None"] = ContextVar("lakestream_warmer", default=None)
+_ACTIVE: ContextVar[TransactionWarmer | None] = ContextVar("lakestream_warmer", default=None)
 
 
 class TransactionWarmer:
@@ -65,9 +66,11 @@ class TransactionWarmer:
             future.result()
 
     def _warm_one(self, path: str) -> None:
+        jvm = self._jvm
+        assert jvm is not None  # warm() submits warm-ups only with a JVM
         try:
-            none = self._jvm.scala.Option.apply(None)
-            delta_log = self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
+            none = jvm.scala.Option.apply(None)
+            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
             snapshot = delta_log.update(False, none, none)
             snapshot.setTransactions()
         except Exception as exc:  # best effort: the append will do the work itself

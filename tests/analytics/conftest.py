@@ -9,7 +9,6 @@ import uvicorn
 
 from analytics import QueryManager, QueryServer
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
-
 from tests.helpers import free_port
 
 TOKENS = {"t-ann": "ann", "t-bob": "bob"}

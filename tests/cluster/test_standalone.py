@@ -2,7 +2,6 @@
 loopback), chosen by configuration alone, write exactly what local mode writes."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

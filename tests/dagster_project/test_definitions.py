@@ -67,8 +67,8 @@ def test_pipeline_asset_runs_only_new_data_and_checks_itself(spark, warehouse):
 
 
 def test_shipped_instance_allows_one_run_per_pipeline(tmp_path):
-    from pathlib import Path
     import shutil
+    from pathlib import Path
 
     from assets import PIPELINE_TAG
     from dagster_project.definitions import pipeline_assets

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-import ops as sp
 from state import tables
 from tests.state import crash_pipeline as cp
 from tests.state.crash_pipeline import outcome, publish_all
