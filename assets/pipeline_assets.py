@@ -40,7 +40,11 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
     The assets sit in pool ``lakestream_<name>``; the project's instance config limits every
     pool to one step at a time, so two runs never execute the same pipeline at once.
 
-    >>> running_sum_asset = make_pipeline_asset(running_sum_pipeline)
+    >>> import ops as sp
+    >>> prices = (sp.read.from_callback("ticks", schema={"sym": "string", "px": "double"})
+    ...           .as_table("sym").write.to_table("latest")).named("prices")
+    >>> sorted(key.to_user_string() for key in make_pipeline_asset(prices).keys)
+    ['prices', 'prices/latest']
     """
     pipeline.layout()  # fails now, at definition time, if the pipeline has no or a bad name
     name = pipeline.id
