@@ -52,6 +52,7 @@ from .operators import (
     StateDeclaration,
     StateKind,
     TableJoin,
+    TableOperator,
     TableTableJoin,
     Window,
     WindowAggregate,
@@ -92,7 +93,7 @@ __all__ = [
     "spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
     # interfaces to extend, and the implementations shipped
     "Source", "CallbackSource", "DeltaTableSource", "FileSource", "MergedSource", "PublishReport",
-    "Operator", "StateDeclaration", "StateKind", "BatchScope", "RunContext", "GroupAggregate",
+    "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext", "GroupAggregate",
     "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
     "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "TableSink",
     # columns lakestream adds

@@ -112,3 +112,17 @@ class Operator(ABC):
     @abstractmethod
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         """This operator's output for ``frame`` (one batch's rows, in order)."""
+
+
+class TableOperator(Operator):
+    """An operator keyed by its ``keys`` columns whose output is the change rows of a table keyed
+    the same way (aggregations, ``as_table``, table joins), ready for ``.write.to_table()``."""
+
+    keys: tuple[str, ...]
+
+    @property
+    def table_keys(self) -> tuple[str, ...]:
+        return self.keys
+
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.keyed(self.keys, self.name)

@@ -22,13 +22,13 @@ from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import Agg
-from .base import Operator, StateDeclaration
+from .base import TableOperator
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class GroupAggregate(Operator):
+class GroupAggregate(TableOperator):
     """Aggregates ``aggs`` (output name -> :class:`Agg`) per value of ``keys``.
 
     Rows whose group key is null are dropped and counted in the log (ksqlDB drops them too).
@@ -40,13 +40,6 @@ class GroupAggregate(Operator):
     keys: tuple[str, ...]
     aggs: tuple[tuple[str, Agg], ...]
     having: Callable[[pd.DataFrame], Any] | None = None
-
-    @property
-    def table_keys(self) -> tuple[str, ...]:
-        return self.keys
-
-    def declares(self) -> StateDeclaration:
-        return StateDeclaration.keyed(self.keys, self.name)
 
     def __post_init__(self) -> None:
         if not self.keys:

@@ -22,7 +22,7 @@ from ..columns import CHANGE_COLUMN, OLD_COLUMN, SOURCE_COLUMN, WRITTEN_COLUMNS
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
-from .base import Operator, StateDeclaration
+from .base import Operator, StateDeclaration, TableOperator
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class TableJoin(Operator):
 
 
 @dataclass(frozen=True)
-class TableTableJoin(Operator):
+class TableTableJoin(TableOperator):
     """Join two tables on their key, fed as one merged stream of both tables' updates (each row
     tagged with its source in ``_source``; all value columns null = the key was deleted).
 
@@ -97,13 +97,6 @@ class TableTableJoin(Operator):
     def __post_init__(self) -> None:
         if self.how not in ("inner", "left"):
             raise PipelineDefinitionError(f"table join how must be 'inner' or 'left', not {self.how!r}")
-
-    @property
-    def table_keys(self) -> tuple[str, ...]:
-        return self.keys
-
-    def declares(self) -> StateDeclaration:
-        return StateDeclaration.keyed(self.keys, self.name)
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}

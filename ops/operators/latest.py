@@ -11,25 +11,18 @@ from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError
 from .aggregates import to_python
-from .base import Operator, StateDeclaration
+from .base import TableOperator
 from .grouped import without_nulls
 
 
 @dataclass(frozen=True)
-class LatestByKey(Operator):
+class LatestByKey(TableOperator):
     """A table from a stream of updates (ksqlDB's ``CREATE TABLE`` over a topic): each record
     sets its key's row; a record whose value columns are all null is a tombstone and deletes
     the key. Within a batch the last record per key wins."""
 
     name: str
     keys: tuple[str, ...]
-
-    @property
-    def table_keys(self) -> tuple[str, ...]:
-        return self.keys
-
-    def declares(self) -> StateDeclaration:
-        return StateDeclaration.keyed(self.keys, self.name)
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         missing = [c for c in self.keys if c not in frame.columns]
