@@ -93,8 +93,8 @@ __all__ = [
     "spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
     # interfaces to extend, and the implementations shipped
     "Source", "CallbackSource", "DeltaTableSource", "FileSource", "MergedSource", "PublishReport",
-    "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext", "GroupAggregate",
-    "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
+    "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext",
+    "GroupAggregate", "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
     "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "TableSink",
     # columns lakestream adds
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
