@@ -27,6 +27,6 @@ from .windows import Window, WindowAggregate, hopping, tumbling
 __all__ = [
     "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map", "Operator", "Session",
     "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator",
-    "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count", "hopping", "latest_by_offset",
-    "max_", "min_", "session", "sum_", "tumbling",
+    "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count",
+    "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",
 ]
