@@ -234,6 +234,6 @@ class QueryServer:
 
 def serve(server: QueryServer, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Run ``server`` with uvicorn (loopback by default) until interrupted."""
-    import uvicorn
+    import uvicorn  # only a served process needs the ASGI server: import it here, not at startup
 
     uvicorn.run(server.app(), host=host, port=port, log_level="warning")

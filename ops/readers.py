@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .pipeline import Stream
-from .sources import CallbackSource, DeltaTableSource, RecordSchema
+from .sources import CallbackSource, DeltaTableSource, FileSource, RecordSchema
 
 
 class Readers:
@@ -43,7 +43,6 @@ class Readers:
         ``schema`` is required for JSON and CSV; records that do not match it, and records with
         a null key, go to dead letters with ``file:line`` as their position.
         """
-        from .file_source import FileSource
         source = FileSource(name=name, directory=directory, format=format,
                             schema=RecordSchema(dict(schema or {}), key), max_files=max_files,
                             options=tuple(sorted((options or {}).items())))

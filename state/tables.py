@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -150,7 +150,8 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         note_append(path)
 
 
-def _appender(frame: DataFrame, partition_by: tuple[str, ...], properties: dict[str, str] | None):
+def _appender(frame: DataFrame, partition_by: tuple[str, ...],
+              properties: dict[str, str] | None) -> DataFrameWriter:
     """A Delta append of ``frame``; partitioning and properties apply if it creates the table."""
     writer = frame.write.format("delta").mode("append")
     for key, value in (properties or {}).items():

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.core.groupby import DataFrameGroupBy
 
 from ..errors import PipelineDefinitionError
 
@@ -27,7 +28,7 @@ class Agg:
     fn: Callable[[Any, pd.Series], Any] | None = None
     initial: Any = None
 
-    def partial(self, groups) -> pd.Series:
+    def partial(self, groups: DataFrameGroupBy) -> pd.Series:
         """This batch's contribution per group (index: group key)."""
         if self.kind == "count":
             return groups.size() if self.column is None else groups[self.column].count()

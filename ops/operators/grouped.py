@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -166,7 +166,7 @@ class GroupAggregate(TableOperator):
 _DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest"})
 
 
-def without_nulls(frame: pd.DataFrame, columns) -> pd.DataFrame:
+def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     """``frame`` without the rows that have a null in ``columns``; the frame itself, not a copy
     of it, when there are none (the usual case, and a copy of a large batch costs)."""
     columns = list(columns)
@@ -182,7 +182,7 @@ def _without_nan(values: list) -> list:
 _KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf": object}
 
 
-def nullable_array(agg: Agg, values: list):
+def nullable_array(agg: Agg, values: list) -> pd.api.extensions.ExtensionArray:
     """``values`` as an array of the aggregate's nullable type: fixed by its kind, else inferred
     from the values (once). Values pandas cannot type, such as lists of unequal lengths, stay
     Python objects."""

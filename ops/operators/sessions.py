@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from state import OperatorState
+
 from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
@@ -129,7 +131,8 @@ class SessionAggregate(EventTimeAggregate):
                          OLD_COLUMN: None})
         return rows
 
-    def _close(self, store, sessions: dict, opened: set, time: int | None, wait: int) -> list[dict]:
+    def _close(self, store: OperatorState, sessions: dict, opened: set, time: int | None,
+               wait: int) -> list[dict]:
         rows = []
         for key in sorted(opened):
             held = sessions.get(key)

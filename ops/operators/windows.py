@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from state import OperatorState
+
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
 from .event_time import CLOCK, END, START, EventTimeAggregate, epoch_ms, to_ms
@@ -108,7 +110,8 @@ class WindowAggregate(EventTimeAggregate):
         stream_time = int(running[-1]) if time is None else max(int(running[-1]), time)
         return rows, late, stream_time
 
-    def _close(self, store, inner: GroupAggregate, closed: list[tuple]) -> pd.DataFrame:
+    def _close(self, store: OperatorState, inner: GroupAggregate,
+               closed: list[tuple]) -> pd.DataFrame:
         """Final rows of the windows that just closed; their state is dropped."""
         states = store.get_values(closed)
         shown = [(key, state["acc"]) for key, state in zip(closed, states)

@@ -104,7 +104,8 @@ def _group_keys(select: exp.Select) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _select_list(select: exp.Select, keys: tuple[str, ...]):
+def _select_list(select: exp.Select,
+                 keys: tuple[str, ...]) -> tuple[dict[str, aggregates.Agg], dict[str, str]]:
     aggs: dict[str, aggregates.Agg] = {}
     aliases: dict[str, str] = {}  # SQL text of each aggregate -> its output column
     for item in select.expressions:
