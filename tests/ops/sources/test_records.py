@@ -3,6 +3,7 @@
 import logging
 
 from dagster_project.pipelines import running_sum_keyed
+from ops.testing import run_records
 from tests.helpers import dead_letters, sink_column
 
 
@@ -32,3 +33,10 @@ def test_replayed_run_does_not_duplicate_dead_letters(spark, warehouse):
     running_sum_keyed.run_once(spark, warehouse)
     running_sum_keyed.run_once(spark, warehouse)
     assert len(dead_letters(spark, running_sum_keyed, warehouse)) == 1
+
+
+def test_a_crash_after_the_sinks_were_written_leaves_each_dead_letter_once(spark, warehouse):
+    result = run_records(running_sum_keyed, [{"x": "bad", "y": 1}, {"x": 1, "y": 1}], spark=spark,
+                         warehouse=warehouse, crash_at_step="after_sink_write")
+    assert result.dead_letters["raw"].tolist() == ['{"x":"bad","y":1}']
+    assert result.outputs["sums"]["total"].tolist() == [1]
