@@ -15,7 +15,15 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import Hooks, PipelineLayout, Tracked, check_name, resolve_warehouse
+from state import (
+    DEFAULT_KEY_GROUPS,
+    Hooks,
+    PipelineLayout,
+    Tracked,
+    check_key_groups,
+    check_name,
+    resolve_warehouse,
+)
 
 from .errors import PipelineDefinitionError
 from .operators import (
@@ -226,6 +234,7 @@ class Pipeline:
     checkpoint: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     tracked: tuple[Tracked, ...] = ()
     hooks: tuple[Hooks, ...] = ()
+    key_groups: int = DEFAULT_KEY_GROUPS
 
     def named(self, name: str) -> Pipeline:
         """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
@@ -241,6 +250,15 @@ class Pipeline:
     def checkpoint_every(self, batches: int | None = 1, seconds: float | None = None) -> Pipeline:
         """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end)."""
         return dataclasses.replace(self, checkpoint=CheckpointPolicy(batches, seconds))
+
+    def with_key_groups(self, groups: int) -> Pipeline:
+        """Hash keyed state into ``groups`` key groups (default 256): the most workers a keyed
+        operator's state can ever be spread over. Fixed by the pipeline's first checkpoint; a
+        later run with another number stops with a ``ConfigError``."""
+        try:
+            return dataclasses.replace(self, key_groups=check_key_groups(groups))
+        except ValueError as exc:
+            raise PipelineDefinitionError(f"pipeline {self.name!r}: {exc}") from None
 
     def track(self, *variables: Tracked) -> Pipeline:
         """Save these tracked variables (``sp.track(name, initial)``) with every checkpoint;

@@ -17,6 +17,7 @@ from .errors import (
 from .faults import fault_point
 from .global_tables import GlobalTable, global_table
 from .hooks import HookContext, Hooks
+from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
@@ -26,7 +27,8 @@ from .tracking import Tracked, restore_all, save_all, track
 from .warmup import TransactionWarmer, warming
 
 __all__ = [
-    "CHECKPOINT_OPERATOR", "STATE_SCHEMA", "BatchPlan", "BatchPlans", "Checkpoint",
+    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
+    "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
     "CheckpointConflict", "CheckpointLog", "ConfigError", "CorruptStateError", "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",

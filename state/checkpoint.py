@@ -16,11 +16,19 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from . import tables
 from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
+from .keygroups import DEFAULT_KEY_GROUPS, key_group
 from .layout import PipelineLayout
 
 CHECKPOINT_OPERATOR = "__checkpoint__"
@@ -30,12 +38,14 @@ STATE_SCHEMA = StructType([
     StructField("value", StringType(), True),
     StructField("deleted", BooleanType(), False),
     StructField("checkpoint_id", LongType(), False),
+    # null on checkpoint records, and on rows written before key groups existed (see compact)
+    StructField("key_group", IntegerType(), True),
 ])
 
-# File statistics only for checkpoint ids, which reads filter on. Min/max of the key and value
-# strings skip nothing (a commit's keys are spread over the key space) and collecting them cost
-# 0.75 s of a 1.2 s commit of 30k state rows.
-STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id"}
+# File statistics only for checkpoint ids and key groups, which reads filter on. Min/max of the
+# key and value strings skip nothing (a commit's keys are spread over the key space) and
+# collecting them cost 0.75 s of a 1.2 s commit of 30k state rows.
+STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id,key_group"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,9 @@ class Checkpoint:
     reset_to_batch: int | None = None
     # The checkpoint a reset went back to: this one's predecessor in the pipeline's history.
     resumed_from: int | None = None
+    # How many key groups the pipeline's keys hash into; fixed by its first checkpoint (records
+    # written before key groups existed read as the default, which their keys then take).
+    key_groups: int = DEFAULT_KEY_GROUPS
 
     @property
     def predecessor(self) -> int | None:
@@ -119,7 +132,8 @@ class CheckpointLog:
     def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame) -> None:
         """Append ``state_rows`` and the checkpoint record in one Delta commit.
 
-        1. Build one frame: the changed state rows plus the checkpoint row.
+        1. Build one frame: the changed state rows, each with its key group, plus the
+           checkpoint row.
         2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint, id)``:
            a second writer of the same checkpoint id is skipped by Delta, never duplicated.
         3. Verify the commit is ours (its metadata is in the log; else read the record back):
@@ -127,18 +141,24 @@ class CheckpointLog:
         """
         record = pd.DataFrame([{
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
-            "deleted": False, "checkpoint_id": checkpoint.checkpoint_id}])
+            "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}])
+        if len(state_rows):
+            groups = checkpoint.key_groups
+            state_rows = state_rows.assign(
+                key_group=[key_group(key, groups) for key in state_rows["key"]])
         rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
         rows["checkpoint_id"] = checkpoint.checkpoint_id
-        frame = tables.to_frame(self._spark, rows, STATE_SCHEMA)
+        rows["key_group"] = rows["key_group"].astype("Int32")
+        frame = tables.to_frame(self._spark, rows[STATE_SCHEMA.names], STATE_SCHEMA)
         fault_point("before_checkpoint_commit")
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.
         app_id = f"{self._layout.pipeline}/checkpoint"
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id})
+        # the first checkpoint creates the table; a table from before key groups gains the column
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
                       partition_by=("operator",), user_metadata=stamp,
-                      properties=STATE_TABLE_PROPERTIES)  # the first checkpoint creates the table
+                      properties=STATE_TABLE_PROPERTIES, merge_schema=True)
         fault_point("after_checkpoint_commit")
         if stamp in tables.recent_metadata(self._spark, self._layout.state):
             return
@@ -151,9 +171,12 @@ class CheckpointLog:
 
 
 def new_checkpoint(previous: Checkpoint | None, *, batch_id: int, offsets: dict[str, Any],
-                   tracked: dict[str, str], markers: dict[str, Any], run_id: str) -> Checkpoint:
-    """The checkpoint that follows ``previous`` (or the first one)."""
+                   tracked: dict[str, str], markers: dict[str, Any], run_id: str,
+                   key_groups: int = DEFAULT_KEY_GROUPS) -> Checkpoint:
+    """The checkpoint that follows ``previous`` (or the first one, with ``key_groups``: later
+    ones keep the first one's)."""
     return Checkpoint(
         checkpoint_id=(previous.checkpoint_id + 1) if previous else 1,
         batch_id=batch_id, offsets=offsets, tracked=tracked, markers=markers,
-        epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time())
+        epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time(),
+        key_groups=previous.key_groups if previous else key_groups)

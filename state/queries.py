@@ -14,6 +14,7 @@ from . import tables
 from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog
 from .codecs import codec_named, decode_key
 from .errors import CheckpointConflict, StateError
+from .keygroups import key_group_column
 from .layout import PipelineLayout
 from .store import latest_per_key
 
@@ -91,13 +92,18 @@ def compact(spark: SparkSession, layout: PipelineLayout) -> int:
     if last is None:
         return 0
     changelog = tables.read(spark, layout.state).where(F.col("checkpoint_id") <= last.checkpoint_id)
+    # every kept row gets its key group, rows from before key groups existed included
     state_rows = (latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
-                  .where(~F.col("deleted")))
-    records = changelog.where(F.col("operator") == CHECKPOINT_OPERATOR)
-    compacted = state_rows.select(*STATE_SCHEMA.names).unionByName(records).localCheckpoint()
+                  .where(~F.col("deleted"))
+                  .withColumn("key_group", key_group_column(F.col("key"), last.key_groups)))
+    records = (changelog.where(F.col("operator") == CHECKPOINT_OPERATOR)
+               .withColumn("key_group", F.lit(None).cast("int")))
+    compacted = (state_rows.select(*STATE_SCHEMA.names)
+                 .unionByName(records.select(*STATE_SCHEMA.names)).localCheckpoint())
     kept = compacted.count()
     try:
         (compacted.write.format("delta").mode("overwrite").partitionBy("operator")
+         .option("mergeSchema", "true")
          .option("userMetadata", json.dumps({"compacted_through": last.checkpoint_id}))
          .save(layout.state))
     except Exception as exc:

@@ -61,6 +61,7 @@ def reset_checkpoint(spark: SparkSession, layout: PipelineLayout, checkpoint_id:
     reset = Checkpoint(checkpoint_id=latest.checkpoint_id + 1, batch_id=target.batch_id,
                        offsets=target.offsets, tracked=target.tracked, markers=target.markers,
                        epoch=latest.epoch + 1, run_id=run_id, created_at=time.time(),
-                       reset_to_batch=target.batch_id, resumed_from=checkpoint_id)
+                       reset_to_batch=target.batch_id, resumed_from=checkpoint_id,
+                       key_groups=latest.key_groups)
     log.commit(reset, rows)
     return reset

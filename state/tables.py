@@ -121,7 +121,8 @@ def _plain_type(kind: pa.DataType) -> bool:
 
 def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
            partition_by: tuple[str, ...] = (), user_metadata: str | None = None,
-           properties: dict[str, str] | None = None, again_soon: bool = True) -> None:
+           properties: dict[str, str] | None = None, again_soon: bool = True,
+           merge_schema: bool = False) -> None:
     """Append ``frame`` to ``path`` in one commit.
 
     With ``txn=(app_id, version)`` the write is idempotent: Delta skips it when the table has
@@ -129,8 +130,11 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     nothing new. ``again_soon``: the next batch is likely to append again, so a run's warm-up
     may prepare the table's next idempotent append (see :mod:`state.warmup`). ``properties``:
     table properties, for when this append creates the table (Delta ignores them otherwise).
+    ``merge_schema``: columns ``frame`` has and the table lacks are added to the table.
     """
     writer = _appender(frame, partition_by, properties)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", str(txn[1]))
     if user_metadata is not None:

@@ -28,6 +28,7 @@ from state import (
     BatchPlans,
     Checkpoint,
     CheckpointLog,
+    ConfigError,
     HookContext,
     StateStore,
     TransactionWarmer,
@@ -125,6 +126,12 @@ class _Run:
         idempotent append)."""
         tables.clear_staging(self.layout.staging)
         self.last = self.checkpoints.latest()
+        if self.last and self.last.key_groups != self.pipeline.key_groups:
+            raise ConfigError(
+                f"pipeline {self.pipeline.name!r} was created with {self.last.key_groups} key "
+                f"groups and is now defined with {self.pipeline.key_groups}; the number is fixed "
+                f"at creation (keys would change groups): use "
+                f".with_key_groups({self.last.key_groups})")
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
@@ -282,7 +289,7 @@ class _Run:
         markers = self.call_hooks("on_checkpoint")
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
-                                    run_id=self.ctx.run_id)
+                                    run_id=self.ctx.run_id, key_groups=self.pipeline.key_groups)
         self.encoding = self.encoder.submit(self.store.changed_rows)
         return _Pending(checkpoint, self.encoding)
 

@@ -1,0 +1,102 @@
+"""Key groups: each state row carries the group of its key (a stable hash, the same in Python and
+Spark), G is fixed at a pipeline's first checkpoint, and pipelines checkpointed before key groups
+existed keep working."""
+
+import json
+import shutil
+
+import pytest
+from pyspark.sql import functions as F
+
+import ops as sp
+from ops import ConfigError, PipelineDefinitionError
+from state import CHECKPOINT_OPERATOR, STATE_SCHEMA, encode_key, key_group, key_group_column, tables
+
+
+def running_sum(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def pipeline(groups=None):
+    built = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+             .map(running_sum, state=0).write.to_delta("sums")).named("grouped")
+    return built if groups is None else built.with_key_groups(groups)
+
+
+def state_rows(spark, warehouse):
+    return tables.read(spark, pipeline().layout(warehouse).state).toPandas()
+
+
+def test_python_and_spark_put_every_key_in_the_same_group(spark):
+    keys = [encode_key(k) for k in [*range(-50, 200), "é", "sensor-7", "", ("a", 1), ("ü", -3)]]
+    frame = spark.createDataFrame([(k,) for k in keys], "key string")
+    for groups in (1, 7, 256):
+        spark_groups = [row[0] for row in frame.select(key_group_column(F.col("key"), groups)).collect()]
+        assert spark_groups == [key_group(k, groups) for k in keys]
+    assert len({key_group(k, 256) for k in keys}) > 100  # spread, not clumped
+
+
+def test_state_rows_carry_their_key_group_and_the_checkpoint_its_count(spark, warehouse):
+    grouped = pipeline(groups=8)
+    grouped.publish(spark, [{"k": f"key{n}", "x": n} for n in range(40)], warehouse)
+    grouped.run_once(spark, warehouse)
+    rows = state_rows(spark, warehouse)
+    state = rows[rows["operator"] == "running_sum"]
+    assert len(state) == 40
+    assert state["key_group"].tolist() == [key_group(k, 8) for k in state["key"]]
+    record = rows[rows["operator"] == CHECKPOINT_OPERATOR]
+    assert record["key_group"].isna().all()
+    assert json.loads(record["value"].iloc[0])["key_groups"] == 8
+
+
+def test_the_number_of_groups_is_fixed_at_creation(spark, warehouse):
+    pipeline(groups=8).publish(spark, [{"k": "a", "x": 1}], warehouse)
+    pipeline(groups=8).run_once(spark, warehouse)
+    with pytest.raises(ConfigError, match=r"created with 8 key groups .* use \.with_key_groups\(8\)"):
+        pipeline().run_once(spark, warehouse)
+    for bad in (0, 40_000, 2.5):
+        with pytest.raises(PipelineDefinitionError, match="key groups must be an integer"):
+            pipeline(groups=bad)
+
+
+def as_before_key_groups(spark, warehouse):
+    """Write the pipeline's ``_state`` again as the release before key groups created it: five
+    columns, statistics on ``checkpoint_id`` only, checkpoint records without ``key_groups``."""
+    path = pipeline().layout(warehouse).state
+    old_columns = [name for name in STATE_SCHEMA.names if name != "key_group"]
+    rows = tables.read(spark, path).toPandas()[old_columns]
+    records = rows["operator"] == CHECKPOINT_OPERATOR
+    rows.loc[records, "value"] = [json.dumps({k: v for k, v in json.loads(text).items()
+                                              if k != "key_groups"}) for text in rows.loc[records, "value"]]
+    old = spark.createDataFrame(rows, ", ".join(f"{c} {t}" for c, t in zip(
+        old_columns, ("string", "string", "string", "boolean", "long"))))
+    shutil.rmtree(path)
+    (old.write.format("delta").option("delta.dataSkippingStatsColumns", "checkpoint_id")
+     .partitionBy("operator").save(path))
+    assert "key_group" not in tables.read(spark, path).columns
+
+
+def test_a_pipeline_checkpointed_before_key_groups_resumes_and_compaction_fills_them(spark, warehouse):
+    old = pipeline()
+    old.publish(spark, [{"k": "a", "x": 1}, {"k": "b", "x": 2}], warehouse)
+    old.run_once(spark, warehouse)
+    as_before_key_groups(spark, warehouse)
+
+    old.publish(spark, [{"k": "a", "x": 10}, {"k": "c", "x": 5}], warehouse)
+    old.run_once(spark, warehouse)
+    assert old.read_sink(spark, "sums", warehouse)["total"].tolist() == [1, 2, 11, 5]
+    rows = state_rows(spark, warehouse)
+    state = rows[rows["operator"] == "running_sum"].sort_values(["checkpoint_id", "key"])
+    assert state["key_group"].isna().tolist() == [True, True, False, False]  # old rows, then new
+    assert json.loads(rows[rows["operator"] == CHECKPOINT_OPERATOR]
+                      .sort_values("checkpoint_id")["value"].iloc[-1])["key_groups"] == 256
+
+    before = sp.read_state(spark, old, "running_sum", warehouse=warehouse)
+    sp.compact(spark, old, warehouse)
+    state = state_rows(spark, warehouse).query("operator == 'running_sum'")
+    assert state["key_group"].tolist() == [key_group(k, 256) for k in state["key"]]
+    after = sp.read_state(spark, old, "running_sum", warehouse=warehouse)
+    assert after[["key", "value"]].values.tolist() == before[["key", "value"]].values.tolist() == [
+        ["a", 11], ["b", 2], ["c", 5]]
