@@ -42,6 +42,7 @@ from state import (
 from state.faults import InjectedCrash
 
 from ..context import BatchScope, RunContext
+from ..operators import StateKind
 from .dead_letters import write_dead_letters
 from .reports import BatchReport, RunReport
 
@@ -212,14 +213,17 @@ class _Run:
         frame = sliced.good
         scope = BatchScope(self.pipeline.id, plan.batch_id, source.schema.key_fields, self.store,
                            plan.ranges)
+        keys: dict[tuple[str, ...], int] = {}  # distinct keys per keying, over keyed operators
         with _collector_paused():
             for operator in self.pipeline.stream.operators:
+                declared = operator.declares()
+                if declared.kind is StateKind.KEYED and declared.keys not in keys:
+                    keys[declared.keys] = _distinct_keys(frame, declared.keys)
                 frame = operator.apply(scope, frame)
         self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
-        keys = len(sliced.good[list(scope.key_fields)].drop_duplicates()) if scope.key_fields else 0
         report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
-                             len(sliced.rejected), keys, 0.0, replayed)
+                             len(sliced.rejected), max(keys.values(), default=0), 0.0, replayed)
         return _Output(report, started, frame, sliced.rejected, source.name)
 
     # 4.-5. write sinks, checkpoint (in the writer threads) --------------------------------------
@@ -377,6 +381,16 @@ def _run_batches(run: _Run, max_batches: int | None) -> None:
         run.finish_checkpoint()
     run.report_written(wait=True)
     run.take_encoded()
+
+
+def _distinct_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> int:
+    """Distinct values of ``columns`` in ``frame`` (0 when a column is missing: the operator
+    reports that itself)."""
+    if not set(columns) <= set(frame.columns):
+        return 0
+    if len(columns) == 1:
+        return int(frame[columns[0]].nunique())
+    return len(frame[list(columns)].drop_duplicates())
 
 
 @contextmanager

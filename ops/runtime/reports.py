@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one micro-batch did. ``seconds`` runs from its start until its output was written
-    (the checkpoint after it commits while the next batch runs)."""
+    """What one micro-batch did. ``keys``: the distinct keys its keyed operators saw (the most
+    any one keying saw: a group-by's groups, a keyed map's stream keys; 0 without keyed
+    state). ``seconds`` runs from its start until its output was written (the checkpoint after
+    it commits while the next batch runs)."""
 
     batch_id: int
     rows_in: int
