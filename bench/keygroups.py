@@ -61,7 +61,8 @@ def build(spark: SparkSession, path: str, layout: str, keys: int, commits: int) 
             writer = writer.partitionBy("operator", "key_group")
         elif layout != "clustered":
             writer = writer.partitionBy("operator")
-        writer.option("delta.dataSkippingStatsColumns", "checkpoint_id,key_group").save(path)
+        stats = "checkpoint_id" if layout == "group partitions" else "checkpoint_id,key_group"
+        writer.option("delta.dataSkippingStatsColumns", stats).save(path)
     if layout == "range files":
         every = spark.read.format("delta").load(path)
         (every.repartitionByRange(32, "key_group").sortWithinPartitions("key_group")

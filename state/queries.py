@@ -83,10 +83,18 @@ def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, aft
     return _decoded(latest, codec)
 
 
-def compact(spark: SparkSession, layout: PipelineLayout) -> int:
+# Rows per file that compaction writes. Files hold contiguous ranges of key groups, so a reader of
+# some groups opens only the files of their ranges: with 1M keys in 10 checkpoint files, a task
+# reading an eighth of the groups opened all 10 files in 0.67 s, and 4.5 of 32 range files in
+# 0.40 s (bench/keygroups.py; a folder per key group cost 10x on every checkpoint append).
+ROWS_PER_FILE = 250_000
+
+
+def compact(spark: SparkSession, layout: PipelineLayout, rows_per_file: int = ROWS_PER_FILE) -> int:
     """Rewrite ``_state`` to the latest row per key (tombstones dropped) and every checkpoint
-    record, in one overwrite commit. Readers of the latest checkpoint see no difference; older
-    checkpoints stay readable by time travel until vacuum. Returns the rows kept.
+    record, in one overwrite commit, in files of at most about ``rows_per_file`` rows that each
+    hold a contiguous range of key groups. Readers of the latest checkpoint see no difference;
+    older checkpoints stay readable by time travel until vacuum. Returns the rows kept.
     """
     last = CheckpointLog(spark, layout).latest()
     if last is None:
@@ -101,8 +109,11 @@ def compact(spark: SparkSession, layout: PipelineLayout) -> int:
     compacted = (state_rows.select(*STATE_SCHEMA.names)
                  .unionByName(records.select(*STATE_SCHEMA.names)).localCheckpoint())
     kept = compacted.count()
+    files = max(1, -(-kept // rows_per_file))
+    by_group = (compacted.repartitionByRange(files, "operator", "key_group")
+                .sortWithinPartitions("operator", "key_group", "key"))
     try:
-        (compacted.write.format("delta").mode("overwrite").partitionBy("operator")
+        (by_group.write.format("delta").mode("overwrite").partitionBy("operator")
          .option("mergeSchema", "true")
          .option("userMetadata", json.dumps({"compacted_through": last.checkpoint_id}))
          .save(layout.state))

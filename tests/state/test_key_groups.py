@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 import ops as sp
 from ops import ConfigError, PipelineDefinitionError
 from state import CHECKPOINT_OPERATOR, STATE_SCHEMA, encode_key, key_group, key_group_column, tables
+from state import compact as state_compact
 
 
 def running_sum(op, md, data):
@@ -100,3 +101,18 @@ def test_a_pipeline_checkpointed_before_key_groups_resumes_and_compaction_fills_
     after = sp.read_state(spark, old, "running_sum", warehouse=warehouse)
     assert after[["key", "value"]].values.tolist() == before[["key", "value"]].values.tolist() == [
         ["a", 11], ["b", 2], ["c", 5]]
+
+
+def test_compaction_writes_files_of_key_group_ranges(spark, warehouse):
+    grouped = pipeline()
+    grouped.publish(spark, [{"k": f"key{n}", "x": 1} for n in range(600)], warehouse)
+    grouped.run_once(spark, warehouse)
+    layout = grouped.layout(warehouse)
+    assert state_compact(spark, layout, rows_per_file=100) == 601  # 600 keys + 1 record
+    rows = tables.read(spark, layout.state).where("operator = 'running_sum'").withColumn(
+        "file", F.input_file_name())
+    files = rows.select("file").distinct().count()
+    assert files >= 6
+    first_range = rows.where("key_group < 32").select("file").distinct().count()
+    assert first_range <= 2  # an eighth of the groups lies in one or two files, not in all
+    assert sp.read_state(spark, grouped, "running_sum", warehouse=warehouse)["value"].tolist() == [1] * 600
