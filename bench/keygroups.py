@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 import ops as sp  # noqa: E402
@@ -49,18 +49,21 @@ def state_rows(spark: SparkSession, keys: int, commit: int, commits: int) -> Dat
         "key_group", key_group_column(F.col("key"), GROUPS))
 
 
+def appender(rows: DataFrame, layout: str) -> DataFrameWriter:
+    """One file's append, partitioned as ``layout`` wants (clustered tables are not)."""
+    writer = rows.coalesce(1).write.format("delta").mode("append")
+    if layout == "group partitions":
+        return writer.partitionBy("operator", "key_group")
+    return writer if layout == "clustered" else writer.partitionBy("operator")
+
+
 def build(spark: SparkSession, path: str, layout: str, keys: int, commits: int) -> None:
     if layout == "clustered":
         spark.sql(f"CREATE TABLE delta.`{path}` (operator STRING, key STRING, value STRING, "
                   "deleted BOOLEAN, checkpoint_id BIGINT, key_group INT) USING delta "
                   "CLUSTER BY (key_group)")
     for commit in range(commits):
-        rows = state_rows(spark, keys, commit, commits)
-        writer = rows.coalesce(1).write.format("delta").mode("append")
-        if layout == "group partitions":
-            writer = writer.partitionBy("operator", "key_group")
-        elif layout != "clustered":
-            writer = writer.partitionBy("operator")
+        writer = appender(state_rows(spark, keys, commit, commits), layout)
         stats = "checkpoint_id" if layout == "group partitions" else "checkpoint_id,key_group"
         writer.option("delta.dataSkippingStatsColumns", stats).save(path)
     if layout == "range files":
@@ -87,11 +90,7 @@ def append_changed(spark: SparkSession, path: str, layout: str, keys: int, chang
     """Seconds to append a checkpoint of ``changed`` keys."""
     rows = state_rows(spark, keys, 0, max(1, keys // changed)).withColumn(
         "checkpoint_id", F.lit(1_000).cast("long"))
-    writer = rows.coalesce(1).write.format("delta").mode("append")
-    if layout == "group partitions":
-        writer = writer.partitionBy("operator", "key_group")
-    elif layout != "clustered":
-        writer = writer.partitionBy("operator")
+    writer = appender(rows, layout)
     started = time.perf_counter()
     writer.save(path)
     return time.perf_counter() - started
