@@ -18,7 +18,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import LongType, StructField, StructType
 
 import ops as sp
-from state import CHECKPOINT_OPERATOR, Checkpoint, tables
+from state import CHECKPOINT_OPERATOR, DEFAULT_KEY_GROUPS, Checkpoint, key_group_column, tables
 from state.checkpoint import STATE_TABLE_PROPERTIES
 
 from _common import drain_query, peak_memory
@@ -139,10 +139,11 @@ def seed_state(spark, warehouse: str, name: str, keys: int) -> None:
     state_rows = spark.range(keys).select(
         F.lit("sum").alias("operator"), F.col("id").cast("string").alias("key"),
         F.lit("0").alias("value"), F.lit(False).alias("deleted"),
-        F.lit(1).cast("long").alias("checkpoint_id"))
+        F.lit(1).cast("long").alias("checkpoint_id"),
+        key_group_column(F.col("id").cast("string"), DEFAULT_KEY_GROUPS).alias("key_group"))
     record = Checkpoint(checkpoint_id=1, batch_id=0, offsets={}, run_id="seed").to_json()
     rows = state_rows.unionByName(spark.createDataFrame(
-        [(CHECKPOINT_OPERATOR, "", record, False, 1)], state_rows.schema))
+        [(CHECKPOINT_OPERATOR, "", record, False, 1, None)], state_rows.schema))
     tables.append(rows, layout.state, partition_by=("operator",), properties=STATE_TABLE_PROPERTIES)
 
 
