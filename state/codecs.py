@@ -8,7 +8,7 @@ import pickle
 from collections.abc import Hashable
 from typing import Any, Protocol
 
-from .errors import EncodingError
+from .errors import CorruptStateError, EncodingError
 
 UNKEYED = ""  # the stored key of an operator's unkeyed state; encoded keys are never empty
 
@@ -113,3 +113,17 @@ def encode_value(codec: Codec, value: Any, *, operator: str, key: Hashable) -> s
             f"state of operator {operator!r} for key {key!r} cannot be encoded with the "
             f"{codec.name} codec ({exc}); return JSON-compatible values or use codec='pickle'"
         ) from exc
+
+
+def decode_value(codec: Codec, text: str, *, operator: str, key: Hashable) -> Any:
+    """Decode a stored value or raise a :class:`CorruptStateError` naming the operator and key."""
+    try:
+        return codec.decode(text)
+    except Exception as exc:
+        raise CorruptStateError(
+            f"state of operator {operator!r} for key {key!r} cannot be decoded with the "
+            f"{codec.name} codec ({type(exc).__name__}: {exc}); the stored text starts "
+            f"{text[:60]!r}. Was the operator's codec changed? Nothing of this batch was "
+            "committed: restore the codec, or reset the pipeline to an older checkpoint."
+        ) from exc
+

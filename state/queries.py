@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from . import tables
 from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog
-from .codecs import codec_named, decode_key
+from .codecs import codec_named, decode_key, decode_value
 from .errors import CheckpointConflict, StateError
 from .keygroups import key_group_column
 from .layout import PipelineLayout
@@ -50,12 +50,14 @@ def changelog_as_of(spark: SparkSession, layout: PipelineLayout,
     return frame, checkpoint_id
 
 
-def _decoded(rows: pd.DataFrame, codec: str) -> pd.DataFrame:
+def _decoded(rows: pd.DataFrame, codec: str, operator: str) -> pd.DataFrame:
     chosen = codec_named(codec)
     rows = rows.sort_values("key", kind="stable").reset_index(drop=True)
+    keys = [decode_key(k) for k in rows["key"]]
     return pd.DataFrame({
-        "key": [decode_key(k) for k in rows["key"]],
-        "value": [None if v is None else chosen.decode(v) for v in rows["value"]],
+        "key": keys,
+        "value": [None if v is None else decode_value(chosen, v, operator=operator, key=k)
+                  for k, v in zip(keys, rows["value"])],
         **({"deleted": rows["deleted"].tolist()} if "deleted" in rows else {}),
         "checkpoint_id": rows["checkpoint_id"].tolist()})
 
@@ -70,7 +72,7 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     changelog, upto = changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(~F.col("deleted")).toPandas()
-    return _decoded(latest, codec).drop(columns="deleted")
+    return _decoded(latest, codec, operator).drop(columns="deleted")
 
 
 def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, after: int,
@@ -80,7 +82,7 @@ def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, aft
     changelog, upto = changelog_as_of(spark, layout, upto)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
-    return _decoded(latest, codec)
+    return _decoded(latest, codec, operator)
 
 
 # Rows per file that compaction writes. Files hold contiguous ranges of key groups, so a reader of

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import tables
-from .codecs import Codec, codec_named, encode_key, encode_value
+from .codecs import Codec, codec_named, decode_value, encode_key, encode_value
 from .layout import PipelineLayout
 
 _MISSING = object()
@@ -55,7 +55,11 @@ class OperatorState:
         for key, text in zip(wanted, encoded):
             value = stored.get(text)
             if value is not None:
-                self._values[key] = decode(value)
+                try:  # one try around the plain call: decoding is this loop's hot path
+                    self._values[key] = decode(value)
+                except Exception:
+                    decode_value(self._codec, value, operator=self.name, key=key)  # raises, naming it
+                    raise
             self._stored[key] = value is not None
 
     def get(self, key: Hashable) -> Any:
