@@ -127,12 +127,8 @@ class _Run:
         idempotent append)."""
         tables.clear_staging(self.layout.staging)
         self.last = self.checkpoints.latest()
-        if self.last and self.last.key_groups != self.pipeline.key_groups:
-            raise ConfigError(
-                f"pipeline {self.pipeline.name!r} was created with {self.last.key_groups} key "
-                f"groups and is now defined with {self.pipeline.key_groups}; the number is fixed "
-                f"at creation (keys would change groups): use "
-                f".with_key_groups({self.last.key_groups})")
+        if self.last:
+            self.check_key_groups(self.last)
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
@@ -155,6 +151,14 @@ class _Run:
             log.info("%s: recovered checkpoint %d (batch %d); %d planned batch(es) to replay",
                      self.pipeline.name, self.last.checkpoint_id, self.last.batch_id,
                      len(self.pending_plans))
+
+    def check_key_groups(self, last: Checkpoint) -> None:
+        """The pipeline must hash keys into the key groups its first checkpoint fixed."""
+        if last.key_groups != self.pipeline.key_groups:
+            raise ConfigError(
+                f"pipeline {self.pipeline.name!r} was created with {last.key_groups} key groups "
+                f"and is now defined with {self.pipeline.key_groups}; the number is fixed at "
+                f"creation (keys would change groups): use .with_key_groups({last.key_groups})")
 
     def finish_reset(self, reset: Checkpoint, after: int) -> Checkpoint:
         """After a reset to an older checkpoint (``reset``, back to batch ``after``): remove what
