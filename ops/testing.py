@@ -39,7 +39,7 @@ from state.faults import InjectedCrash, crash_at
 from .errors import PipelineDefinitionError
 from .inspection import read_state
 from .pipeline import Pipeline
-from .runtime import RunReport
+from .runtime import DEAD_LETTER_SCHEMA, RunReport
 from .sinks import StoredSink
 from .sources import CallbackSource
 from .spark import spark_session
@@ -135,5 +135,5 @@ def _state(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> dict[str,
 def _dead_letters(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> pd.DataFrame:
     path = pipeline.layout(warehouse).dead_letters
     if not tables.exists(spark, path):
-        return pd.DataFrame(columns=["batch_id", "source", "position", "reason", "raw"])
+        return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("batch_id", "position").toPandas()

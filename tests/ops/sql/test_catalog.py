@@ -4,6 +4,7 @@ import pytest
 
 import ops as sp
 from ops import SqlError
+from ops.sql import DEFAULT_CATALOG
 
 STATEMENT = "CREATE TABLE sold AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title"
 
@@ -25,7 +26,7 @@ def test_a_name_in_one_catalog_is_unknown_to_another_and_to_the_default():
     mine.register("only_here", sales("inbox"))
     with pytest.raises(SqlError, match=r"FROM only_here: no such stream; registered: \[\]"):
         sp.sql(STATEMENT.replace("sales", "only_here"), catalog=sp.Catalog())
-    assert "only_here" not in sp.sql.__globals__["DEFAULT_CATALOG"]
+    assert "only_here" not in DEFAULT_CATALOG
 
 
 def test_the_default_catalog_serves_register_and_sql():
