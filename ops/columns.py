@@ -15,5 +15,10 @@ CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's chan
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 
+#: Distributed mode: a row's place in its batch, carried through the stages (internal).
+ORDER_COLUMN = "__order"
+#: Ordinals of source rows start here, so no operator's own 0, 1, 2… index is taken for them.
+FIRST_ORDINAL = 1 << 40
+
 #: What sinks and changelogs add to a table: a join leaves them out of what it copies from one.
 WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN)

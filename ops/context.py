@@ -52,8 +52,13 @@ class BatchScope:
 
     @property
     def spark(self) -> SparkSession:
-        """The run's Spark session (for operators that read tables, such as joins)."""
-        return self.store.spark
+        """The run's Spark session (for operators that read tables, such as joins). Operators
+        running on executors (distributed mode) have none."""
+        spark = self.store.spark
+        if spark is None:
+            raise RuntimeError(f"pipeline {self.pipeline!r}: an operator asked for the Spark "
+                               "session on an executor (distributed mode); run in driver mode")
+        return spark
 
     def where(self, operator: str, key: Any = None) -> str:
         """``pipeline 'p', operator 'o', batch 3[, key 'k']``: the start of an error message."""

@@ -41,7 +41,7 @@ from .operators import (
     Window,
     WindowAggregate,
 )
-from .runtime import BatchReport, RunReport, run_pipeline
+from .runtime import BatchReport, RunReport, check_mode, run_pipeline
 from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, MergedSource, PublishReport, Source
 
@@ -235,6 +235,7 @@ class Pipeline:
     tracked: tuple[Tracked, ...] = ()
     hooks: tuple[Hooks, ...] = ()
     key_groups: int = DEFAULT_KEY_GROUPS
+    mode: str = "driver"
 
     def named(self, name: str) -> Pipeline:
         """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
@@ -257,6 +258,16 @@ class Pipeline:
         later run with another number stops with a ``ConfigError``."""
         try:
             return dataclasses.replace(self, key_groups=check_key_groups(groups))
+        except ValueError as exc:
+            raise PipelineDefinitionError(f"pipeline {self.name!r}: {exc}") from None
+
+    def with_mode(self, mode: str) -> Pipeline:
+        """Where the operators run: ``"driver"`` (default; the fastest for small batches),
+        ``"distributed"`` (on Spark executors, state shuffled by key group: the driver never
+        holds a batch's rows or state) or ``"auto"`` (distributed when a run's first batch has
+        at least ``AUTO_DISTRIBUTED_ROWS`` rows). See README, "Running on a cluster"."""
+        try:
+            return dataclasses.replace(self, mode=check_mode(mode))
         except ValueError as exc:
             raise PipelineDefinitionError(f"pipeline {self.name!r}: {exc}") from None
 
@@ -329,10 +340,13 @@ class Pipeline:
 
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
                  max_batches: int | None = None,
-                 progress: Callable[[BatchReport], None] | None = None) -> RunReport:
+                 progress: Callable[[BatchReport], None] | None = None,
+                 mode: str | None = None) -> RunReport:
         """Recover, then run micro-batches until the source is drained or ``max_batches`` ran
-        (see :func:`ops.runtime.run_pipeline`)."""
-        return run_pipeline(self, spark, warehouse=warehouse, max_batches=max_batches,
+        (see :func:`ops.runtime.run_pipeline`); ``mode`` overrides :meth:`with_mode` for this
+        run."""
+        pipeline = self if mode is None else self.with_mode(mode)
+        return run_pipeline(pipeline, spark, warehouse=warehouse, max_batches=max_batches,
                             progress=progress)
 
     def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,

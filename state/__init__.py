@@ -22,7 +22,7 @@ from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
 from .rollback import reset_checkpoint
-from .store import OperatorState, StateStore
+from .store import OperatorState, StateStore, stored_values
 from .tracking import Tracked, restore_all, save_all, track
 from .warmup import TransactionWarmer, warming
 
@@ -34,5 +34,5 @@ __all__ = [
     "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
     "codec_named", "compact", "decode_key", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "restore_all", "save_all", "tables", "track", "warming",
+    "restore_all", "save_all", "stored_values", "tables", "track", "warming",
 ]

@@ -129,8 +129,11 @@ class CheckpointLog:
                 f"{self._layout.state} holds {len(rows)} records for checkpoint {checkpoint_id}")
         return Checkpoint.from_json(rows[0]["value"]) if rows else None
 
-    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame) -> None:
+    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame | DataFrame) -> None:
         """Append ``state_rows`` and the checkpoint record in one Delta commit.
+
+        ``state_rows``: ``operator, key, value, deleted`` as pandas (the driver's store), or a
+        Spark DataFrame that also holds each row's ``key_group`` (what executors changed).
 
         1. Build one frame: the changed state rows, each with its key group, plus the
            checkpoint row.
@@ -142,6 +145,17 @@ class CheckpointLog:
         record = pd.DataFrame([{
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
             "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}])
+        if isinstance(state_rows, DataFrame):
+            frame = (state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
+                     .select(*STATE_SCHEMA.names)
+                     .unionByName(tables.to_frame(self._spark, record.astype({"key_group": "Int32"}),
+                                                  STATE_SCHEMA)))
+        else:
+            frame = self._frame(checkpoint, state_rows, record)
+        self._append(checkpoint, frame)
+
+    def _frame(self, checkpoint: Checkpoint, state_rows: pd.DataFrame,
+               record: pd.DataFrame) -> DataFrame:
         if len(state_rows):
             groups = checkpoint.key_groups
             state_rows = state_rows.assign(
@@ -149,7 +163,9 @@ class CheckpointLog:
         rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
         rows["checkpoint_id"] = checkpoint.checkpoint_id
         rows["key_group"] = rows["key_group"].astype("Int32")
-        frame = tables.to_frame(self._spark, rows[STATE_SCHEMA.names], STATE_SCHEMA)
+        return tables.to_frame(self._spark, rows[STATE_SCHEMA.names], STATE_SCHEMA)
+
+    def _append(self, checkpoint: Checkpoint, frame: DataFrame) -> None:
         fault_point("before_checkpoint_commit")
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.

@@ -144,20 +144,41 @@ class StateStore:
     """
 
     def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None):
-        self._spark = spark
-        self._layout = layout
+        self._spark: SparkSession | None = spark
+        self._layout: PipelineLayout | None = layout
         self._as_of = as_of
+        self._given: dict[str, dict[str, str]] | None = None
         self._operators: dict[str, OperatorState] = {}
 
+    @classmethod
+    def of_rows(cls, rows: pd.DataFrame) -> StateStore:
+        """A store over stored values handed in (``operator, key, value`` rows, encoded), as an
+        executor task gets them with its rows: nothing is read from tables, and there is no
+        Spark session.
+
+        >>> store = StateStore.of_rows(pd.DataFrame(
+        ...     {"operator": ["sum"], "key": ['"a"'], "value": ["3"]}))
+        >>> store.operator("sum", 0).get_values(["a", "b"])
+        [3, 0]
+        """
+        store = cls.__new__(cls)
+        store._spark, store._layout, store._as_of, store._operators = None, None, None, {}
+        store._given = {str(name): dict(zip(part["key"], part["value"]))
+                        for name, part in rows.groupby("operator", sort=False)}
+        return store
+
     @property
-    def spark(self) -> SparkSession:
-        """The run's Spark session (for operators that read other tables)."""
+    def spark(self) -> SparkSession | None:
+        """The run's Spark session (for operators that read other tables); ``None`` on an
+        executor."""
         return self._spark
 
     def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
         """The state of operator ``name`` (created on first use)."""
         if name not in self._operators:
-            loader = self._load if self._as_of is not None else None
+            loader: Loader | None = self._load if self._as_of is not None else None
+            if self._given is not None:
+                loader = self._given_values
             self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
 
@@ -172,8 +193,15 @@ class StateStore:
         for op in self._operators.values():
             op.mark_checkpointed()
 
+    def _given_values(self, operator: str, keys: list[str]) -> dict[str, str]:
+        assert self._given is not None
+        given = self._given.get(operator, {})
+        return {key: given[key] for key in keys if key in given}
+
     def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
-        assert self._as_of is not None  # operator() hands out this loader only with a checkpoint
+        # operator() hands out this loader only with a checkpoint (and a session)
+        assert self._as_of is not None and self._spark is not None
+        assert self._layout is not None
         latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
 
@@ -190,6 +218,18 @@ def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, a
     if keys is not None:
         rows = tables.only_keys(spark, rows, pd.DataFrame({"key": keys}))
     return latest_per_key(rows).where(~F.col("deleted")).select("key", "value").toPandas()
+
+
+def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[str],
+                  as_of: int | None) -> DataFrame:
+    """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of``, as a
+    lazy Spark DataFrame (executors read it; the driver never does). Empty before the first
+    checkpoint."""
+    if as_of is None or not tables.exists(spark, layout.state):
+        return spark.createDataFrame([], "operator string, key string, value string")
+    rows = (tables.read(spark, layout.state)
+            .where(F.col("operator").isin(operators) & (F.col("checkpoint_id") <= as_of)))
+    return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
 
 
 def latest_per_key(rows: DataFrame) -> DataFrame:

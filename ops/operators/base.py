@@ -92,6 +92,8 @@ class Operator(ABC):
     name: str
     hooks: Hooks | None = None
     codec: str = "json"
+    #: Reads tables through ``scope.spark`` while it runs, so it cannot run on an executor.
+    needs_spark = False
 
     def declares(self) -> StateDeclaration:
         """The state this operator keeps (see :class:`StateDeclaration`)."""
@@ -103,6 +105,12 @@ class Operator(ABC):
         ``as_table``, table joins: what ``.write.to_table()`` materialises), or ``None`` when
         its output is a plain stream."""
         return None
+
+    def state_key(self, values: tuple[Any, ...]) -> Any:
+        """The key this operator keeps a row's state under, from the values of its declared
+        key columns (Python scalars): the value itself for one column, else the tuple.
+        Executors route rows by it, so it must be what the operator passes to the store."""
+        return values[0] if len(values) == 1 else values
 
     def plan_inputs(self, spark: SparkSession) -> dict[str, tuple[Any, Any]]:
         """Extra inputs to pin in each new batch plan, so a replayed batch sees exactly what

@@ -16,7 +16,18 @@ from ..errors import OperatorError
 from .aggregates import to_python
 from .base import Operator, StateDeclaration
 
-STATELESS = object()  # marks a map without managed state
+
+class _Stateless:
+    """Marks a map without managed state; one instance, also after pickling (executors)."""
+
+    def __repr__(self) -> str:
+        return "STATELESS"
+
+    def __reduce__(self) -> str:
+        return "STATELESS"
+
+
+STATELESS = _Stateless()
 
 
 @dataclass(frozen=True)

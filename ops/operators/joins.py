@@ -29,6 +29,8 @@ from .base import Operator, StateDeclaration, TableOperator
 class TableJoin(Operator):
     """``how="left"`` keeps events without a match (table columns null); ``"inner"`` drops them."""
 
+    needs_spark = True  # looks the table up with Spark
+
     name: str
     path: str
     on: tuple[str, ...]
@@ -127,6 +129,9 @@ class TableTableJoin(TableOperator):
                          OLD_COLUMN: None if before is None else json.dumps(before, default=str)})
         return pd.DataFrame(rows, columns=[*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN,
                                            OLD_COLUMN])
+
+    def state_key(self, values: tuple[Any, ...]) -> Any:
+        return values  # a tuple even for one key column (see apply)
 
     def _joined(self, sides: dict) -> dict | None:
         left, right = sides.get("left"), sides.get("right")

@@ -1,11 +1,14 @@
 """The runtime: runs a pipeline's micro-batches under the exactly-once protocol.
 
-``executor`` drives a run (recover, plan, read, apply, write behind, checkpoint); ``reports``
-is what it tells; ``dead_letters`` is where rejected records go.
+``executor`` drives a run (recover, plan, read, apply, write behind, checkpoint); ``modes`` says
+where operators run and ``distributed`` runs them on executors; ``reports`` is what a run tells;
+``dead_letters`` is where rejected records go.
 """
 
 from .dead_letters import DEAD_LETTER_SCHEMA
 from .executor import run_pipeline
+from .modes import AUTO_DISTRIBUTED_ROWS, MODES, check_mode
 from .reports import BatchReport, RunReport
 
-__all__ = ["DEAD_LETTER_SCHEMA", "BatchReport", "RunReport", "run_pipeline"]
+__all__ = ["AUTO_DISTRIBUTED_ROWS", "DEAD_LETTER_SCHEMA", "MODES", "BatchReport", "RunReport",
+           "check_mode", "run_pipeline"]

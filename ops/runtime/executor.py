@@ -41,10 +41,13 @@ from state import (
 )
 from state.faults import InjectedCrash
 
+from ..columns import ORDER_COLUMN, ROW_COLUMN
 from ..context import BatchScope, RunContext
 from ..operators import StateKind
 from .dead_letters import write_dead_letters
-from .reports import BatchReport, RunReport
+from .distributed import Stage, TaskSpec, run_stages, stages_of
+from .modes import AUTO_DISTRIBUTED_ROWS
+from .reports import BatchReport, RunReport, distinct_keys
 
 if TYPE_CHECKING:  # the pipeline module hands pipelines to the runtime: a type, not an import
     from ..pipeline import Pipeline
@@ -222,13 +225,87 @@ class _Run:
             for operator in self.pipeline.stream.operators:
                 declared = operator.declares()
                 if declared.kind is StateKind.KEYED and declared.keys not in keys:
-                    keys[declared.keys] = _distinct_keys(frame, declared.keys)
+                    keys[declared.keys] = distinct_keys(frame, declared.keys)
                 frame = operator.apply(scope, frame)
         self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
         report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
                              len(sliced.rejected), max(keys.values(), default=0), 0.0, replayed)
         return _Output(report, started, frame, sliced.rejected, source.name)
+
+    # 3'. distributed mode: operators on executors, sinks and checkpoint right after ------------
+    def choose_mode(self) -> str:
+        """The pipeline's mode, with ``auto`` settled by the size of the run's first batch."""
+        mode = self.pipeline.mode
+        if mode == "distributed" or mode == "auto":
+            self.check_distributable()
+        if mode != "auto":
+            return mode
+        planned = self.plan_next(1)
+        if planned is None:
+            return "driver"
+        plan = planned[0]
+        self.pending_plans[plan.batch_id] = plan  # the loop takes it again
+        self.replaying = planned[1]
+        source = self.pipeline.source
+        rows = source.read_frame(self.ctx, *plan.ranges[source.name]).good.count()
+        chosen = "distributed" if rows >= AUTO_DISTRIBUTED_ROWS else "driver"
+        log.info("%s: mode auto: first batch has %d rows -> %s (distributed from %d)",
+                 self.pipeline.name, rows, chosen, AUTO_DISTRIBUTED_ROWS)
+        return chosen
+
+    def check_distributable(self) -> None:
+        """Refuse what cannot run on executors, before any batch runs."""
+        if self.pipeline.tracked:
+            raise ConfigError(
+                f"pipeline {self.pipeline.name!r}: tracked variables live in the driver's "
+                "process, and distributed mode runs operators on executors; keep such values in "
+                "managed state (sp.get/sp.set) or run in driver mode")
+        for operator in self.pipeline.stream.operators:
+            if operator.needs_spark:
+                raise ConfigError(
+                    f"pipeline {self.pipeline.name!r}: operator {operator.name!r} reads tables "
+                    "through Spark while it runs, which executors cannot: run in driver mode")
+
+    def run_distributed(self, plan: BatchPlan, replayed: bool) -> None:
+        """Run one batch on executors, write its sinks and commit its checkpoint (with the
+        state its tasks changed): the next batch reads that state from ``_state``."""
+        started = time.perf_counter()
+        source = self.pipeline.source
+        sliced = source.read_frame(self.ctx, *plan.ranges[source.name])
+
+        def spec(stage: Stage) -> TaskSpec:
+            return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
+                            dict(plan.ranges), self.pipeline.key_groups, stage)
+
+        as_of = self.last.checkpoint_id if self.last else None
+        output = run_stages(self.spark, self.layout, as_of, sliced.good, spec,
+                            stages_of(self.pipeline.stream.operators))
+        try:
+            write_dead_letters(self.ctx, plan.batch_id, source.name, sliced.rejected)
+            rows = output.rows.withColumnRenamed(ORDER_COLUMN, ROW_COLUMN)
+            for sink in self.pipeline.sinks:
+                if output.rows_out:
+                    sink.write_frame(self.ctx, plan.batch_id, rows)
+                fault_point("after_sink_write")
+            self.batch_id = self.hook_ctx.batch_id = plan.batch_id
+            self.offsets.update(plan.end_positions())
+            checkpoint = new_checkpoint(
+                self.last, batch_id=self.batch_id, offsets=dict(self.offsets), tracked={},
+                markers=self.call_hooks("on_checkpoint"), run_id=self.ctx.run_id,
+                key_groups=self.pipeline.key_groups)
+            committing = time.perf_counter()
+            self.checkpoints.commit(checkpoint, output.changed_state(self.spark))
+            self.report.checkpoint_seconds.append(time.perf_counter() - committing)
+        finally:
+            output.release()
+        self.last = checkpoint
+        self.hook_ctx.checkpoint_id = checkpoint.checkpoint_id
+        self.call_hooks("on_post_checkpoint", checkpoint.checkpoint_id)
+        self.report_batch(BatchReport(
+            plan.batch_id, output.rows_in + len(sliced.rejected), output.rows_out,
+            len(sliced.rejected), output.keys, time.perf_counter() - started, replayed,
+            mode="distributed"))
 
     # 4.-5. write sinks, checkpoint (in the writer threads) --------------------------------------
     def write_behind(self, output: _Output) -> None:
@@ -281,14 +358,17 @@ class _Run:
         raise a failed write's error."""
         while self.written and (wait or self.written[0][0].done()):
             writing, output = self.written.popleft()
-            batch = dataclasses.replace(output.report, seconds=writing.result() - output.started)
-            self.report.batches.append(batch)
-            log.info("%s batch %d: %d rows in, %d out, %d dead letters, %.0f rows/s%s",
-                     self.pipeline.name, batch.batch_id, batch.rows_in, batch.rows_out,
-                     batch.dead_letters, batch.rows_per_second,
-                     " (replay)" if batch.replayed else "")
-            if self.progress:
-                self.progress(batch)
+            self.report_batch(dataclasses.replace(output.report,
+                                                  seconds=writing.result() - output.started))
+
+    def report_batch(self, batch: BatchReport) -> None:
+        self.report.batches.append(batch)
+        log.info("%s batch %d (%s): %d rows in, %d out, %d keys, %d dead letters, %.0f rows/s%s",
+                 self.pipeline.name, batch.batch_id, batch.mode, batch.rows_in, batch.rows_out,
+                 batch.keys, batch.dead_letters, batch.rows_per_second,
+                 " (replay)" if batch.replayed else "")
+        if self.progress:
+            self.progress(batch)
 
     def take_checkpoint(self) -> _Pending:
         """The checkpoint after the last batch run, taken in memory: hooks return markers, the
@@ -347,7 +427,10 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
             run.call_hooks("on_setup")
             run.recover()
             run.call_hooks("on_start")
-            _run_batches(run, max_batches)
+            if run.choose_mode() == "distributed":
+                _run_distributed(run, max_batches)
+            else:
+                _run_batches(run, max_batches)
             run.call_hooks("on_finish")
         except BaseException as error:
             run.settle(error)
@@ -387,14 +470,16 @@ def _run_batches(run: _Run, max_batches: int | None) -> None:
     run.take_encoded()
 
 
-def _distinct_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> int:
-    """Distinct values of ``columns`` in ``frame`` (0 when a column is missing: the operator
-    reports that itself)."""
-    if not set(columns) <= set(frame.columns):
-        return 0
-    if len(columns) == 1:
-        return int(frame[columns[0]].nunique())
-    return len(frame[list(columns)].drop_duplicates())
+def _run_distributed(run: _Run, max_batches: int | None) -> None:
+    """Distributed mode: each batch is checkpointed as it is written (its state lives only in
+    ``_state``, where the next batch's tasks read it), so batches run one after another."""
+    ran = 0
+    while max_batches is None or ran < max_batches:
+        planned = run.plan_next((max_batches - ran) if max_batches is not None else _PLAN_AHEAD)
+        if planned is None:
+            break
+        run.run_distributed(*planned)
+        ran += 1
 
 
 @contextmanager

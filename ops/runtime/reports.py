@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 
 @dataclass(frozen=True)
 class BatchReport:
@@ -19,10 +21,24 @@ class BatchReport:
     keys: int
     seconds: float
     replayed: bool
+    mode: str = "driver"  # where its operators ran: driver or distributed
 
     @property
     def rows_per_second(self) -> float:
         return self.rows_in / self.seconds if self.seconds > 0 else 0.0
+
+
+def distinct_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> int:
+    """Distinct values of ``columns`` in ``frame`` (0 without them: the operator says why).
+
+    >>> distinct_keys(pd.DataFrame({"k": [1, 1, 2]}), ("k",))
+    2
+    """
+    if not columns or not set(columns) <= set(frame.columns):
+        return 0
+    if len(columns) == 1:
+        return int(frame[columns[0]].nunique())
+    return len(frame[list(columns)].drop_duplicates())
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """The Sink interface: where a batch's output goes, and what the runtime may ask of it.
 
-What the runtime calls, in order: ``write(ctx, batch_id, frame)`` once per batch, batches in
-order, after the previous batch's ``write`` returned and before the checkpoint covering the
-batch commits. A batch that crashed is written again on replay with identical rows, so a
-``write`` must be idempotent by batch id: a second call for the same batch adds nothing.
+What the runtime calls, in order: ``write(ctx, batch_id, frame)`` once per batch (in
+distributed mode ``write_frame``, with a Spark DataFrame), batches in order, after the previous
+batch's ``write`` returned and before the checkpoint covering the batch commits. A batch that
+crashed is written again on replay with identical rows, so a ``write`` must be idempotent by
+batch id: a second call for the same batch adds nothing.
+
 ``discard_after(ctx, batch_id)`` is called during recovery after a reset to an older
 checkpoint, before any batch runs, and may be called again if that recovery crashes.
 
@@ -16,10 +18,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from state import PipelineLayout
 
+from ..columns import ROW_COLUMN
 from ..context import RunContext
 
 
@@ -31,6 +34,13 @@ class Sink(ABC):
     @abstractmethod
     def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
         """Write ``frame`` for ``batch_id``; a second call for the same batch adds nothing."""
+
+    def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
+        """Distributed mode: write ``frame`` (a Spark DataFrame, rows already tagged with their
+        order in ``_row``) for ``batch_id``, idempotently as :meth:`write`. This default brings
+        the rows to the driver; sinks that can write from executors override it."""
+        rows: pd.DataFrame = frame.toPandas()
+        self.write(ctx, batch_id, rows.sort_values(ROW_COLUMN).drop(columns=[ROW_COLUMN]))
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:  # noqa: B027 - optional
         """Remove what batches after ``batch_id`` wrote (a reset abandoned them); a sink that

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state import PipelineLayout, tables
@@ -36,6 +36,10 @@ class DeltaSink(StoredSink):
             **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
         tables.append_rows(ctx.spark, rows, self.location(ctx.layout), staging=ctx.layout.staging,
                            txn=ctx.txn(f"sink/{self.name}", batch_id))
+
+    def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
+        tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id)), self.location(ctx.layout),
+                      txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:
         tables.delete_where(ctx.spark, self.location(ctx.layout), F.col(BATCH_COLUMN) > batch_id)

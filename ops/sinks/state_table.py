@@ -58,9 +58,12 @@ class TableSink(StoredSink):
     def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
-        rows = frame.reset_index(drop=True).assign(**{BATCH_COLUMN: batch_id,
-                                                      ROW_COLUMN: range(len(frame))})
-        changes = _typed_like(ctx.spark, tables.to_frame(ctx.spark, rows), self.changelog(ctx.layout))
+        rows = frame.reset_index(drop=True).assign(**{ROW_COLUMN: range(len(frame))})
+        self.write_frame(ctx, batch_id, tables.to_frame(ctx.spark, rows))
+
+    def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
+        rows = frame.withColumn(BATCH_COLUMN, F.lit(batch_id))
+        changes = _typed_like(ctx.spark, rows, self.changelog(ctx.layout))
         tables.append(changes, self.changelog(ctx.layout),
                       txn=ctx.txn(f"table/{self.name}", batch_id))
         self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))

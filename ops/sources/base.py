@@ -8,9 +8,9 @@ What the runtime calls, in order:
    ``(start, end]`` slices after position ``after``. The runtime records them in the batch plans
    before reading any, so a slice never changes once planned. Not called for a batch whose plan
    a crashed run left behind: that plan is reused.
-3. ``read(ctx, start, end)`` once per batch attempt: exactly the records of ``(start, end]``, in
-   the same order every time (a replay reads the same slice again), split into good rows and
-   rejected ones with reasons (which go to dead letters).
+3. ``read(ctx, start, end)`` (``read_frame`` in distributed mode) once per batch attempt:
+   exactly the records of ``(start, end]``, in the same order every time (a replay reads the
+   same slice again), split into good rows and rejected ones with reasons (dead letters).
 
 ``lag`` and ``probe`` are asked from outside runs (describe, sensors); positions are JSON values.
 """
@@ -21,11 +21,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from state import PipelineLayout
+from state import PipelineLayout, tables
 
+from ..columns import FIRST_ORDINAL, ORDER_COLUMN
 from ..context import RunContext
 from .records import RecordSchema
 
@@ -43,6 +45,22 @@ class Slice:
     @staticmethod
     def no_rejects() -> pd.DataFrame:
         return pd.DataFrame(columns=REJECTED_COLUMNS)
+
+
+@dataclass(frozen=True)
+class FrameSlice:
+    """Records read for one batch in distributed mode: ``good`` rows as a Spark DataFrame with
+    their source order in ``__order``, and ``rejected`` ones with reasons (few: pandas)."""
+
+    good: DataFrame
+    rejected: pd.DataFrame
+
+    @classmethod
+    def of(cls, spark: SparkSession, sliced: Slice) -> FrameSlice:
+        """``sliced``'s rows handed to Spark, numbered in order."""
+        ordinals = np.arange(FIRST_ORDINAL, FIRST_ORDINAL + len(sliced.good), dtype="int64")
+        good = sliced.good.reset_index(drop=True).assign(**{ORDER_COLUMN: ordinals})
+        return cls(tables.to_frame(spark, good), sliced.rejected)
 
 
 class Source(ABC):
@@ -72,6 +90,11 @@ class Source(ABC):
     @abstractmethod
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         """Exactly the records of ``(start, end]``, in order, validated."""
+
+    def read_frame(self, ctx: RunContext, start: Any, end: Any) -> FrameSlice:
+        """:meth:`read` for distributed mode, as a Spark DataFrame. This default reads on the
+        driver and hands the rows to Spark; sources that Spark can read directly override it."""
+        return FrameSlice.of(ctx.spark, self.read(ctx, start, end))
 
     @abstractmethod
     def lag(self, ctx: RunContext, after: Any) -> int:

@@ -1,0 +1,350 @@
+"""Distributed mode: a batch's operators and their state run on Spark executors.
+
+The driver builds a plan of Spark DataFrames and never holds a batch's rows or state:
+
+1. The operators are cut into **stages**, each starting at a stateful operator and taking the
+   stateless ones after it along (:func:`stages_of`). Stateless operators before the first
+   stateful one form a narrow stage, run where the rows are.
+2. A **keyed** stage tags every row with its encoded key and key group, and cogroups the rows
+   with the stored state of exactly the batch's keys (a semi-join of ``_state`` as of the last
+   checkpoint) by key group. Each key group is one call of the operators, on an executor, with
+   a :class:`~state.StateStore` over the state rows handed in: ``sp.get``/``sp.set`` behave as
+   on the driver. Key groups, not tasks, own state, so any number of tasks works.
+3. A **whole-stream** stage (unkeyed state, or keyed state with an operator-wide part such as a
+   window's stream-time clock) runs as one group, with all of the operator's state.
+4. Each group returns its output rows (Arrow IPC, one binary cell per chunk), its changed state
+   rows, counts, or the error it raised, in one frame of :data:`STAGE_SCHEMA`. The driver
+   collects only the counts, the output schemas and errors; the next stage decodes the rows.
+
+Rows keep their source order through the ``__order`` column (an operator sees its rows sorted
+by it, as on the driver); an operator that makes new rows (an aggregation) numbers them after
+every source ordinal, by key group and position, so ``_row`` is the same whatever the number
+of tasks.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from state import PipelineLayout, StateStore, encode_key, key_group, key_group_column, stored_values
+
+from ..columns import ORDER_COLUMN
+from ..context import BatchScope
+from ..errors import OperatorError
+from ..operators import Operator, StateKind
+from ..operators.aggregates import to_python
+from .reports import distinct_keys
+
+KEY_COLUMN, GROUP_COLUMN = "__key", "__group"
+_NEW_ROWS = 1 << 62     # ordinals of rows an operator made: after every source ordinal
+_GROUP_SPAN = 1 << 32   # positions per key group among them
+_CHUNK_ROWS = 100_000   # output rows per Arrow cell
+_WHOLE_STREAM = 0       # the one group of a whole-stream stage
+
+STAGE_SCHEMA = StructType([
+    StructField("kind", StringType(), False),       # rows | state | done | error
+    StructField("payload", BinaryType(), True),     # rows: Arrow IPC stream of output rows
+    StructField("operator", StringType(), True),    # state rows …
+    StructField("key", StringType(), True),
+    StructField("value", StringType(), True),
+    StructField("deleted", BooleanType(), True),
+    StructField("key_group", IntegerType(), True),
+    StructField("rows_in", LongType(), True),       # done: what the group saw and made
+    StructField("rows_out", LongType(), True),
+    StructField("keys", LongType(), True),
+    StructField("message", StringType(), True),     # error: message and traceback
+])
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Operators run together in one pass: a stateful one (if any) and the stateless ones after
+    it. ``keys``: the key columns of a keyed stage; ``None`` for a whole-stream stage; ``()``
+    for a narrow (stateless) stage."""
+
+    operators: tuple[Operator, ...]
+    keys: tuple[str, ...] | None
+
+    @property
+    def names(self) -> list[str]:
+        return [name for op in self.operators for name in op.declares().names]
+
+
+def stages_of(operators: tuple[Operator, ...]) -> list[Stage]:
+    """The stages that run ``operators`` (see the module docstring).
+
+    >>> from ops.operators.basic import Filter, Map
+    >>> ops = (Filter(bool, "f"), Map(len, "m", state=0, keys=("k",)), Filter(bool, "g"))
+    >>> [(len(s.operators), s.keys) for s in stages_of(ops)]
+    [(1, ()), (2, ('k',))]
+    """
+    stages: list[Stage] = []
+    for op in operators:
+        declared = op.declares()
+        if declared.kind is StateKind.STATELESS and stages:
+            stages[-1] = Stage(stages[-1].operators + (op,), stages[-1].keys)
+        elif declared.kind is StateKind.STATELESS:
+            stages.append(Stage((op,), ()))
+        elif declared.kind is StateKind.KEYED and not declared.shared:
+            stages.append(Stage((op,), declared.keys))
+        else:
+            stages.append(Stage((op,), None))
+    return stages
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What an executor needs to run a stage for one batch (shipped to it with the closure)."""
+
+    pipeline: str
+    batch_id: int
+    key_fields: tuple[str, ...]
+    inputs: dict[str, Any]
+    key_groups: int
+    stage: Stage
+
+
+@dataclass
+class StageOutput:
+    """What a batch's stages produced: its output rows and changed state (lazy, persisted
+    DataFrames), and counts collected from the tasks."""
+
+    rows: DataFrame
+    state: list[DataFrame] = field(default_factory=list)
+    rows_in: int = 0
+    rows_out: int = 0
+    keys: int = 0
+    persisted: list[DataFrame] = field(default_factory=list)
+
+    def changed_state(self, spark: SparkSession) -> DataFrame:
+        empty = spark.createDataFrame(
+            [], "operator string, key string, value string, deleted boolean, key_group int")
+        frames = [empty, *self.state]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+
+
+# -- the driver's side ----------------------------------------------------------------------------
+def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, rows: DataFrame,
+               spec: Callable[[Stage], TaskSpec], stages: list[Stage]) -> StageOutput:
+    """Run ``stages`` over ``rows`` (with ``__order``) on executors; see the module docstring."""
+    output = StageOutput(rows)
+    for number, stage in enumerate(stages):
+        task = spec(stage)
+        results = _stage_frame(spark, layout, as_of, output.rows, task)
+        results = results.persist(StorageLevel.MEMORY_AND_DISK)
+        output.persisted.append(results)
+        summary = results.where(F.col("kind").isin("done", "error")).collect()
+        errors = [row for row in summary if row["kind"] == "error"]
+        if errors:
+            output.release()
+            raise OperatorError(errors[0]["message"])
+        done = [row for row in summary if row["kind"] == "done"]
+        if number == 0:
+            output.rows_in = sum(row["rows_in"] for row in done)
+        output.rows_out = sum(row["rows_out"] for row in done)
+        output.keys = max(output.keys, sum(row["keys"] for row in done))
+        output.rows = _decoded(spark, results, [row["payload"] for row in done if row["payload"]])
+        output.state.append(results.where(F.col("kind") == "state")
+                            .select("operator", "key", "value", "deleted", "key_group"))
+    return output
+
+
+def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None, rows: DataFrame,
+                 task: TaskSpec) -> DataFrame:
+    stage = task.stage
+    if stage.keys == ():
+        return rows.mapInPandas(lambda chunks: _narrow_task(task, chunks), STAGE_SCHEMA)
+    stored = stored_values(spark, layout, stage.names, as_of)
+    if stage.keys is None:  # one group with all of the operator's state
+        rows = rows.withColumn(GROUP_COLUMN, F.lit(_WHOLE_STREAM))
+        present = spark.createDataFrame([("", "", None)], "operator string, key string, value string")
+        state = stored.unionByName(present).withColumn(GROUP_COLUMN, F.lit(_WHOLE_STREAM))
+    else:
+        schema = StructType([*rows.schema.fields, StructField(KEY_COLUMN, StringType()),
+                             StructField(GROUP_COLUMN, IntegerType())])
+        keys, groups, keyed = stage.keys, task.key_groups, stage.operators[0]
+        rows = rows.mapInPandas(lambda chunks: _with_key_groups(chunks, keyed, keys, groups), schema)
+        batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
+        state = (stored.join(batch_keys, "key", "left_semi")
+                 .withColumn(GROUP_COLUMN, key_group_column(F.col("key"), groups)))
+    return (rows.groupBy(GROUP_COLUMN).cogroup(state.groupBy(GROUP_COLUMN))
+            .applyInPandas(lambda group, part, held: _group_task(task, group, part, held),
+                           STAGE_SCHEMA))
+
+
+def _decoded(spark: SparkSession, results: DataFrame, schemas: list[bytes]) -> DataFrame:
+    """The output rows of a stage, decoded from their Arrow cells on executors."""
+    if not schemas:
+        return spark.createDataFrame([], StructType([StructField(ORDER_COLUMN, LongType())]))
+    unified = _spark_ready(pa.unify_schemas([pa.ipc.read_schema(pa.py_buffer(s)) for s in schemas],
+                                            promote_options="permissive"))
+    return (results.where(F.col("kind") == "rows").select("payload")
+            .mapInArrow(lambda batches: _decode_cells(batches, unified), from_arrow_schema(unified)))
+
+
+def _spark_ready(schema: pa.Schema) -> pa.Schema:
+    """Arrow types Spark cannot hold, replaced: null columns become text, timestamps micros."""
+    fields = []
+    for arrow_field in schema:
+        kind = arrow_field.type
+        if pa.types.is_null(kind):
+            kind = pa.string()
+        elif pa.types.is_timestamp(kind):
+            kind = pa.timestamp("us", tz=kind.tz)
+        fields.append(pa.field(arrow_field.name, kind))
+    return pa.schema(fields)
+
+
+# -- the executors' side --------------------------------------------------------------------------
+def _decode_cells(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for cell in batch.column(0).to_pylist():
+            table = pa.ipc.open_stream(cell).read_all()
+            columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
+                       else pa.nulls(len(table), f.type) for f in schema]
+            yield from pa.Table.from_arrays(columns, schema=schema).to_batches()
+
+
+def _with_key_groups(chunks: Iterator[pd.DataFrame], operator: Operator, keys: tuple[str, ...],
+                     groups: int) -> Iterator[pd.DataFrame]:
+    """Rows tagged with their encoded key and its key group, as ``operator`` keys its state."""
+    for chunk in chunks:
+        if any(k not in chunk.columns for k in keys):  # the operator reports it, by name
+            encoded = [encode_key(None)] * len(chunk)
+        else:
+            encoded = [encode_key(operator.state_key(tuple(to_python(v) for v in row)))
+                       for row in chunk[list(keys)].itertuples(index=False)]
+        yield chunk.assign(**{KEY_COLUMN: encoded,
+                              GROUP_COLUMN: np.array([key_group(k, groups) for k in encoded],
+                                                     dtype="int32")})
+
+
+def _narrow_task(task: TaskSpec, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    for chunk in chunks:
+        yield _run(task, chunk, StateStore.of_rows(_no_state()), group=None)
+
+
+def _group_task(task: TaskSpec, group: tuple, rows: pd.DataFrame, held: pd.DataFrame) -> pd.DataFrame:
+    number = int(group[0])
+    held = held[held["operator"] != ""]  # the marker that makes a whole-stream group run
+    return _run(task, rows, StateStore.of_rows(held), group=number)
+
+
+def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, group: int | None) -> pd.DataFrame:
+    """Run the stage's operators on one group's rows; its result rows (see STAGE_SCHEMA)."""
+    rows = rows.sort_values(ORDER_COLUMN, kind="stable")
+    frame = rows.drop(columns=[c for c in (ORDER_COLUMN, KEY_COLUMN, GROUP_COLUMN) if c in rows])
+    frame.index = pd.Index(rows[ORDER_COLUMN].to_numpy(), name=None)
+    keys = distinct_keys(frame, task.stage.keys or task.stage.operators[0].declares().keys
+                         if task.stage.operators else ())
+    scope = BatchScope(task.pipeline, task.batch_id, task.key_fields, store, task.inputs)
+    try:
+        for op in task.stage.operators:
+            frame = op.apply(scope, frame)
+        out = _ordered(frame, rows[ORDER_COLUMN], group)
+        changed = _changed_state(store, task, group)
+        cells = _cells(out)
+    except Exception as exc:  # reported to the driver, which fails the batch with it
+        return _typed(_result("error", message=_message(task, exc)))
+    done = _result("done", rows_in=len(rows), rows_out=len(out), keys=keys,
+                   payload=pa.Schema.from_pandas(out, preserve_index=False).serialize().to_pybytes()
+                   if len(out.columns) else None)
+    return _typed(pd.concat([cells, changed, done], ignore_index=True))
+
+
+def _ordered(out: pd.DataFrame, ordinals: pd.Series, group: int | None) -> pd.DataFrame:
+    """``out`` with ``__order``: its rows' source ordinals when it kept them (a map, a filter),
+    else new ones after all source rows, by key group and position."""
+    out = out.copy() if out is not None else pd.DataFrame()
+    index = out.index
+    kept = (pd.api.types.is_integer_dtype(index.dtype) and index.is_unique
+            and bool(index.isin(ordinals.to_numpy()).all()))
+    if kept:
+        out[ORDER_COLUMN] = index.to_numpy(dtype="int64")
+    else:
+        base = _NEW_ROWS + (group or 0) * _GROUP_SPAN
+        out[ORDER_COLUMN] = np.arange(base, base + len(out), dtype="int64")
+    return out.reset_index(drop=True)
+
+
+def _changed_state(store: StateStore, task: TaskSpec, group: int | None) -> pd.DataFrame:
+    rows = store.changed_rows()
+    if rows.empty:
+        return rows
+    groups = np.array([key_group(k, task.key_groups) for k in rows["key"]], dtype="int32")
+    if task.stage.keys and group is not None and (groups != group).any():
+        raise RuntimeError(  # a key encoded unlike its rows: its state would be lost next batch
+            f"state keys {rows['key'][groups != group].head(3).tolist()} do not belong to key "
+            f"group {group} whose rows changed them")
+    return rows.assign(kind="state", key_group=groups)
+
+
+def _cells(out: pd.DataFrame) -> pd.DataFrame:
+    payloads = []
+    for start in range(0, len(out), _CHUNK_ROWS):
+        table = pa.Table.from_pandas(out.iloc[start:start + _CHUNK_ROWS], preserve_index=False)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        payloads.append(sink.getvalue().to_pybytes())
+    return pd.DataFrame({"kind": "rows", "payload": payloads})
+
+
+_PANDAS_TYPES = {"long": "Int64", "int": "Int32", "boolean": "boolean"}
+
+
+def _typed(results: pd.DataFrame) -> pd.DataFrame:
+    """``results`` with every column of STAGE_SCHEMA, typed so that Arrow takes missing values
+    as nulls (a column of NaN would not become binary or text)."""
+    results = results.reindex(columns=STAGE_SCHEMA.names)
+    for spark_field in STAGE_SCHEMA:
+        column = results[spark_field.name]
+        kind = _PANDAS_TYPES.get(spark_field.dataType.simpleString())
+        results[spark_field.name] = (column.astype(kind) if kind
+                                     else column.astype(object).where(column.notna(), None))
+    return results
+
+
+def _result(kind: str, **values: Any) -> pd.DataFrame:
+    return pd.DataFrame([{"kind": kind, **values}])
+
+
+def _no_state() -> pd.DataFrame:
+    return pd.DataFrame({"operator": [], "key": [], "value": []})
+
+
+def _message(task: TaskSpec, exc: BaseException) -> str:
+    """The error as the driver reports it: what failed and where, then the Python traceback of
+    the user's code (not the JVM's)."""
+    where = f"pipeline {task.pipeline!r}, batch {task.batch_id}"
+    text = str(exc) if isinstance(exc, OperatorError) else f"{where}: {type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc
+    trace = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    return f"{text}\n\nTraceback on the Spark executor:\n{trace}"

@@ -1,0 +1,170 @@
+"""Driver and distributed mode give the same sinks, state, changelogs and dead letters for every
+kind of operator, and the report says where each batch ran."""
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+import ops as sp
+from ops.testing import run_records
+from tests.ops.runtime.same_results import assert_same_results
+
+SCHEMA = {"k": "string", "x": "long", "ts": "timestamp"}
+
+
+def records(batch, n, keys):
+    return [{"k": f"k{(i * 7 + batch) % keys}", "x": (i * 13 + batch) % 11 - 3,
+             "ts": f"2026-01-01T00:{(batch * 5 + i // 4) % 60:02d}:{(i * 17) % 60:02d}Z"}
+            for i in range(n)]
+
+
+BATCHES = [records(0, 60, 9),
+           records(1, 40, 12) + [{"k": None, "x": 1}, {"k": "k1", "x": 2, "ts": "2026-01-01T00:59:00Z"}]]
+
+
+def run_batch_by_batch(spark, pipeline, warehouse, batches=BATCHES):
+    """One run per batch, so state crosses checkpoints; what the last run left, every report."""
+    runs = [run_records(pipeline, batch, spark=spark, warehouse=warehouse) for batch in batches]
+    return dataclasses.replace(runs[-1], reports=[r for run in runs for r in run.reports])
+
+
+def running(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def running_vectorized(op, md, data):
+    previous = sp.get(op, md)
+    totals = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(previous)
+    sp.set(op, md, totals.groupby(data["k"]).last())
+    return data.assign(total=totals)
+
+
+def rows_seen(op, md, data):  # unkeyed state: one value for the stream
+    seen = sp.get(op, md) + len(data)
+    sp.set(op, md, seen)
+    return data.assign(seen=seen)
+
+
+def source(key="k"):
+    return sp.read.from_callback("events", schema=SCHEMA, key=key)
+
+
+PIPELINES = {
+    "per_key_map": lambda: source().map(running, state=0).filter(lambda d: d["x"] > -2)
+    .write.to_delta("out"),
+    "vectorized_map": lambda: source().map(running_vectorized, state=0, vectorized=True)
+    .write.to_delta("out"),
+    "unkeyed_map": lambda: source(key=None).map(rows_seen, state=0).write.to_delta("out"),
+    "group_by": lambda: source().group_by("k").agg(n=sp.count(), total=sp.sum_("x"))
+    .write.to_table("totals"),
+    "window": lambda: source().group_by("k").window(sp.tumbling("ts", "5min", grace="1min"))
+    .agg(n=sp.count(), top=sp.max_("x")).write.to_table("windows"),
+    "session": lambda: source().group_by("k").window(sp.session("ts", "2min"))
+    .agg(n=sp.count()).write.to_table("sessions"),
+    "as_table": lambda: source().map(lambda d: d[["k", "x"]]).as_table("k")
+    .write.to_table("latest"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_distributed_mode_gives_the_driver_modes_results(spark, tmp_path, name):
+    runs = {}
+    pipeline = PIPELINES[name]().named(f"modes_{name}")
+    for mode in ("driver", "distributed"):
+        runs[mode] = run_batch_by_batch(spark, pipeline.with_mode(mode), str(tmp_path / mode))
+    assert_same_results(spark, pipeline, runs["driver"], runs["distributed"])
+    assert any(len(frame) for frame in runs["driver"].outputs.values())
+    batches = [batch for report in runs["distributed"].reports for batch in report.batches]
+    assert {batch.mode for batch in batches} == {"distributed"}
+    driver = [batch for report in runs["driver"].reports for batch in report.batches]
+    assert [(b.rows_in, b.rows_out, b.dead_letters, b.keys) for b in batches] == \
+        [(b.rows_in, b.rows_out, b.dead_letters, b.keys) for b in driver]
+
+
+def test_the_report_counts_keys_for_every_operator_kind(spark, tmp_path):
+    pipeline = PIPELINES["group_by"]().named("modes_keys").with_mode("distributed")
+    run = run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path))
+    assert run.reports[0].batches[0].keys == len({r["k"] for r in BATCHES[0]})
+
+
+def test_a_table_join_runs_on_executors_with_the_same_result(spark, tmp_path):
+    def pipeline(mode):
+        left = sp.read.from_callback("orders", schema={"user": "string", "total": "double"},
+                                     key="user")
+        right = sp.read.from_callback("users", schema={"user": "string", "name": "string"},
+                                      key="user")
+        return (left.merge(right).join_tables(on="user", left=("orders", ("total",)),
+                                              right=("users", ("name",)), how="left")
+                .write.to_table("joined").named("modes_join").with_mode(mode))
+
+    tables = {}
+    for mode in ("driver", "distributed"):
+        joined, warehouse = pipeline(mode), str(tmp_path / mode)
+        joined.publish(spark, [{"user": "u1", "total": 3.0}, {"user": "u2", "total": 1.5}],
+                       warehouse, source="orders")
+        joined.publish(spark, [{"user": "u1", "name": "Ann"}], warehouse, source="users")
+        joined.run_once(spark, warehouse)
+        joined.publish(spark, [{"user": "u2", "name": "Bo"}, {"user": "u1", "total": 4.0}],
+                       warehouse, source="users")
+        joined.run_once(spark, warehouse)
+        tables[mode] = joined.read_sink(spark, "joined", warehouse)
+    assert tables["driver"].drop(columns=["_batch_id"]).to_dict("records") == \
+        tables["distributed"].drop(columns=["_batch_id"]).to_dict("records")
+
+
+def test_a_function_failing_on_an_executor_names_operator_key_and_traceback(spark, tmp_path):
+    def explode(op, md, data):
+        if md.key == "k3":
+            raise ValueError("no k3 here")
+        return data
+
+    pipeline = (source().map(explode, state=0, name="exploder").write.to_delta("out")
+                .named("modes_failing").with_mode("distributed"))
+    with pytest.raises(sp.OperatorError) as failure:
+        run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path))
+    message = str(failure.value)
+    assert "operator 'exploder'" in message and "key 'k3'" in message
+    assert "no k3 here" in message and 'in explode' in message  # the executor's traceback
+    assert "at org.apache" not in message  # not the JVM's
+    assert sp.describe(spark, pipeline, str(tmp_path)).checkpoint_id is None
+
+
+def test_tracked_variables_and_table_lookups_are_refused_in_distributed_mode(spark, tmp_path):
+    counter = sp.track("counter", 0)
+    tracked = source().write.to_delta("out").named("modes_tracked").track(counter)
+    with pytest.raises(sp.ConfigError, match="tracked variables"):
+        tracked.run_once(spark, str(tmp_path), mode="distributed")
+    lookup = (source().join_table(str(tmp_path / "none"), on="k").write.to_delta("out")
+              .named("modes_lookup").with_mode("distributed"))
+    with pytest.raises(sp.ConfigError, match="driver mode"):
+        lookup.run_once(spark, str(tmp_path))
+
+
+def test_auto_mode_picks_by_the_first_batchs_size(spark, tmp_path, monkeypatch):
+    pipeline = PIPELINES["group_by"]().named("modes_auto").with_mode("auto")
+    run = run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path / "small"))
+    assert run.reports[0].batches[0].mode == "driver"
+    monkeypatch.setattr("ops.runtime.executor.AUTO_DISTRIBUTED_ROWS", 10)
+    run = run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path / "large"))
+    assert run.reports[0].batches[0].mode == "distributed"
+
+
+def test_a_bad_mode_is_refused_with_the_choices():
+    with pytest.raises(sp.PipelineDefinitionError, match="driver, distributed, auto"):
+        source().write.to_delta("out").named("p").with_mode("cluster")
+
+
+def test_a_pipeline_switches_modes_between_runs(spark, tmp_path):
+    warehouse = str(tmp_path / "switch")
+    pipeline = PIPELINES["window"]().named("modes_switch")
+    for number, batch in enumerate(BATCHES):
+        pipeline.publish(spark, batch, warehouse)
+        pipeline.run_once(spark, warehouse, mode="distributed" if number % 2 else "driver")
+    oracle = run_records(pipeline, *BATCHES, spark=spark, warehouse=str(tmp_path / "oracle"))
+    got = pipeline.read_sink(spark, "windows", warehouse)
+    pd.testing.assert_frame_equal(got.drop(columns=["_batch_id"]),
+                                  oracle.outputs["windows"].drop(columns=["_batch_id"]),
+                                  check_dtype=False)
