@@ -27,6 +27,9 @@ class PipelineRunConfig(dg.Config):
         default=None, description="Stop after this many micro-batches (default: until drained)")
     max_dead_letter_ratio: float = Field(
         default=0.01, description="Dead letters / records read above which the check fails")
+    mode: str | None = Field(
+        default=None, description="driver, distributed or auto: where operators run "
+                                  "(default: the pipeline's own setting)")
 
 
 def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinition | str] = (),
@@ -68,13 +71,13 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
                      ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         def progress(batch: BatchReport) -> None:
             context.log.info(
-                f"batch {batch.batch_id}: {batch.rows_in} rows in, {batch.rows_out} out, "
+                f"batch {batch.batch_id} ({batch.mode}): {batch.rows_in} rows in, {batch.rows_out} out, "
                 f"{batch.dead_letters} dead letters, {batch.rows_per_second:,.0f} rows/s"
                 + (" (replayed)" if batch.replayed else ""))
 
         session = spark.session()
         report = pipeline.run_once(session, warehouse.root, max_batches=config.max_batches,
-                                   progress=progress)
+                                   progress=progress, mode=config.mode)
         context.log.info(f"{name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         metadata = run_metadata(pipeline, report, warehouse.root)
@@ -114,6 +117,7 @@ def run_metadata(pipeline: Pipeline, report: RunReport, warehouse: str) -> dict:
         "rows_in": report.rows_in,
         "rows_out": report.rows_out,
         "keys_touched": report.keys_touched,
+        "modes": ", ".join(sorted({batch.mode for batch in report.batches})) or "none",
         "dead_letters": report.dead_letters,
         "checkpoint_id": report.checkpoint_id if report.checkpoint_id is not None else -1,
         "last_batch_id": report.last_batch_id or 0,

@@ -16,6 +16,11 @@ def plain_oracle(spark, tmp_path_factory):
     return _crash_free(spark, cp.build_plain(), str(tmp_path_factory.mktemp("plain_oracle")))
 
 
+@pytest.fixture(scope="session")
+def distributed_oracle(spark, tmp_path_factory):
+    return _crash_free(spark, cp.build_distributed(), str(tmp_path_factory.mktemp("dist_oracle")))
+
+
 def _crash_free(spark, pipeline, warehouse):
     publish_all(spark, pipeline, warehouse)
     pipeline.run_once(spark, warehouse)

@@ -5,9 +5,11 @@ append-only table truncated to its marker, a Delta sink, and checkpoints every t
 uncheckpointed state is held in memory between them). The ``plain`` variant has no hooks and
 checkpoints every batch, so a batch's sinks are written while the checkpoint before it commits
 (the executor holds that back for pipelines with hooks); ``CRASH_TEST_PIPELINE=plain`` runs it.
+The ``distributed`` variant runs its keyed map on Spark executors.
 """
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -66,15 +68,38 @@ def build_plain(name: str = "crashy_plain"):
             .named(name).track(rows_seen))
 
 
-BUILDERS = {"hooked": build, "plain": build_plain}
+def running_sum_distributed(op, md, data):
+    """On an executor: no tracked variable; kills its own Python worker once when asked, so
+    Spark must retry the task (or, without retries, the run fails and the next one replays)."""
+    flag = os.environ.get("CRASH_TEST_KILL_WORKER")
+    if flag and md.batch_id == 2 and not Path(flag).exists():
+        Path(flag).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def build_distributed(name: str = "crashy_distributed"):
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .map(running_sum_distributed, state=0, name="running_sum")
+             .write.to_delta("out"))
+            .named(name).with_mode("distributed"))
+
+
+BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed}
 
 
 # Six publishes -> six batches of two keys each.
 INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b}]
          for b in range(6)]
 
+# The distributed variant takes the first three: each of its batches is a few Spark jobs.
+DISTRIBUTED_INPUT = INPUT[:3]
+
+
 def publish_all(spark, pipeline, warehouse):
-    for rows in INPUT:
+    for rows in DISTRIBUTED_INPUT if pipeline.mode == "distributed" else INPUT:
         pipeline.publish(spark, rows, warehouse)
 
 
@@ -84,13 +109,14 @@ def outcome(spark, pipeline, warehouse):
     last = CheckpointLog(spark, layout).latest()
     sink = pipeline.read_sink(spark, "out", warehouse)
     state = sp.read_state(spark, pipeline, "running_sum", warehouse=warehouse)
-    rows_seen.restore(last.tracked["rows_seen"])
     result = {
         "sink": sink[["k", "x", "total", "_batch_id", "_row"]].values.tolist(),
         "state": sorted(zip(state["key"], state["value"])),
-        "tracked": rows_seen.value,
         "batch": last.batch_id,
     }
+    if "rows_seen" in last.tracked:
+        rows_seen.restore(last.tracked["rows_seen"])
+        result["tracked"] = rows_seen.value
     if "global:audit" in last.markers:
         audit = (tables.read(spark, layout.table("audit")).orderBy("idx").toPandas()
                  [["idx", "k", "total"]])

@@ -81,3 +81,63 @@ def test_crash_while_the_next_batch_writes_matches_oracle(spark, warehouse, chil
 
     assert report.last_batch_id == 6
     assert outcome(spark, pipeline, warehouse) == plain_oracle
+
+
+DISTRIBUTED_STEPS = [
+    "after_plan:1",
+    "after_sink_write:2",
+    "before_checkpoint_commit:2",
+    "after_checkpoint_commit:2",
+]
+
+
+def test_distributed_oracle_is_what_the_pipeline_means(distributed_oracle):
+    assert distributed_oracle["batch"] == 3
+    expected = {k: sum(r["x"] for batch in cp.DISTRIBUTED_INPUT for r in batch if r["k"] == k)
+                for k in (0, 1, 2, 7)}
+    assert dict(distributed_oracle["state"]) == expected
+    assert [row[3] for row in distributed_oracle["sink"]] == [1] * 4 + [2] * 4 + [3] * 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", DISTRIBUTED_STEPS)
+def test_distributed_crash_then_recover_matches_oracle(spark, warehouse, child_env,
+                                                       distributed_oracle, crash_at):
+    pipeline = cp.build_distributed()
+    publish_all(spark, pipeline, warehouse)
+    crashed = _child(child_env, crash_at, pipeline="distributed")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    report = pipeline.run_once(spark, warehouse)
+
+    assert report.last_batch_id == 3
+    assert outcome(spark, pipeline, warehouse) == distributed_oracle
+
+
+@pytest.mark.slow
+def test_a_killed_executor_python_worker_is_retried_by_spark(warehouse, child_env, tmp_path,
+                                                             spark, distributed_oracle):
+    pipeline = cp.build_distributed()
+    publish_all(spark, pipeline, warehouse)
+    env = dict(child_env, LAKESTREAM_SPARK_MASTER="local[1,4]",  # local mode retries tasks so
+               CRASH_TEST_KILL_WORKER=str(tmp_path / "killed"))
+    finished = _child(env, pipeline="distributed")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert (tmp_path / "killed").exists()  # the worker was killed mid-batch, and retried
+    assert outcome(spark, pipeline, warehouse) == distributed_oracle
+
+
+@pytest.mark.slow
+def test_a_batch_that_cannot_finish_fails_the_run_and_the_next_run_replays_it(
+        warehouse, child_env, tmp_path, spark, distributed_oracle):
+    pipeline = cp.build_distributed()
+    publish_all(spark, pipeline, warehouse)
+    env = dict(child_env, CRASH_TEST_KILL_WORKER=str(tmp_path / "killed"))  # local[1]: no retry
+    failed = _child(env, pipeline="distributed")
+    assert failed.returncode == 1, failed.stdout + failed.stderr[-3000:]
+    assert "DONE" not in failed.stdout
+
+    report = pipeline.run_once(spark, warehouse)
+
+    assert report.batches[0].batch_id == 2  # batch 1 was committed, 2 is replayed
+    assert outcome(spark, pipeline, warehouse) == distributed_oracle
