@@ -77,7 +77,7 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
 
         session = spark.session()
         report = pipeline.run_once(session, warehouse.root, max_batches=config.max_batches,
-                                   progress=progress, mode=config.mode)
+                                   progress=progress, mode=config.mode or spark.mode)
         context.log.info(f"{name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         metadata = run_metadata(pipeline, report, warehouse.root)

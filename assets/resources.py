@@ -20,6 +20,10 @@ class SparkResource(dg.ConfigurableResource):
     shuffle_partitions: int = Field(default=4, description="spark.sql.shuffle.partitions")
     conf: dict[str, str] = Field(default_factory=dict,
                                  description="Extra Spark settings, passed through unchanged")
+    mode: str | None = Field(
+        default_factory=lambda: os.environ.get("LAKESTREAM_MODE") or None,
+        description="Where pipelines' operators run unless a run's config says: driver, "
+                    "distributed or auto (default: each pipeline's own setting)")
 
     def session(self) -> SparkSession:
         return spark_session(SparkConfig(master=self.master,

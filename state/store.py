@@ -221,14 +221,16 @@ def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, a
 
 
 def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[str],
-                  as_of: int | None) -> DataFrame:
-    """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of``, as a
-    lazy Spark DataFrame (executors read it; the driver never does). Empty before the first
-    checkpoint."""
+                  as_of: int | None, keys: DataFrame | None = None) -> DataFrame:
+    """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of`` (only
+    those of ``keys``, a frame of encoded ``key``s, when given), as a lazy Spark DataFrame:
+    executors read it, the driver never does. Empty before the first checkpoint."""
     if as_of is None or not tables.exists(spark, layout.state):
         return spark.createDataFrame([], "operator string, key string, value string")
     rows = (tables.read(spark, layout.state)
             .where(F.col("operator").isin(operators) & (F.col("checkpoint_id") <= as_of)))
+    if keys is not None:  # before the latest-per-key aggregation, which then sees only these
+        rows = rows.join(keys, "key", "left_semi")
     return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
 
 

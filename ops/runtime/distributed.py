@@ -98,7 +98,7 @@ def stages_of(operators: tuple[Operator, ...]) -> list[Stage]:
     >>> [(len(s.operators), s.keys) for s in stages_of(ops)]
     [(1, ()), (2, ('k',))]
     """
-    stages: list[Stage] = []
+    stages: list[Stage] = [] if operators else [Stage((), ())]  # no operators: rows pass through
     for op in operators:
         declared = op.declares()
         if declared.kind is StateKind.STATELESS and stages:
@@ -145,6 +145,11 @@ class StageOutput:
             union = union.unionByName(frame)
         return union
 
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """``frame``, persisted until :meth:`release` (it is read more than once)."""
+        self.persisted.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return self.persisted[-1]
+
     def release(self) -> None:
         for frame in self.persisted:
             frame.unpersist()
@@ -157,9 +162,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
     output = StageOutput(rows)
     for number, stage in enumerate(stages):
         task = spec(stage)
-        results = _stage_frame(spark, layout, as_of, output.rows, task)
-        results = results.persist(StorageLevel.MEMORY_AND_DISK)
-        output.persisted.append(results)
+        results = output.keep(_stage_frame(spark, layout, as_of, output, task))
         summary = results.where(F.col("kind").isin("done", "error")).collect()
         errors = [row for row in summary if row["kind"] == "error"]
         if errors:
@@ -176,23 +179,25 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
     return output
 
 
-def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None, rows: DataFrame,
-                 task: TaskSpec) -> DataFrame:
-    stage = task.stage
+def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
+                 output: StageOutput, task: TaskSpec) -> DataFrame:
+    stage, rows = task.stage, output.rows
     if stage.keys == ():
         return rows.mapInPandas(lambda chunks: _narrow_task(task, chunks), STAGE_SCHEMA)
-    stored = stored_values(spark, layout, stage.names, as_of)
     if stage.keys is None:  # one group with all of the operator's state
         rows = rows.withColumn(GROUP_COLUMN, F.lit(_WHOLE_STREAM))
         present = spark.createDataFrame([("", "", None)], "operator string, key string, value string")
-        state = stored.unionByName(present).withColumn(GROUP_COLUMN, F.lit(_WHOLE_STREAM))
+        state = (stored_values(spark, layout, stage.names, as_of).unionByName(present)
+                 .withColumn(GROUP_COLUMN, F.lit(_WHOLE_STREAM)))
     else:
         schema = StructType([*rows.schema.fields, StructField(KEY_COLUMN, StringType()),
                              StructField(GROUP_COLUMN, IntegerType())])
         keys, groups, keyed = stage.keys, task.key_groups, stage.operators[0]
-        rows = rows.mapInPandas(lambda chunks: _with_key_groups(chunks, keyed, keys, groups), schema)
+        # kept: the keys feed both the state read and the cogroup, and are computed in Python
+        rows = output.keep(rows.mapInPandas(
+            lambda chunks: _with_key_groups(chunks, keyed, keys, groups), schema))
         batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
-        state = (stored.join(batch_keys, "key", "left_semi")
+        state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
                  .withColumn(GROUP_COLUMN, key_group_column(F.col("key"), groups)))
     return (rows.groupBy(GROUP_COLUMN).cogroup(state.groupBy(GROUP_COLUMN))
             .applyInPandas(lambda group, part, held: _group_task(task, group, part, held),
@@ -235,9 +240,12 @@ def _decode_cells(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Itera
 def _with_key_groups(chunks: Iterator[pd.DataFrame], operator: Operator, keys: tuple[str, ...],
                      groups: int) -> Iterator[pd.DataFrame]:
     """Rows tagged with their encoded key and its key group, as ``operator`` keys its state."""
+    plain_ints = type(operator).state_key is Operator.state_key and len(keys) == 1
     for chunk in chunks:
         if any(k not in chunk.columns for k in keys):  # the operator reports it, by name
             encoded = [encode_key(None)] * len(chunk)
+        elif plain_ints and pd.api.types.is_integer_dtype(chunk[keys[0]].dtype):
+            encoded = chunk[keys[0]].astype(str).tolist()  # an int's encoding is its digits
         else:
             encoded = [encode_key(operator.state_key(tuple(to_python(v) for v in row)))
                        for row in chunk[list(keys)].itertuples(index=False)]

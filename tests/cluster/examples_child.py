@@ -6,10 +6,13 @@ as a user would. Nothing here knows whether that is local mode or a cluster.
 2. Two state tables from SQL, each fed twice so the second run reads state back: ksqlDB's movie
    tickets (GROUP BY, EMIT CHANGES) and a tumbling window with grace (EMIT FINAL).
 
-Prints one JSON line describing the Spark it ran on.
+``LAKESTREAM_MODE`` says where operators run (the job's Spark resource reads it too);
+``EXAMPLES_PART`` runs the ``first`` or ``second`` half of the input only, so a test can change
+the cluster between them. Prints one JSON line describing the Spark it ran on.
 """
 
 import json
+import os
 import sys
 
 import dagster as dg
@@ -38,22 +41,27 @@ def state_table_examples() -> list[tuple[sp.Pipeline, list[list[dict]]]]:
     return [(tickets, sales), (minutes, clicks)]
 
 
-def run_examples(spark, warehouse: str | None = None, resources: dict | None = None) -> None:
+def run_examples(spark, warehouse: str | None = None, resources: dict | None = None,
+                 part: str | None = None, mode: str | None = None) -> None:
     """The job, then the state tables; ``resources`` override the deployment's (for in-process
-    use by the test itself), by default they come from the environment."""
-    with dg.DagsterInstance.ephemeral() as instance:
-        result = defs.resolve_job_def("running_sum_job").execute_in_process(
-            instance=instance, resources=resources)
-    assert result.success, "running_sum_job failed"
+    use by the test itself), by default they come from the environment. ``part``: ``first``
+    (the job and the first batch of each state table) or ``second`` (their second batch)."""
+    if part != "second":
+        with dg.DagsterInstance.ephemeral() as instance:
+            result = defs.resolve_job_def("running_sum_job").execute_in_process(
+                instance=instance, resources=resources)
+        assert result.success, "running_sum_job failed"
     for pipeline, batches in state_table_examples():
-        for records in batches:
+        chosen = {"first": batches[:1], "second": batches[1:]}.get(part or "", batches)
+        for records in chosen:
             pipeline.publish(spark, records, warehouse)
-            pipeline.run_once(spark, warehouse)
+            pipeline.run_once(spark, warehouse, mode=mode)
 
 
 def main() -> None:
     spark = sp.spark_session()          # the session the job's SparkResource builds too
-    run_examples(spark)
+    run_examples(spark, part=os.environ.get("EXAMPLES_PART"),
+                 mode=os.environ.get("LAKESTREAM_MODE"))
     status = spark.sparkContext.statusTracker()
     print(json.dumps({"master": spark.sparkContext.master,
                       "executors": len(status.getExecutorInfos()) - 1}))  # minus the driver

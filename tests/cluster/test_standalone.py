@@ -1,5 +1,6 @@
-"""The example pipelines on a real Spark standalone cluster (a master and two workers on
-loopback), chosen by configuration alone, write exactly what local mode writes."""
+"""The example pipelines on a real Spark standalone cluster, chosen by configuration alone, in
+distributed mode (operators and state on executors), write exactly what the driver mode writes
+in local mode, while the cluster grows from one worker to two between runs (rescaling)."""
 
 import json
 import subprocess
@@ -15,6 +16,7 @@ from tests.cluster.standalone import standalone_cluster
 CHILD = Path(__file__).with_name("examples_child.py")
 # Columns that record when or by which run something happened, not what was computed.
 VOLATILE = {"_batches": ["planned_at"]}
+ORDER_ONLY = "_row"  # numbers rows per mode (see README, "Running on a Spark cluster")
 VOLATILE_CHECKPOINT_FIELDS = ("created_at", "run_id")
 
 
@@ -24,7 +26,7 @@ def delta_tables(warehouse: Path) -> list[str]:
 
 def contents(spark, warehouse: Path, table: str) -> pd.DataFrame:
     frame = spark.read.format("delta").load(str(warehouse / table)).toPandas()
-    frame = frame.drop(columns=VOLATILE.get(Path(table).name, []))
+    frame = frame.drop(columns=[*VOLATILE.get(Path(table).name, []), ORDER_ONLY], errors="ignore")
     if Path(table).name == "_state":
         frame["value"] = [_stable_checkpoint(v) if op == "__checkpoint__" else v
                           for op, v in zip(frame["operator"], frame["value"])]
@@ -39,22 +41,28 @@ def _stable_checkpoint(value: str) -> str:
     return json.dumps(record, sort_keys=True)
 
 
-def test_examples_on_a_standalone_cluster_match_local_mode(spark, tmp_path, child_env):
+def test_examples_distributed_on_a_cluster_that_grows_match_driver_mode(spark, tmp_path,
+                                                                         child_env):
     local, remote = tmp_path / "local", tmp_path / "cluster"
-    run_examples(spark, str(local), {"spark": SparkResource(master="local[2]"),
+    run_examples(spark, str(local), {"spark": SparkResource(master="local[2]", mode="driver"),
                                      "warehouse": WarehouseResource(path=str(local))})
 
-    with standalone_cluster(tmp_path / "spark", workers=2) as cluster:
-        env = dict(child_env, LAKESTREAM_DEPLOYMENT="cluster", LAKESTREAM_SPARK_MASTER=cluster.master_url,
-                   LAKESTREAM_WAREHOUSE=str(remote), LAKESTREAM_SHUFFLE_PARTITIONS="4")
-        child = subprocess.run([sys.executable, str(CHILD)], env=env, capture_output=True,
-                               text=True, timeout=900)
-        assert child.returncode == 0, child.stderr[-4000:]
-        ran_on = json.loads(child.stdout.strip().splitlines()[-1])
-        apps = cluster.state()["completedapps"]
+    ran_on, apps = [], []
+    for part, workers in (("first", 1), ("second", 2)):  # rescale: 1 worker, then 2
+        with standalone_cluster(tmp_path / f"spark{workers}", workers=workers) as cluster:
+            env = dict(child_env, LAKESTREAM_DEPLOYMENT="cluster",
+                       LAKESTREAM_SPARK_MASTER=cluster.master_url, LAKESTREAM_MODE="distributed",
+                       LAKESTREAM_WAREHOUSE=str(remote), EXAMPLES_PART=part,
+                       LAKESTREAM_SHUFFLE_PARTITIONS=str(2 * workers))
+            child = subprocess.run([sys.executable, str(CHILD)], env=env, capture_output=True,
+                                   text=True, timeout=900)
+            assert child.returncode == 0, child.stderr[-4000:]
+            ran_on.append(json.loads(child.stdout.strip().splitlines()[-1]))
+            apps += [app["name"] for app in cluster.state()["completedapps"]]
+            assert "(distributed)" in child.stderr  # each batch's log line says where it ran
 
-    assert ran_on == {"master": cluster.master_url, "executors": 2}
-    assert [app["name"] for app in apps] == ["lakestream"]
+    assert [run["executors"] for run in ran_on] == [1, 2]
+    assert apps == ["lakestream", "lakestream"]
     names = delta_tables(local)
     assert names == delta_tables(remote)
     assert {"running_sum/sums", "running_sum_unkeyed/sums", "movie_tickets_sold/movie_tickets_sold",

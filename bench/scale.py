@@ -1,0 +1,207 @@
+"""Driver mode against distributed mode as batches grow, and one worker against two.
+
+Part 1 (``local[2]``): the keyed running sum, vectorized and per key, on N events per batch over
+N keys (a Delta source, one commit per batch), for each N in ``--sizes``:
+
+- ``warm``: one run drains ``--batches`` batches (state stays in the driver between batches in
+  driver mode);
+- ``cold``: one batch per run, each run a new ``run_once`` (as sensor-started runs are), so
+  each batch reads its keys' state from ``_state`` first.
+
+Each configuration runs in its own process, so the driver's peak RSS is that configuration's.
+Reported: events/s, mean batch and checkpoint seconds, driver Python peak RSS, driver JVM heap
+peak, and distributed/driver ratios of events/s measured in this run.
+
+Part 2 (``--cluster``): a standalone cluster on loopback with 1 worker, then 2 (1 core each),
+running a compute-bound per-key function (``--fn-us`` µs of Python per row) in distributed mode.
+
+    .venv/bin/python bench/scale.py --sizes 25000,250000,1000000 --batches 2
+    .venv/bin/python bench/scale.py --cluster --cluster-events 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import ops as sp  # noqa: E402
+from _common import peak_memory, peak_rss_mb, print_table, write_results  # noqa: E402
+
+WORKLOADS = ("vectorized", "per_key")
+
+
+def running_sum(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def running_sum_vectorized(op, md, data):
+    previous = sp.get(op, md)
+    totals = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(previous)
+    sp.set(op, md, totals.groupby(data["k"]).last())
+    return data.assign(total=totals)
+
+
+def busy_sum(op, md, data):
+    """The per-key running sum plus ``BUSY_US`` µs of pure Python per row (compute-bound)."""
+    spin_until = time.perf_counter() + len(data) * BUSY_US / 1e6
+    while time.perf_counter() < spin_until:
+        pass
+    return running_sum(op, md, data)
+
+
+BUSY_US = float(os.environ.get("SCALE_BUSY_US", "50"))
+
+
+def pipeline(source: str, workload: str, mode: str, name: str) -> sp.Pipeline:
+    stream = sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
+    if workload == "vectorized":
+        stream = stream.map(running_sum_vectorized, state=0, vectorized=True, name="sum")
+    elif workload == "busy":
+        stream = stream.map(busy_sum, state=0, name="sum")
+    else:
+        stream = stream.map(running_sum, state=0, name="sum")
+    return stream.write.to_delta("out").named(name).with_mode(mode)
+
+
+def write_input(spark, path: str, size: int, batches: int) -> None:
+    """``batches`` commits of ``size`` events over ``size`` keys (uniform), change feed on."""
+    from pyspark.sql import functions as F
+    for batch in range(batches):
+        rows = spark.range(size).select(
+            (F.rand(batch) * size).cast("long").alias("k"),
+            (F.rand(batch + 100) * 99 + 1).cast("long").alias("x"),
+            F.col("id").alias("seq"))
+        writer = rows.write.format("delta").mode("append")
+        if batch == 0:
+            writer = writer.option("delta.enableChangeDataFeed", "true")
+        writer.save(path)
+
+
+# -- one configuration, in a child process ---------------------------------------------------
+def child(config: dict) -> dict:
+    spark = sp.spark_session(sp.SparkConfig(master=config["master"],
+                                            shuffle_partitions=config["partitions"]))
+    built = pipeline(config["source"], config["workload"], config["mode"], config["name"])
+    result: dict = {}
+    reports = []
+    with peak_memory(result, spark, pid=-1):  # pid -1: no tree sampling, only the JVM heap
+        started = time.perf_counter()
+        if config["temperature"] == "warm":
+            reports.append(built.run_once(spark, config["warehouse"]))
+        else:
+            for _ in range(config["batches"]):
+                reports.append(built.run_once(spark, config["warehouse"], max_batches=1))
+        seconds = time.perf_counter() - started
+    batches = [b for r in reports for b in r.batches]
+    checkpoints = [s for r in reports for s in r.checkpoint_seconds]
+    events = sum(b.rows_in for b in batches)
+    spark.stop()
+    return {"events_per_s": events / seconds, "batch_s": sum(b.seconds for b in batches) / len(batches),
+            "checkpoint_s": sum(checkpoints) / max(len(checkpoints), 1), "events": events,
+            "driver_rss_mb": peak_rss_mb(), "jvm_heap_mb": result.get("peak_jvm_heap_mb", 0.0),
+            "modes": sorted({b.mode for b in batches})}
+
+
+def run_child(config: dict) -> dict:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SCALE_BUSY_US=str(BUSY_US))
+    done = subprocess.run([sys.executable, __file__, "--child", json.dumps(config)], env=env,
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{config['name']} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- the two parts -----------------------------------------------------------------------------
+def local_part(sizes: list[int], batches: int, workdir: Path) -> list[dict]:
+    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
+    for size in sizes:
+        write_input(spark, str(workdir / f"input_{size}"), size, batches)
+    spark.stop()
+    rows = []
+    for size in sizes:
+        for workload in WORKLOADS:
+            measured = {}
+            for temperature in ("warm", "cold"):
+                for mode in ("driver", "distributed"):
+                    name = f"scale_{workload}_{size}_{temperature}_{mode}"
+                    measured[(temperature, mode)] = got = run_child({
+                        "master": "local[2]", "partitions": 8, "source": str(workdir / f"input_{size}"),
+                        "workload": workload, "mode": mode, "name": name, "batches": batches,
+                        "temperature": temperature, "warehouse": str(workdir / name)})
+                    rows.append({"events/batch": size, "workload": workload, "run": temperature,
+                                 "mode": mode, **{k: v for k, v in got.items() if k != "modes"}})
+                    print(json.dumps(rows[-1]), flush=True)
+            for temperature in ("warm", "cold"):
+                rows.append({"events/batch": size, "workload": workload, "run": temperature,
+                             "mode": "distributed / driver",
+                             "events_per_s": measured[(temperature, "distributed")]["events_per_s"]
+                             / measured[(temperature, "driver")]["events_per_s"]})
+            rows.append({"events/batch": size, "workload": workload, "run": "cold / warm",
+                         "mode": "distributed cold / driver warm",
+                         "events_per_s": measured[("cold", "distributed")]["events_per_s"]
+                         / measured[("warm", "driver")]["events_per_s"]})
+    return rows
+
+
+def cluster_part(events: int, batches: int, workdir: Path) -> list[dict]:
+    from tests.cluster.standalone import standalone_cluster
+    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
+    source = str(workdir / "busy_input")
+    write_input(spark, source, events, batches)
+    spark.stop()
+    rows, speed = [], {}
+    for workers in (1, 2):
+        with standalone_cluster(workdir / f"spark{workers}", workers=workers, memory="2g") as cluster:
+            name = f"scale_busy_{workers}w"
+            got = run_child({"master": cluster.master_url, "partitions": 8, "source": source,
+                             "workload": "busy", "mode": "distributed", "name": name,
+                             "batches": batches, "temperature": "warm",
+                             "warehouse": str(workdir / name)})
+        speed[workers] = got["events_per_s"]
+        rows.append({"workers": workers, **{k: v for k, v in got.items() if k != "modes"}})
+        print(json.dumps(rows[-1]), flush=True)
+    rows.append({"workers": "2 / 1", "events_per_s": speed[2] / speed[1]})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="25000,250000,1000000")
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--cluster-events", type=int, default=100_000)
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="lakestream-scale-"))
+    if args.cluster:
+        rows = cluster_part(args.cluster_events, args.batches, workdir)
+        show("compute-bound per-key sum, distributed, standalone cluster", rows)
+        write_results("scale_cluster", {"rows": rows})
+        return
+    rows = local_part([int(s) for s in args.sizes.split(",")], args.batches, workdir)
+    show("running sum, driver vs distributed, local[2]", rows)
+    write_results("scale", {"rows": rows})
+
+
+def show(title: str, rows: list[dict]) -> None:
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    print_table(title, header, [[row.get(key, "") for key in header] for row in rows])
+
+
+if __name__ == "__main__":
+    main()
