@@ -78,7 +78,7 @@ class DeltaTableSource(Source):
         for key in keys:
             null_key = null_key | F.col(key).isNull()
         # from the unsorted feed: a filtered scan, not a second sort of the batch
-        bad = changes.where(null_key).select("_commit_version", *columns).toPandas()
+        bad: pd.DataFrame = changes.where(null_key).select("_commit_version", *columns).toPandas()
         bad = bad.sort_values(["_commit_version", *(self.order_by or columns)], kind="stable",
                               na_position="first").drop(columns=["_commit_version"])
         return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
