@@ -274,9 +274,12 @@ class _Run:
         source = self.pipeline.source
         sliced = source.read_frame(self.ctx, *plan.ranges[source.name])
 
+        groups = self.pipeline.key_groups
+        buckets = min(groups, int(self.spark.conf.get("spark.sql.shuffle.partitions") or groups))
+
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
-                            dict(plan.ranges), self.pipeline.key_groups, stage)
+                            dict(plan.ranges), groups, buckets, stage)
 
         as_of = self.last.checkpoint_id if self.last else None
         output = run_stages(self.spark, self.layout, as_of, sliced.good, spec,

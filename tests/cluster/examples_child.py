@@ -12,6 +12,7 @@ the cluster between them. Prints one JSON line describing the Spark it ran on.
 """
 
 import json
+import logging
 import os
 import sys
 
@@ -59,6 +60,7 @@ def run_examples(spark, warehouse: str | None = None, resources: dict | None = N
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # batch log lines
     spark = sp.spark_session()          # the session the job's SparkResource builds too
     run_examples(spark, part=os.environ.get("EXAMPLES_PART"),
                  mode=os.environ.get("LAKESTREAM_MODE"))

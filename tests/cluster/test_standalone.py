@@ -60,6 +60,7 @@ def test_examples_distributed_on_a_cluster_that_grows_match_driver_mode(spark, t
             ran_on.append(json.loads(child.stdout.strip().splitlines()[-1]))
             apps += [app["name"] for app in cluster.state()["completedapps"]]
             assert "(distributed)" in child.stderr  # each batch's log line says where it ran
+            assert "(driver)" not in child.stderr
 
     assert [run["executors"] for run in ran_on] == [1, 2]
     assert apps == ["lakestream", "lakestream"]
