@@ -38,21 +38,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import ops as sp  # noqa: E402
 from _common import peak_memory, peak_rss_mb, print_table, write_results  # noqa: E402
+from running_sum import per_key_sum, vectorized_sum  # noqa: E402
 
 WORKLOADS = ("vectorized", "per_key")
-
-
-def running_sum(op, md, data):
-    total = sp.get(op, md) + data["x"].cumsum()
-    sp.set(op, md, int(total.iloc[-1]))
-    return data.assign(total=total)
-
-
-def running_sum_vectorized(op, md, data):
-    previous = sp.get(op, md)
-    totals = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(previous)
-    sp.set(op, md, totals.groupby(data["k"]).last())
-    return data.assign(total=totals)
 
 
 def busy_sum(op, md, data):
@@ -60,7 +48,7 @@ def busy_sum(op, md, data):
     spin_until = time.perf_counter() + len(data) * BUSY_US / 1e6
     while time.perf_counter() < spin_until:
         pass
-    return running_sum(op, md, data)
+    return per_key_sum(op, md, data)
 
 
 BUSY_US = float(os.environ.get("SCALE_BUSY_US", "50"))
@@ -69,11 +57,11 @@ BUSY_US = float(os.environ.get("SCALE_BUSY_US", "50"))
 def pipeline(source: str, workload: str, mode: str, name: str) -> sp.Pipeline:
     stream = sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
     if workload == "vectorized":
-        stream = stream.map(running_sum_vectorized, state=0, vectorized=True, name="sum")
+        stream = stream.map(vectorized_sum, state=0, vectorized=True, name="sum")
     elif workload == "busy":
         stream = stream.map(busy_sum, state=0, name="sum")
     else:
-        stream = stream.map(running_sum, state=0, name="sum")
+        stream = stream.map(per_key_sum, state=0, name="sum")
     return stream.write.to_delta("out").named(name).with_mode(mode)
 
 
@@ -118,7 +106,9 @@ def child(config: dict) -> dict:
 
 
 def run_child(config: dict) -> dict:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SCALE_BUSY_US=str(BUSY_US))
+    # executors import the running sums from bench/running_sum.py
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SCALE_BUSY_US=str(BUSY_US),
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(config)], env=env,
                           capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:

@@ -72,15 +72,21 @@ def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, 
 @pytest.mark.parametrize("crash_at", PLAIN_STEPS)
 def test_crash_while_the_next_batch_writes_matches_oracle(spark, warehouse, child_env,
                                                           plain_oracle, crash_at):
-    pipeline = cp.build_plain()
+    _crash_and_recover(spark, warehouse, child_env, "plain", crash_at, plain_oracle, batches=6)
+
+
+def _crash_and_recover(spark, warehouse, child_env, variant, crash_at, oracle, batches):
+    """Kill a child running the ``variant`` pipeline at ``crash_at``; recover in a fresh run,
+    here in-process; what it leaves must be the oracle's."""
+    pipeline = cp.BUILDERS[variant]()
     publish_all(spark, pipeline, warehouse)
-    crashed = _child(child_env, crash_at, pipeline="plain")
+    crashed = _child(child_env, crash_at, pipeline=variant)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, warehouse)
 
-    assert report.last_batch_id == 6
-    assert outcome(spark, pipeline, warehouse) == plain_oracle
+    assert report.last_batch_id == batches
+    assert outcome(spark, pipeline, warehouse) == oracle
 
 
 DISTRIBUTED_STEPS = [
@@ -103,15 +109,8 @@ def test_distributed_oracle_is_what_the_pipeline_means(distributed_oracle):
 @pytest.mark.parametrize("crash_at", DISTRIBUTED_STEPS)
 def test_distributed_crash_then_recover_matches_oracle(spark, warehouse, child_env,
                                                        distributed_oracle, crash_at):
-    pipeline = cp.build_distributed()
-    publish_all(spark, pipeline, warehouse)
-    crashed = _child(child_env, crash_at, pipeline="distributed")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
-
-    report = pipeline.run_once(spark, warehouse)
-
-    assert report.last_batch_id == 2
-    assert outcome(spark, pipeline, warehouse) == distributed_oracle
+    _crash_and_recover(spark, warehouse, child_env, "distributed", crash_at, distributed_oracle,
+                       batches=2)
 
 
 @pytest.mark.slow
