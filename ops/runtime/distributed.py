@@ -29,13 +29,14 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import (
@@ -48,7 +49,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from state import PipelineLayout, StateStore, encode_key, key_group, key_group_column, stored_values
+from state import (
+    STATE_SCHEMA,
+    PipelineLayout,
+    StateStore,
+    encode_key,
+    key_group,
+    key_group_column,
+    stored_values,
+)
 
 from ..columns import ORDER_COLUMN
 from ..context import BatchScope
@@ -126,8 +135,11 @@ class TaskSpec:
     buckets: int  # calls per keyed stage: each runs a contiguous range of key groups
     stage: Stage
 
-    def bucket(self, group: int) -> int:
-        """The bucket (one operator call) that runs key group ``group``."""
+    def bucket(self, group: Any) -> Any:
+        """The bucket (one operator call) that runs key group ``group``: an int, a numpy array
+        or a Spark column of them (one formula for rows, state and the check)."""
+        if isinstance(group, Column):
+            return F.floor(group * self.buckets / self.key_groups).cast("int")
         return group * self.buckets // self.key_groups
 
 
@@ -144,13 +156,9 @@ class StageOutput:
     persisted: list[DataFrame] = field(default_factory=list)
 
     def changed_state(self, spark: SparkSession) -> DataFrame:
-        empty = spark.createDataFrame(
-            [], "operator string, key string, value string, deleted boolean, key_group int")
-        frames = [empty, *self.state]
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        return union
+        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id."""
+        columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
+        return reduce(DataFrame.unionByName, self.state, spark.createDataFrame([], columns))
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame``, persisted until :meth:`release` (it is read more than once)."""
@@ -208,8 +216,7 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
         batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
         groups = key_group_column(F.col("key"), task.key_groups)
         state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
-                 .withColumn(BUCKET_COLUMN, F.floor(groups * task.buckets / task.key_groups)
-                             .cast("int")))
+                 .withColumn(BUCKET_COLUMN, task.bucket(groups)))
     return (rows.groupBy(BUCKET_COLUMN).cogroup(state.groupBy(BUCKET_COLUMN))
             .applyInPandas(lambda group, part, held: _bucket_task(task, group, part, held),
                            STAGE_SCHEMA))
@@ -319,7 +326,7 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
         return rows
     groups = np.array([key_group(k, task.key_groups) for k in rows["key"]], dtype="int32")
     if task.stage.keys and bucket is not None:
-        elsewhere = groups * task.buckets // task.key_groups != bucket
+        elsewhere = task.bucket(groups) != bucket
         if elsewhere.any():  # a key encoded unlike its rows: its state would be lost next batch
             raise RuntimeError(f"state keys {rows['key'][elsewhere].head(3).tolist()} do not "
                                f"belong to bucket {bucket}, whose rows changed them")
