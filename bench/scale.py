@@ -105,10 +105,15 @@ def child(config: dict) -> dict:
             "modes": sorted({b.mode for b in batches})}
 
 
+def executor_env() -> dict[str, str]:
+    """What executors need (local ones, and a standalone worker's, which inherit it): this
+    interpreter, and the running sums from bench/running_sum.py on their path."""
+    return dict(os.environ, PYSPARK_PYTHON=sys.executable, SCALE_BUSY_US=str(BUSY_US),
+                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+
+
 def run_child(config: dict) -> dict:
-    # executors import the running sums from bench/running_sum.py
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SCALE_BUSY_US=str(BUSY_US),
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    env = executor_env()
     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(config)], env=env,
                           capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
@@ -155,6 +160,7 @@ def cluster_part(events: int, batches: int, workdir: Path) -> list[dict]:
     write_input(spark, source, events, batches)
     spark.stop()
     rows, speed = [], {}
+    os.environ.update(executor_env())  # the workers' own environment
     for workers in (1, 2):
         with standalone_cluster(workdir / f"spark{workers}", workers=workers, memory="2g") as cluster:
             name = f"scale_busy_{workers}w"

@@ -42,6 +42,11 @@ class BatchScope:
     an unkeyed stream); ``store`` holds the run's managed state (``store.operator(name,
     initial)`` is one operator's); ``inputs`` is the batch's recorded plan: source ranges and the
     versions of tables it looks up, so a replay sees what the first attempt saw.
+
+    In distributed mode a task sees only some keys, so what spans them all comes from the
+    runtime: ``stream_time`` (operator name -> stream time after the batch, epoch ms, for
+    event-time operators, whose rows carry the time before each) and ``counts`` (what the
+    operators report, such as late records, summed over tasks). Both empty on the driver.
     """
 
     pipeline: str
@@ -49,6 +54,8 @@ class BatchScope:
     key_fields: tuple[str, ...]
     store: StateStore
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    stream_time: Mapping[str, int | None] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def spark(self) -> SparkSession:

@@ -11,12 +11,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import tables
-from .codecs import Codec, codec_named, decode_value, encode_key, encode_value
+from .codecs import Codec, codec_named, decode_key, decode_value, encode_key, encode_value
 from .layout import PipelineLayout
 
 _MISSING = object()
 
-Loader = Callable[[str, list[str]], dict[str, str]]
+#: ``(operator, encoded keys)`` -> stored values of those keys; ``None`` for every key.
+Loader = Callable[[str, list[str] | None], dict[str, str]]
 
 
 class OperatorState:
@@ -41,6 +42,9 @@ class OperatorState:
         self._stored: dict[Hashable, bool | None] = {}
         self._unread = False if loader is None else None
         self._changed: set[Hashable] = set()
+        # keys whose value in _values is the initial state handed out by a read, not a value
+        self._placeholders: set[Hashable] = set()
+        self._read_all = loader is None
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
@@ -50,9 +54,12 @@ class OperatorState:
         if not wanted:
             return
         encoded = [encode_key(key) for key in wanted]
-        stored = self._loader(self.name, encoded)
+        self._take(wanted, encoded, self._loader(self.name, encoded))
+
+    def _take(self, keys: list[Hashable], encoded: list[str], stored: dict[str, str]) -> None:
+        """Cache the stored values (by encoded key) of ``keys``, not yet seen in this run."""
         decode = self._codec.decode
-        for key, text in zip(wanted, encoded):
+        for key, text in zip(keys, encoded):
             value = stored.get(text)
             if value is not None:
                 try:  # one try around the plain call: decoding is this loop's hot path
@@ -61,6 +68,26 @@ class OperatorState:
                     decode_value(self._codec, value, operator=self.name, key=key)  # raises, naming it
                     raise
             self._stored[key] = value is not None
+
+    def held_keys(self) -> list[Hashable]:
+        """Every key that holds a value now: stored and not deleted since, or set in this run.
+        The first call in a run reads all of the operator's stored keys, so this is for state
+        that is small by construction (a window operator's open windows).
+
+        >>> state = StateStore.of_rows(pd.DataFrame(
+        ...     {"operator": ["w", "w"], "key": ['"a"', '"b"'], "value": ["1", "2"]})).operator("w")
+        >>> state.delete("a"); state.set("c", 3); state.get("d")
+        >>> sorted(state.held_keys())
+        ['b', 'c']
+        """
+        if not self._read_all:
+            assert self._loader is not None
+            stored = self._loader(self.name, None)
+            unseen = [(decode_key(text), text) for text in stored]
+            unseen = [(key, text) for key, text in unseen if key not in self._stored]
+            self._take([key for key, _ in unseen], [text for _, text in unseen], stored)
+            self._read_all = True
+        return [key for key in self._values if key not in self._placeholders]
 
     def get(self, key: Hashable) -> Any:
         """The value for ``key``; the initial state when the key has none."""
@@ -84,12 +111,14 @@ class OperatorState:
             # a fresh copy, so a mutable initial state (dict, list) is never shared between keys
             value = self._initial if _immutable(self._initial) else copy.deepcopy(self._initial)
             self._values[key] = value
+            self._placeholders.add(key)
         return value
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
         self._stored.setdefault(key, self._unread)
         self._values[key] = value
+        self._placeholders.discard(key)
         self._changed.add(key)
 
     def set_many(self, values: pd.Series) -> None:
@@ -111,6 +140,7 @@ class OperatorState:
         for key in keys:
             self._stored.setdefault(key, self._unread)
             self._values.pop(key, None)
+            self._placeholders.discard(key)
         self._changed.update(keys)
 
     def changed_rows(self) -> pd.DataFrame:
@@ -193,12 +223,12 @@ class StateStore:
         for op in self._operators.values():
             op.mark_checkpointed()
 
-    def _given_values(self, operator: str, keys: list[str]) -> dict[str, str]:
+    def _given_values(self, operator: str, keys: list[str] | None) -> dict[str, str]:
         assert self._given is not None
         given = self._given.get(operator, {})
-        return {key: given[key] for key in keys if key in given}
+        return dict(given) if keys is None else {key: given[key] for key in keys if key in given}
 
-    def _load(self, operator: str, keys: list[str]) -> dict[str, str]:
+    def _load(self, operator: str, keys: list[str] | None) -> dict[str, str]:
         # operator() hands out this loader only with a checkpoint (and a session)
         assert self._as_of is not None and self._spark is not None
         assert self._layout is not None

@@ -1,8 +1,17 @@
-"""What window and session aggregations share: the operator shape, the stream-time clock kept in
-state, and conversions between event times and epoch milliseconds."""
+"""What window and session aggregations share: the operator shape, the stream-time clock, and
+conversions between event times and epoch milliseconds.
+
+Stream time is the largest event time seen so far, in input order, across every key and batch.
+Whether a record is late depends on the stream time *before* it, so an operator that sees only
+some keys (a task in distributed mode) cannot work it out alone: there the runtime measures it
+over the whole batch first (:func:`running_max_before`, chunk by chunk in input order), hands
+each row its stream time in :data:`STREAM_TIME_COLUMN` and the time after the batch in
+``scope.stream_time``, and keeps the clock itself. On the driver the operator keeps its clock.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +24,15 @@ from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import Agg
 from .base import Operator, StateDeclaration
+from .grouped import without_nulls
+
+log = logging.getLogger(__name__)
 
 START, END = "window_start", "window_end"
-CLOCK = "__clock__"  # the operator's own state key for stream time and open windows
+CLOCK = "__clock__"  # the operator's own state key for its stream time and late count
+#: Distributed mode: each row's stream time before it (epoch ms), measured by the runtime.
+STREAM_TIME_COLUMN = "__stream_time"
+NO_TIME = np.iinfo(np.int64).min  # stream time before any event
 
 
 @dataclass(frozen=True)
@@ -42,13 +57,74 @@ class EventTimeAggregate(Operator):
     def declares(self) -> StateDeclaration:
         return StateDeclaration.keyed(self.keys, self.name, shared=(CLOCK,))
 
-    def clock(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[OperatorState, dict[str, Any]]:
-        """The operator's state and its clock; the frame must hold the event-time column."""
+    def timed(self, frame: pd.DataFrame, where: str = "") -> pd.DataFrame:
+        """The rows this operator aggregates, the only ones that move stream time: those with
+        an event time (sessions also need the key)."""
         if self.window.time not in frame.columns:
-            raise OperatorError(
-                f"{scope.where(self.name)}: no event time column {self.window.time!r} in the data")
+            raise OperatorError(f"{where or self.name}: no event time column "
+                                f"{self.window.time!r} in the data")
+        return without_nulls(frame, [self.window.time])
+
+    def event_ms(self, frame: pd.DataFrame) -> np.ndarray:
+        """Each row's event time (epoch ms), :data:`NO_TIME` for rows :meth:`timed` leaves out."""
+        ms = np.full(len(frame), NO_TIME, dtype="int64")
+        timed = self.timed(frame)
+        if len(timed):
+            ms[frame.index.get_indexer(timed.index)] = epoch_ms(timed[self.window.time])
+        return ms
+
+    def owner(self, state_key: Any) -> Any:
+        """The key (as :meth:`state_key` makes it) whose rows change ``state_key``'s state."""
+        return state_key
+
+    def clock(self, scope: BatchScope) -> tuple[OperatorState, dict[str, Any]]:
+        """The operator's state and its clock (stream time and late count so far)."""
         store = scope.store.operator(self.name, initial=None)
-        return store, store.get(CLOCK) or {"time": None, "open": [], "late": 0}
+        return store, store.get(CLOCK) or {"time": None, "late": 0}
+
+    def stream_times(self, scope: BatchScope, events: pd.DataFrame,
+                     clock: dict[str, Any]) -> tuple[np.ndarray, int | None]:
+        """Stream time before each of ``events`` (epoch ms) and after the batch."""
+        if self.name in scope.stream_time:  # measured by the runtime over the whole batch
+            return (events[STREAM_TIME_COLUMN].to_numpy(dtype="int64"),
+                    scope.stream_time[self.name])
+        return running_max_before(epoch_ms(events[self.window.time]), clock["time"])
+
+    def open_keys(self, store: OperatorState) -> list:
+        """The keys of the operator's open windows (or sessions): all it holds but its clock."""
+        return [key for key in store.held_keys() if key != CLOCK]
+
+    def tick(self, scope: BatchScope, store: OperatorState, clock: dict[str, Any],
+             time: int | None, late: int) -> None:
+        """Record the batch's stream time and late records (the runtime does, when it measured
+        stream time for the whole batch)."""
+        if late:
+            log.warning("%s.%s batch %d: %d late record(s) dropped", scope.pipeline, self.name,
+                        scope.batch_id, late)
+        if self.name in scope.stream_time:
+            scope.counts[LATE_COUNT] = scope.counts.get(LATE_COUNT, 0) + late
+        else:
+            store.set(CLOCK, {"time": time, "late": clock["late"] + late})
+
+
+#: What a task reports in ``scope.counts``: records dropped as late.
+LATE_COUNT = "late"
+
+
+def running_max_before(ms: np.ndarray, since: int | None) -> tuple[np.ndarray, int | None]:
+    """The largest of ``since`` and the values before each of ``ms`` (:data:`NO_TIME` when
+    there are none), and the largest of all (``None`` when there are none).
+
+    >>> before, after = running_max_before(np.array([5, 3, 9]), since=4)
+    >>> before.tolist(), after
+    ([4, 5, 5], 9)
+    """
+    start = NO_TIME if since is None else since
+    if not len(ms):
+        return np.asarray(ms, dtype="int64"), since
+    running = np.maximum.accumulate(np.maximum(ms, start))
+    after = int(running[-1])
+    return np.concatenate([[start], running[:-1]]), None if after == NO_TIME else after
 
 
 def to_ms(delta: pd.Timedelta) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +13,8 @@ from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
 from .aggregates import Agg, to_python
-from .event_time import CLOCK, END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
+from .event_time import END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
 from .grouped import nullable_array, without_nulls
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,23 +51,30 @@ class SessionAggregate(EventTimeAggregate):
         if any(agg.kind == "udf" for _, agg in self.aggs):
             raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
 
+    def state_key(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(values)  # a key's sessions are kept under the tuple of its key columns
+
+    def timed(self, frame: pd.DataFrame, where: str = "") -> pd.DataFrame:
+        return without_nulls(super().timed(frame, where), self.keys)  # a session needs its key
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        store, clock = self.clock(scope, frame)
-        frame = without_nulls(frame, [self.window.time, *self.keys])
+        store, clock = self.clock(scope)
+        frame = self.timed(frame, scope.where(self.name))
+        before, time = self.stream_times(scope, frame, clock)
         ms = epoch_ms(frame[self.window.time]).tolist()
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))
         sessions = dict(zip(unique, store.get_values(unique)))
         gap, grace = to_ms(self.window.gap), to_ms(self.window.grace)
-        time, late, changes = clock["time"], 0, []
-        for key, ts, row in zip(keys, ms, frame.to_dict("records")):
+        late, changes = 0, []
+        for key, ts, now, row in zip(keys, ms, before.tolist(), frame.to_dict("records")):
             if sessions[key] is None:
                 sessions[key] = []
             # sessions closed by stream time (even if not yet emitted) take no more records, so
             # the outcome does not depend on where batches were cut
             touching = [s for s in sessions[key] if s[0] - gap <= ts <= s[1] + gap
-                        and (time is None or s[1] + gap + grace > time)]
-            if not touching and time is not None and ts + gap + grace <= time:
+                        and s[1] + gap + grace > now]
+            if not touching and ts + gap + grace <= now:
                 late += 1
                 continue
             acc = None
@@ -82,16 +86,10 @@ class SessionAggregate(EventTimeAggregate):
                       self._add(acc, row)]
             sessions[key].append(merged)
             changes.append(("upsert", key, merged))
-            time = ts if time is None else max(time, ts)
-        if late:
-            log.warning("%s.%s batch %d: %d late record(s) dropped (session closed)",
-                        scope.pipeline, self.name, scope.batch_id, late)
-        opened = {tuple(k) for k in clock["open"]} | {k for k, s in sessions.items() if s}
-        finals = self._close(store, sessions, opened, time, gap + grace)
+        finals = self._close(store, sessions, time, gap + grace)
         for key, value in sessions.items():
             store.set(key, value) if value else store.delete(key)
-        still_open = sorted(list(k) for k in opened if sessions.get(k))
-        store.set(CLOCK, {"time": time, "open": still_open, "late": clock["late"] + late})
+        self.tick(scope, store, clock, time, late)
         rows = self._rows(changes) if self.emit == "changes" else finals
         columns = [*self.keys, START, END, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
         out = pd.DataFrame(rows, columns=columns)
@@ -131,10 +129,12 @@ class SessionAggregate(EventTimeAggregate):
                          OLD_COLUMN: None})
         return rows
 
-    def _close(self, store: OperatorState, sessions: dict, opened: set, time: int | None,
+    def _close(self, store: OperatorState, sessions: dict, time: int | None,
                wait: int) -> list[dict]:
+        """Final rows of the sessions stream time closed (any key's, not only the batch's);
+        they leave ``sessions``, which then holds every key the batch changed."""
         rows = []
-        for key in sorted(opened):
+        for key in sorted(set(self.open_keys(store)) | set(sessions)):
             held = sessions.get(key)
             if held is None:
                 held = sessions[key] = store.get(key) or []

@@ -8,13 +8,14 @@ record by record, which records are late does not depend on how the input was cu
 
 Emission: ``changes`` emits the window's new values whenever they change (like ``EMIT
 CHANGES``); ``final`` emits each window once, when it closes (``EMIT FINAL``). A closed window's
-state is dropped either way, so state holds open windows only.
+state is dropped either way, so state holds open windows only, each under its keys and start
+(its keys own it: distributed mode runs it where their rows are).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,10 +24,8 @@ from state import OperatorState
 
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
-from .event_time import CLOCK, END, START, EventTimeAggregate, epoch_ms, to_ms
-from .grouped import GroupAggregate, without_nulls
-
-log = logging.getLogger(__name__)
+from .event_time import END, START, EventTimeAggregate, epoch_ms, to_ms
+from .grouped import GroupAggregate
 
 
 @dataclass(frozen=True)
@@ -64,35 +63,30 @@ class WindowAggregate(EventTimeAggregate):
     """Aggregates per key and window; see the module docstring for the rules."""
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
-        store, clock = self.clock(scope, frame)
-        rows, late, stream_time = self._assign(without_nulls(frame, [self.window.time]),
-                                               clock["time"])
-        if late:
-            log.warning("%s.%s batch %d: %d late record(s) dropped (window end + grace <= stream "
-                        "time)", scope.pipeline, self.name, scope.batch_id, late)
+        store, clock = self.clock(scope)
+        events = self.timed(frame, scope.where(self.name))
+        before, stream_time = self.stream_times(scope, events, clock)
+        rows, late = self._assign(events, before)
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
         touched, folded = inner.fold(scope, rows)
-        opened = {tuple(key) for key in clock["open"]} | set(touched)
         wait = to_ms(self.window.size) + to_ms(self.window.grace)
-        closed = sorted(k for k in opened if stream_time is not None and k[-1] + wait <= stream_time)
+        closed = sorted(key for key in self.open_keys(store)
+                        if stream_time is not None and key[-1] + wait <= stream_time)
         finals = self._close(store, inner, closed)
-        store.set(CLOCK, {"time": stream_time, "open": sorted(map(list, opened - set(closed))),
-                           "late": clock["late"] + late})
+        self.tick(scope, store, clock, stream_time, late)
         # in final mode the per-window change rows would only be thrown away
         out = inner.changes(touched, folded) if self.emit == "changes" else finals
         return self._with_bounds(out)
 
-    def _assign(self, frame: pd.DataFrame, time: int | None) -> tuple[pd.DataFrame, int, int | None]:
-        """Rows exploded to one per (record, window), late ones removed; the late count; the
-        stream time after the batch (epoch milliseconds)."""
+    def owner(self, state_key: tuple) -> Any:
+        return self.state_key(state_key[:-1])  # (keys…, window start): the keys own it
+
+    def _assign(self, frame: pd.DataFrame, before: np.ndarray) -> tuple[pd.DataFrame, int]:
+        """Rows exploded to one per (record, window), late ones removed, and the late count;
+        ``before`` is the stream time before each record (epoch milliseconds)."""
         if frame.empty:
-            return frame.assign(**{START: pd.Series(dtype="int64")}), 0, time
+            return frame.assign(**{START: pd.Series(dtype="int64")}), 0
         ms = epoch_ms(frame[self.window.time])
-        running = np.maximum.accumulate(ms)
-        before = np.concatenate([[time if time is not None else np.iinfo(np.int64).min],
-                                 running[:-1]])
-        if time is not None:
-            before = np.maximum(before, time)
         advance, size, grace = to_ms(self.window.advance), to_ms(self.window.size), to_ms(self.window.grace)
         # only what the aggregation reads: copying whole rows per window was a large part of it
         read = dict.fromkeys([*self.keys, *(a.column for _, a in self.aggs if a.column)])
@@ -107,8 +101,7 @@ class WindowAggregate(EventTimeAggregate):
                          else frame[ontime].assign(**{START: start[ontime]}))
         # input order, window order within (a tumbling window has one part, already in order)
         rows = parts[0] if len(parts) == 1 else pd.concat(parts).sort_index(kind="stable")
-        stream_time = int(running[-1]) if time is None else max(int(running[-1]), time)
-        return rows, late, stream_time
+        return rows, late
 
     def _close(self, store: OperatorState, inner: GroupAggregate,
                closed: list[tuple]) -> pd.DataFrame:

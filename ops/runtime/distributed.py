@@ -12,8 +12,14 @@ The driver builds a plan of Spark DataFrames and never holds a batch's rows or s
    bucket is one call of the operators, on an executor, with a :class:`~state.StateStore` over
    the state rows handed in: ``sp.get``/``sp.set`` behave as on the driver. Key groups, not
    tasks, own state, so any number of tasks works.
-3. A **whole-stream** stage (unkeyed state, or keyed state with an operator-wide part such as a
-   window's stream-time clock) runs as one group, with all of the operator's state.
+3. A **clocked** stage (windows, sessions: keyed, but whether a record is late depends on the
+   stream time before it, across all keys) first measures stream time over the whole batch in
+   input order: the rows are range-partitioned by ``__order``, each partition's largest event
+   time collected (one number per partition), and each row stamped with the stream time before
+   it. Then it runs as a keyed stage, with all of the operator's state (its open windows, each
+   routed by the keys that own it) so that every bucket closes its own windows; the driver
+   writes the operator's clock (stream time, late records the tasks counted).
+4. A **whole-stream** stage (unkeyed state) runs as one group, with all of the operator's state.
 4. Each group returns its output rows (Arrow IPC, one binary cell per chunk), its changed state
    rows, counts, or the error it raised, in one frame of :data:`STAGE_SCHEMA`. The driver
    collects only the counts, the output schemas and errors; the next stage decodes the rows.
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Any
 
@@ -53,6 +59,7 @@ from state import (
     STATE_SCHEMA,
     PipelineLayout,
     StateStore,
+    decode_key,
     encode_key,
     key_group,
     key_group_column,
@@ -64,9 +71,17 @@ from ..context import BatchScope
 from ..errors import OperatorError
 from ..operators import Operator, StateKind
 from ..operators.aggregates import to_python
+from ..operators.event_time import (
+    CLOCK,
+    LATE_COUNT,
+    NO_TIME,
+    STREAM_TIME_COLUMN,
+    EventTimeAggregate,
+    running_max_before,
+)
 from .reports import distinct_keys
 
-KEY_COLUMN, BUCKET_COLUMN = "__key", "__bucket"
+KEY_COLUMN, BUCKET_COLUMN, PART_COLUMN = "__key", "__bucket", "__part"
 _NEW_ROWS = 1 << 62     # ordinals of rows an operator made: after every source ordinal
 _BUCKET_SPAN = 1 << 32  # positions per bucket among them
 _CHUNK_ROWS = 100_000   # output rows per Arrow cell
@@ -83,6 +98,7 @@ STAGE_SCHEMA = StructType([
     StructField("rows_in", LongType(), True),       # done: what the group saw and made
     StructField("rows_out", LongType(), True),
     StructField("keys", LongType(), True),
+    StructField("late", LongType(), True),          # records dropped as late
     StructField("message", StringType(), True),     # error: message and traceback
 ])
 
@@ -91,10 +107,12 @@ STAGE_SCHEMA = StructType([
 class Stage:
     """Operators run together in one pass: a stateful one (if any) and the stateless ones after
     it. ``keys``: the key columns of a keyed stage; ``None`` for a whole-stream stage; ``()``
-    for a narrow (stateless) stage."""
+    for a narrow (stateless) stage. ``clocked``: a keyed stage whose operator needs the stream
+    time measured over the whole batch first (an :class:`EventTimeAggregate`)."""
 
     operators: tuple[Operator, ...]
     keys: tuple[str, ...] | None
+    clocked: bool = False
 
     @property
     def names(self) -> list[str]:
@@ -113,11 +131,13 @@ def stages_of(operators: tuple[Operator, ...]) -> list[Stage]:
     for op in operators:
         declared = op.declares()
         if declared.kind is StateKind.STATELESS and stages:
-            stages[-1] = Stage(stages[-1].operators + (op,), stages[-1].keys)
+            stages[-1] = replace(stages[-1], operators=stages[-1].operators + (op,))
         elif declared.kind is StateKind.STATELESS:
             stages.append(Stage((op,), ()))
         elif declared.kind is StateKind.KEYED and not declared.shared:
             stages.append(Stage((op,), declared.keys))
+        elif declared.kind is StateKind.KEYED and isinstance(op, EventTimeAggregate):
+            stages.append(Stage((op,), declared.keys, clocked=True))
         else:
             stages.append(Stage((op,), None))
     return stages
@@ -134,6 +154,17 @@ class TaskSpec:
     key_groups: int
     buckets: int  # calls per keyed stage: each runs a contiguous range of key groups
     stage: Stage
+    #: a clocked stage's operator -> stream time after the batch (see BatchScope.stream_time)
+    stream_time: dict[str, int | None] = field(default_factory=dict)
+
+    def owning_bucket(self, encoded_keys: Any) -> np.ndarray:
+        """The bucket of each stored state key: that of the key which owns it (a window's
+        keys own each of their windows)."""
+        operator = self.stage.operators[0]
+        if isinstance(operator, EventTimeAggregate):
+            encoded_keys = [encode_key(operator.owner(decode_key(key))) for key in encoded_keys]
+        groups = np.array([key_group(key, self.key_groups) for key in encoded_keys], dtype="int64")
+        return self.bucket(groups)
 
     def bucket(self, group: Any) -> Any:
         """The bucket (one operator call) that runs key group ``group``: an int, a numpy array
@@ -177,6 +208,10 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
     output = StageOutput(rows)
     for number, stage in enumerate(stages):
         task = spec(stage)
+        clock = StateStore.of_rows(stored_values(spark, layout, stage.names, as_of, _one_key(
+            spark, CLOCK)).toPandas()) if stage.clocked else None
+        if clock is not None:
+            task = _measure_stream_time(output, task, clock)
         results = output.keep(_stage_frame(spark, layout, as_of, output, task))
         try:
             summary = results.where(F.col("kind").isin("done", "error")).collect()
@@ -195,7 +230,49 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         output.rows = _decoded(spark, results, [row["payload"] for row in done if row["payload"]])
         output.state.append(results.where(F.col("kind") == "state")
                             .select("operator", "key", "value", "deleted", "key_group"))
+        if clock is not None:
+            late = sum(row["late"] or 0 for row in done)
+            output.state.append(_ticked(spark, task, clock, late))
     return output
+
+
+def _one_key(spark: SparkSession, key: Any) -> DataFrame:
+    return spark.createDataFrame([(encode_key(key),)], "key string")
+
+
+def _measure_stream_time(output: StageOutput, task: TaskSpec, clock: StateStore) -> TaskSpec:
+    """Stamp every row with the stream time before it (across all keys, in input order) and
+    return ``task`` with the stream time after the batch (see the module docstring)."""
+    operator = task.stage.operators[0]
+    assert isinstance(operator, EventTimeAggregate)
+    _, held = operator.clock(BatchScope(task.pipeline, task.batch_id, (), clock))
+    ranged = output.keep(output.rows.repartitionByRange(task.buckets, F.col(ORDER_COLUMN))
+                         .sortWithinPartitions(ORDER_COLUMN)
+                         .withColumn(PART_COLUMN, F.spark_partition_id()))
+    latest: dict[int, int] = {}
+    for part, time in ranged.mapInPandas(lambda chunks: _latest_times(chunks, operator),
+                                         "part int, latest long").collect():
+        latest[part] = max(latest.get(part, NO_TIME), time)
+    starts, running = {}, NO_TIME if held["time"] is None else held["time"]
+    for part in sorted(latest):
+        starts[part], running = running, max(running, latest[part])
+    schema = StructType([*output.rows.schema.fields, StructField(STREAM_TIME_COLUMN, LongType())])
+    output.rows = ranged.mapInPandas(lambda chunks: _stamped(chunks, operator, starts), schema)
+    after = None if running == NO_TIME else running
+    return replace(task, stream_time={operator.name: after})
+
+
+def _ticked(spark: SparkSession, task: TaskSpec, clock: StateStore, late: int) -> DataFrame:
+    """The operator's clock after the batch, as a changed state row."""
+    operator = task.stage.operators[0]
+    assert isinstance(operator, EventTimeAggregate)
+    scope = BatchScope(task.pipeline, task.batch_id, (), clock)
+    store, held = operator.clock(scope)
+    operator.tick(scope, store, held, task.stream_time[operator.name], late)
+    rows = store.changed_rows()
+    rows["key_group"] = [key_group(key, task.key_groups) for key in rows["key"]]
+    columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
+    return spark.createDataFrame(rows[columns.names], columns)
 
 
 def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
@@ -213,10 +290,17 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
                              StructField(BUCKET_COLUMN, IntegerType())])
         # kept: the keys feed both the state read and the cogroup, and are computed in Python
         rows = output.keep(rows.mapInPandas(lambda chunks: _with_buckets(chunks, task), schema))
-        batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
-        groups = key_group_column(F.col("key"), task.key_groups)
-        state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
-                 .withColumn(BUCKET_COLUMN, task.bucket(groups)))
+        if stage.clocked:  # every open window (or session): each bucket closes its own
+            stored = stored_values(spark, layout, stage.names, as_of).where(
+                F.col("key") != encode_key(CLOCK))
+            state = stored.mapInPandas(
+                lambda chunks: _owned(chunks, task),
+                StructType([*stored.schema.fields, StructField(BUCKET_COLUMN, IntegerType())]))
+        else:
+            batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
+            groups = key_group_column(F.col("key"), task.key_groups)
+            state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
+                     .withColumn(BUCKET_COLUMN, task.bucket(groups)))
     return (rows.groupBy(BUCKET_COLUMN).cogroup(state.groupBy(BUCKET_COLUMN))
             .applyInPandas(lambda group, part, held: _bucket_task(task, group, part, held),
                            STAGE_SCHEMA))
@@ -272,6 +356,35 @@ def _with_buckets(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd
         yield chunk.assign(**{KEY_COLUMN: encoded, BUCKET_COLUMN: np.array(buckets, dtype="int32")})
 
 
+def _owned(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFrame]:
+    """Stored state rows tagged with the bucket of the keys that own them."""
+    for chunk in chunks:
+        yield chunk.assign(**{BUCKET_COLUMN: task.owning_bucket(chunk["key"]).astype("int32")})
+
+
+def _latest_times(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate
+                  ) -> Iterator[pd.DataFrame]:
+    """Per chunk of a range partition: its number and its largest event time."""
+    for chunk in chunks:
+        if len(chunk):
+            yield pd.DataFrame({"part": [int(chunk[PART_COLUMN].iloc[0])],
+                                "latest": [int(operator.event_ms(chunk).max())]})
+
+
+def _stamped(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate,
+             starts: dict[int, int]) -> Iterator[pd.DataFrame]:
+    """A range partition's rows (in input order), each with the stream time before it."""
+    running: int | None = None
+    for chunk in chunks:
+        if not len(chunk):
+            continue
+        if running is None:  # a partition's first chunk: what every earlier partition saw
+            running = starts[int(chunk[PART_COLUMN].iloc[0])]
+        before, after = running_max_before(operator.event_ms(chunk), running)
+        running = NO_TIME if after is None else after
+        yield chunk.drop(columns=[PART_COLUMN]).assign(**{STREAM_TIME_COLUMN: before})
+
+
 def _narrow_task(task: TaskSpec, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
     for chunk in chunks:
         yield _run(task, chunk, StateStore.of_rows(_no_state()), bucket=None)
@@ -290,7 +403,8 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
     frame.index = pd.Index(rows[ORDER_COLUMN].to_numpy(), name=None)
     keys = distinct_keys(frame, task.stage.keys or task.stage.operators[0].declares().keys
                          if task.stage.operators else ())
-    scope = BatchScope(task.pipeline, task.batch_id, task.key_fields, store, task.inputs)
+    scope = BatchScope(task.pipeline, task.batch_id, task.key_fields, store, task.inputs,
+                       stream_time=task.stream_time)
     try:
         for op in task.stage.operators:
             frame = op.apply(scope, frame)
@@ -300,6 +414,7 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
     except Exception as exc:  # reported to the driver, which fails the batch with it
         return _typed(_result("error", message=_message(task, exc)))
     done = _result("done", rows_in=len(rows), rows_out=len(out), keys=keys,
+                   late=scope.counts.get(LATE_COUNT, 0),
                    payload=pa.Schema.from_pandas(out, preserve_index=False).serialize().to_pybytes()
                    if len(out.columns) else None)
     return _typed(pd.concat([cells, changed, done], ignore_index=True))
@@ -326,7 +441,7 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
         return rows
     groups = np.array([key_group(k, task.key_groups) for k in rows["key"]], dtype="int32")
     if task.stage.keys and bucket is not None:
-        elsewhere = task.bucket(groups) != bucket
+        elsewhere = task.owning_bucket(rows["key"]) != bucket
         if elsewhere.any():  # a key encoded unlike its rows: its state would be lost next batch
             raise RuntimeError(f"state keys {rows['key'][elsewhere].head(3).tolist()} do not "
                                f"belong to bucket {bucket}, whose rows changed them")
