@@ -14,11 +14,21 @@ Each configuration runs in its own process, so the driver's peak RSS is that con
 Reported: events/s, mean batch and checkpoint seconds, driver Python peak RSS, driver JVM heap
 peak, and distributed/driver ratios of events/s measured in this run.
 
+``--modes distributed`` measures one mode only (driver mode at 3M events per batch needs GBs).
+
 Part 2 (``--cluster``): a standalone cluster on loopback with 1 worker, then 2 (1 core each),
-running a compute-bound per-key function (``--fn-us`` µs of Python per row) in distributed mode.
+running a compute-bound per-key function (``SCALE_BUSY_US`` µs of Python per row, default 50)
+in distributed mode, ``--cluster-events`` per batch over ``--cluster-keys`` keys (10 rows per
+key by default, so the function's own work, not the call per key, is most of a task).
+
+Part 3 (``--big-state``): distributed, vectorized: a first batch of ``--state-keys`` events over
+as many keys (10M), then one run whose batch touches ``--touched`` of them (2M); the driver's
+peak RSS over both.
 
     .venv/bin/python bench/scale.py --sizes 25000,250000,1000000 --batches 3
-    .venv/bin/python bench/scale.py --cluster --cluster-events 200000
+    .venv/bin/python bench/scale.py --sizes 25000,3000000 --batches 2 --modes distributed
+    .venv/bin/python bench/scale.py --cluster --cluster-events 100000
+    .venv/bin/python bench/scale.py --big-state --state-keys 10000000 --touched 2000000
 """
 
 from __future__ import annotations
@@ -65,12 +75,13 @@ def pipeline(source: str, workload: str, mode: str, name: str) -> sp.Pipeline:
     return stream.write.to_delta("out").named(name).with_mode(mode)
 
 
-def write_input(spark, path: str, size: int, batches: int) -> None:
-    """``batches`` commits of ``size`` events over ``size`` keys (uniform), change feed on."""
+def write_input(spark, path: str, size: int, batches: int, keys: int | None = None) -> None:
+    """``batches`` commits of ``size`` events over ``keys`` keys (default ``size``; uniform),
+    change feed on."""
     from pyspark.sql import functions as F
     for batch in range(batches):
         rows = spark.range(size).select(
-            (F.rand(batch) * size).cast("long").alias("k"),
+            (F.rand(batch) * (keys or size)).cast("long").alias("k"),
             (F.rand(batch + 100) * 99 + 1).cast("long").alias("x"),
             F.col("id").alias("seq"))
         writer = rows.write.format("delta").mode("append")
@@ -122,7 +133,8 @@ def run_child(config: dict) -> dict:
 
 
 # -- the two parts -----------------------------------------------------------------------------
-def local_part(sizes: list[int], batches: int, workdir: Path) -> list[dict]:
+def local_part(sizes: list[int], batches: int, workdir: Path,
+               modes: tuple[str, ...] = ("driver", "distributed")) -> list[dict]:
     spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
     for size in sizes:
         write_input(spark, str(workdir / f"input_{size}"), size, batches)
@@ -132,7 +144,7 @@ def local_part(sizes: list[int], batches: int, workdir: Path) -> list[dict]:
         for workload in WORKLOADS:
             measured = {}
             for temperature in ("warm", "cold"):
-                for mode in ("driver", "distributed"):
+                for mode in modes:
                     name = f"scale_{workload}_{size}_{temperature}_{mode}"
                     measured[(temperature, mode)] = got = run_child({
                         "master": "local[2]", "partitions": 8, "source": str(workdir / f"input_{size}"),
@@ -141,6 +153,8 @@ def local_part(sizes: list[int], batches: int, workdir: Path) -> list[dict]:
                     rows.append({"events/batch": size, "workload": workload, "run": temperature,
                                  "mode": mode, **{k: v for k, v in got.items() if k != "modes"}})
                     print(json.dumps(rows[-1]), flush=True)
+            if len(modes) < 2:
+                continue
             for temperature in ("warm", "cold"):
                 rows.append({"events/batch": size, "workload": workload, "run": temperature,
                              "mode": "distributed / driver",
@@ -153,11 +167,11 @@ def local_part(sizes: list[int], batches: int, workdir: Path) -> list[dict]:
     return rows
 
 
-def cluster_part(events: int, batches: int, workdir: Path) -> list[dict]:
+def cluster_part(events: int, keys: int, batches: int, workdir: Path) -> list[dict]:
     from tests.cluster.standalone import standalone_cluster
     spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
     source = str(workdir / "busy_input")
-    write_input(spark, source, events, batches)
+    write_input(spark, source, events, batches, keys)
     spark.stop()
     rows, speed = [], {}
     os.environ.update(executor_env())  # the workers' own environment
@@ -175,12 +189,36 @@ def cluster_part(events: int, batches: int, workdir: Path) -> list[dict]:
     return rows
 
 
+def big_state_part(keys: int, touched: int, workdir: Path) -> list[dict]:
+    """``keys`` events over as many keys, then a batch of ``touched`` events over some of them."""
+    from pyspark.sql import functions as F
+    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
+    source = str(workdir / "big_state_input")
+    (spark.range(keys).select(F.col("id").alias("k"), F.lit(1).cast("long").alias("x"),
+                              F.col("id").alias("seq"))
+     .write.format("delta").option("delta.enableChangeDataFeed", "true").save(source))
+    (spark.range(touched).select((F.rand(7) * keys).cast("long").alias("k"),
+                                 F.lit(2).cast("long").alias("x"), F.col("id").alias("seq"))
+     .write.format("delta").mode("append").save(source))
+    spark.stop()
+    got = run_child({"master": "local[2]", "partitions": 8, "source": source,
+                     "workload": "vectorized", "mode": "distributed", "name": "scale_big_state",
+                     "batches": 2, "temperature": "cold", "warehouse": str(workdir / "big")})
+    return [{"state keys": keys, "batch touches": touched,
+             **{k: v for k, v in got.items() if k != "modes"}}]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="25000,250000,1000000")
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--cluster", action="store_true")
     parser.add_argument("--cluster-events", type=int, default=100_000)
+    parser.add_argument("--cluster-keys", type=int, default=10_000)
+    parser.add_argument("--modes", default="driver,distributed")
+    parser.add_argument("--big-state", action="store_true")
+    parser.add_argument("--state-keys", type=int, default=10_000_000)
+    parser.add_argument("--touched", type=int, default=2_000_000)
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -188,11 +226,17 @@ def main() -> None:
         return
     workdir = Path(tempfile.mkdtemp(prefix="lakestream-scale-"))
     if args.cluster:
-        rows = cluster_part(args.cluster_events, args.batches, workdir)
+        rows = cluster_part(args.cluster_events, args.cluster_keys, args.batches, workdir)
         show("compute-bound per-key sum, distributed, standalone cluster", rows)
         write_results("scale_cluster", {"rows": rows})
         return
-    rows = local_part([int(s) for s in args.sizes.split(",")], args.batches, workdir)
+    if args.big_state:
+        rows = big_state_part(args.state_keys, args.touched, workdir)
+        show("10M keys of state, a batch touching 2M, distributed", rows)
+        write_results("scale_big_state", {"rows": rows})
+        return
+    rows = local_part([int(s) for s in args.sizes.split(",")], args.batches, workdir,
+                      tuple(args.modes.split(",")))
     show("running sum, driver vs distributed, local[2]", rows)
     write_results("scale", {"rows": rows})
 

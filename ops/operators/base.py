@@ -37,7 +37,8 @@ class StateDeclaration:
     ``keys``: the columns whose values key the state (``KEYED`` only). ``names``: the names it
     keeps state under in the store (``scope.store.operator(name, …)``). ``shared``: entries of a
     keyed operator's state that belong to no key of the data but to the operator as a whole
-    (a window's stream time), which whoever runs the operator must see in full.
+    (a window's stream time); distributed mode runs such an operator by key only when it knows
+    how to keep them (event-time operators), else as one task.
 
     >>> StateDeclaration.keyed(("user",), "clicks").kind.value
     'keyed'

@@ -32,6 +32,7 @@ number of shuffle partitions; a replayed batch's sink write is skipped or comple
 
 from __future__ import annotations
 
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -168,10 +169,47 @@ class TaskSpec:
 
     def bucket(self, group: Any) -> Any:
         """The bucket (one operator call) that runs key group ``group``: an int, a numpy array
-        or a Spark column of them (one formula for rows, state and the check)."""
+        or a Spark column of them (one formula for rows, state and the check). A bucket's id
+        is the :func:`partition_tags` value of its range of groups, so that each bucket has a
+        shuffle partition, and a task, of its own."""
+        tags = partition_tags(self.buckets)
         if isinstance(group, Column):
-            return F.floor(group * self.buckets / self.key_groups).cast("int")
-        return group * self.buckets // self.key_groups
+            index = F.floor(group * self.buckets / self.key_groups).cast("int")
+            return F.element_at(F.array(*map(F.lit, tags)), index + 1)
+        return np.asarray(tags)[group * self.buckets // self.key_groups]
+
+
+@functools.cache
+def partition_tags(partitions: int) -> tuple[int, ...]:
+    """For each shuffle partition ``p``, the smallest int that Spark's hash partitioning
+    (Murmur3, seed 42, of an int column) sends to ``p``. Bucket ids are these, so that
+    ``repartition(n, bucket)`` gives every bucket its own task: plain ids 0…n-1 collide (8
+    buckets filled 6 of 8 partitions), and the shuffle Spark plans for a cogroup by itself
+    is coalesced by adaptive execution into one task when the batch is small.
+
+    >>> partition_tags(4)
+    (12, 6, 2, 0)
+    """
+    tags: dict[int, int] = {}
+    candidate = 0
+    while len(tags) < partitions:
+        tags.setdefault(_murmur3_int(candidate) % partitions, candidate)
+        candidate += 1
+    return tuple(tags[p] for p in range(partitions))
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a 32-bit int (Murmur3 x86_32), as a signed int."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = rotl((value * 0xCC9E2D51) & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h1 = ((h1 ^ (h1 >> shift)) * factor) & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 @dataclass
@@ -301,6 +339,8 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
             groups = key_group_column(F.col("key"), task.key_groups)
             state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
                      .withColumn(BUCKET_COLUMN, task.bucket(groups)))
+    # repartitioned by hand: see partition_tags
+    rows, state = (frame.repartition(task.buckets, BUCKET_COLUMN) for frame in (rows, state))
     return (rows.groupBy(BUCKET_COLUMN).cogroup(state.groupBy(BUCKET_COLUMN))
             .applyInPandas(lambda group, part, held: _bucket_task(task, group, part, held),
                            STAGE_SCHEMA))
@@ -352,8 +392,9 @@ def _with_buckets(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd
         else:
             encoded = [encode_key(operator.state_key(tuple(to_python(v) for v in row)))
                        for row in chunk[list(keys)].itertuples(index=False)]
-        buckets = [task.bucket(key_group(key, task.key_groups)) for key in encoded]
-        yield chunk.assign(**{KEY_COLUMN: encoded, BUCKET_COLUMN: np.array(buckets, dtype="int32")})
+        groups = np.fromiter((key_group(key, task.key_groups) for key in encoded), "int64",
+                             len(encoded))
+        yield chunk.assign(**{KEY_COLUMN: encoded, BUCKET_COLUMN: task.bucket(groups).astype("int32")})
 
 
 def _owned(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFrame]:

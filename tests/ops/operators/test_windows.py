@@ -68,6 +68,17 @@ def test_final_emits_each_window_once_when_it_closes():
     assert held == [("a", int(at("00:02:00").timestamp() * 1000))]  # closed ones dropped
 
 
+def test_a_clock_saved_by_an_earlier_release_with_its_open_window_list_still_works():
+    feeder = Feeder(sp.tumbling("ts", "1min"), emit="final")
+    feeder.feed(events(("a", "00:00:10", 1), ("b", "00:00:20", 1)))
+    state = feeder.store.operator("w")
+    # earlier releases listed the open windows in the clock; they are now found in the state
+    state.set("__clock__", {**state.get("__clock__"), "open": [["a", 0]]})
+    assert feeder.feed(events(("a", "00:01:30", 1))) == [
+        ("a", "00:00:00", "00:01:00", 1, "insert"), ("b", "00:00:00", "00:01:00", 1, "insert")]
+    assert "open" not in state.get("__clock__")
+
+
 def test_hopping_windows_hold_each_record_in_every_window_covering_it():
     feeder = Feeder(sp.hopping("ts", "2min", "1min"))
     assert feeder.feed(events(("a", "00:01:30", 1))) == [

@@ -203,3 +203,15 @@ def run_records_from_delta(spark, pipeline, warehouse):
     dead = tables.read(spark, pipeline.layout(warehouse).dead_letters).toPandas()
     return {"out": pipeline.read_sink(spark, "out", warehouse),
             "dead letters": dead.drop(columns=["run_id", "written_at"], errors="ignore")}
+
+
+def test_each_bucket_gets_a_shuffle_partition_of_its_own(spark):
+    from pyspark.sql import functions as F
+
+    from ops.runtime.distributed import partition_tags
+    for partitions in (1, 3, 8, 17):
+        tags = partition_tags(partitions)
+        placed = (spark.createDataFrame([(t,) for t in tags], "tag int").repartition(partitions, "tag")
+                  .select("tag", F.spark_partition_id().alias("partition")).collect())
+        assert sorted((tags.index(row["tag"]), row["partition"]) for row in placed) == \
+            [(p, p) for p in range(partitions)]
