@@ -14,7 +14,8 @@ Each configuration runs in its own process, so the driver's peak RSS is that con
 Reported: events/s, mean batch and checkpoint seconds, driver Python peak RSS, driver JVM heap
 peak, and distributed/driver ratios of events/s measured in this run.
 
-``--modes distributed`` measures one mode only (driver mode at 3M events per batch needs GBs).
+``--modes distributed`` measures one mode only (driver mode at 3M events per batch needs GBs),
+``--workloads vectorized`` one workload.
 
 Part 2 (``--cluster``): a standalone cluster on loopback with 1 worker, then 2 (1 core each),
 running a compute-bound per-key function (``SCALE_BUSY_US`` µs of Python per row, default 50)
@@ -93,7 +94,8 @@ def write_input(spark, path: str, size: int, batches: int, keys: int | None = No
 # -- one configuration, in a child process ---------------------------------------------------
 def child(config: dict) -> dict:
     spark = sp.spark_session(sp.SparkConfig(master=config["master"],
-                                            shuffle_partitions=config["partitions"]))
+                                            shuffle_partitions=config["partitions"],
+                                            extra=config.get("spark", {})))
     built = pipeline(config["source"], config["workload"], config["mode"], config["name"])
     result: dict = {}
     reports = []
@@ -134,14 +136,15 @@ def run_child(config: dict) -> dict:
 
 # -- the two parts -----------------------------------------------------------------------------
 def local_part(sizes: list[int], batches: int, workdir: Path,
-               modes: tuple[str, ...] = ("driver", "distributed")) -> list[dict]:
+               modes: tuple[str, ...] = ("driver", "distributed"),
+               workloads: tuple[str, ...] = WORKLOADS) -> list[dict]:
     spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
     for size in sizes:
         write_input(spark, str(workdir / f"input_{size}"), size, batches)
     spark.stop()
     rows = []
     for size in sizes:
-        for workload in WORKLOADS:
+        for workload in workloads:
             measured = {}
             for temperature in ("warm", "cold"):
                 for mode in modes:
@@ -180,6 +183,7 @@ def cluster_part(events: int, keys: int, batches: int, workdir: Path) -> list[di
             name = f"scale_busy_{workers}w"
             got = run_child({"master": cluster.master_url, "partitions": 8, "source": source,
                              "workload": "busy", "mode": "distributed", "name": name,
+                             "spark": json.loads(os.environ.get("SCALE_SPARK_CONF", "{}")),
                              "batches": batches, "temperature": "warm",
                              "warehouse": str(workdir / name)})
         speed[workers] = got["events_per_s"]
@@ -216,6 +220,7 @@ def main() -> None:
     parser.add_argument("--cluster-events", type=int, default=100_000)
     parser.add_argument("--cluster-keys", type=int, default=10_000)
     parser.add_argument("--modes", default="driver,distributed")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--big-state", action="store_true")
     parser.add_argument("--state-keys", type=int, default=10_000_000)
     parser.add_argument("--touched", type=int, default=2_000_000)
@@ -236,9 +241,10 @@ def main() -> None:
         write_results("scale_big_state", {"rows": rows})
         return
     rows = local_part([int(s) for s in args.sizes.split(",")], args.batches, workdir,
-                      tuple(args.modes.split(",")))
+                      tuple(args.modes.split(",")), tuple(args.workloads.split(",")))
     show("running sum, driver vs distributed, local[2]", rows)
-    write_results("scale", {"rows": rows})
+    write_results("scale_" + "_".join([args.sizes, args.modes, args.workloads]).replace(",", "-"),
+                  {"rows": rows})
 
 
 def show(title: str, rows: list[dict]) -> None:
