@@ -207,6 +207,9 @@ def big_state_part(keys: int, touched: int, workdir: Path) -> list[dict]:
     spark.stop()
     got = run_child({"master": "local[2]", "partitions": 8, "source": source,
                      "workload": "vectorized", "mode": "distributed", "name": "scale_big_state",
+                     # local mode's executors live in the driver's JVM: 1 GB (the default)
+                     # cannot shuffle 10M rows
+                     "spark": {"spark.driver.memory": "6g"},
                      "batches": 2, "temperature": "cold", "warehouse": str(workdir / "big")})
     return [{"state keys": keys, "batch touches": touched,
              **{k: v for k, v in got.items() if k != "modes"}}]

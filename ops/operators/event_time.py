@@ -33,6 +33,7 @@ CLOCK = "__clock__"  # the operator's own state key for its stream time and late
 #: Distributed mode: each row's stream time before it (epoch ms), measured by the runtime.
 STREAM_TIME_COLUMN = "__stream_time"
 NO_TIME = np.iinfo(np.int64).min  # stream time before any event
+LATE_COUNT = "late"  # what a task reports in ``scope.counts``: records dropped as late
 
 
 @dataclass(frozen=True)
@@ -105,10 +106,6 @@ class EventTimeAggregate(Operator):
             scope.counts[LATE_COUNT] = scope.counts.get(LATE_COUNT, 0) + late
         else:
             store.set(CLOCK, {"time": time, "late": clock["late"] + late})
-
-
-#: What a task reports in ``scope.counts``: records dropped as late.
-LATE_COUNT = "late"
 
 
 def running_max_before(ms: np.ndarray, since: int | None) -> tuple[np.ndarray, int | None]:
