@@ -126,6 +126,8 @@ def executor_env() -> dict[str, str]:
 
 
 def run_child(config: dict) -> dict:
+    # SCALE_SPARK_CONF: more Spark settings, JSON (e.g. {"spark.driver.memory": "6g"} at 3M)
+    config = {"spark": json.loads(os.environ.get("SCALE_SPARK_CONF", "{}")), **config}
     env = executor_env()
     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(config)], env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -183,7 +185,6 @@ def cluster_part(events: int, keys: int, batches: int, workdir: Path) -> list[di
             name = f"scale_busy_{workers}w"
             got = run_child({"master": cluster.master_url, "partitions": 8, "source": source,
                              "workload": "busy", "mode": "distributed", "name": name,
-                             "spark": json.loads(os.environ.get("SCALE_SPARK_CONF", "{}")),
                              "batches": batches, "temperature": "warm",
                              "warehouse": str(workdir / name)})
         speed[workers] = got["events_per_s"]
