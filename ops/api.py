@@ -60,15 +60,31 @@ def _keys(md: Metadata) -> pd.Index:
     return md.key
 
 
-def set(op: Op, md: Metadata, value: Any) -> None:  # noqa: A001 - mirrors KX's .qsp.set
-    """Replace the state of ``op`` for the key in ``md``; saved at the next checkpoint.
+def set(op: Op, md: Metadata, value: Any) -> Any:  # noqa: A001 - mirrors KX's .qsp.set
+    """Replace the state of ``op`` for the key in ``md``; saved at the next checkpoint. Returns
+    ``value``, as KX's ``.qsp.set`` returns the data it stored, so a function can end with
+    ``return sp.set(op, md, new_rows)``.
 
-    In vectorized mode ``value`` is a Series indexed by key (any subset of ``md.key``).
+    In vectorized mode ``value`` is a Series indexed by key (any subset of ``md.key``); a key
+    that is not in the batch is an error, never a write under a key nobody asked for.
+
+    >>> from state import StateStore
+    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    >>> op = Op("sum", store.operator("sum", 0), "p")
+    >>> set(op, Metadata("a", 1, "p", "sum"), 5), get(op, Metadata("a", 1, "p", "sum"))
+    (5, 5)
     """
     if md.vectorized:
         if not isinstance(value, pd.Series):
             raise TypeError(f"operator {op.name!r} is vectorized: set() takes a pandas Series "
                             f"indexed by key, got {type(value).__name__}")
+        stray = value.index[~value.index.isin(_keys(md))]
+        if len(stray):
+            raise ValueError(f"pipeline {md.pipeline!r}, operator {op.name!r}, batch {md.batch_id}: "
+                           f"set() was given {len(stray)} key(s) that are not in this batch, "
+                           f"such as {stray[:3].tolist()}; index the Series by md.key (or a "
+                           "subset of it)")
         op._state.set_many(value)
     else:
         op._state.set(md.key, value)
+    return value
