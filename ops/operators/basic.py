@@ -64,7 +64,7 @@ class Map(Operator):
         op = Op(self.name, scope.store.operator(self.name, self.state, self.codec), scope.pipeline)
         if not self.keys:
             return self._call(scope, None, frame, op=op, md=self._md(scope, None, False))
-        keys = _key_index(frame, self.keys)
+        keys = _key_index(frame, self.keys, scope.where(self.name))
         op._state.prefetch(keys.unique())
         if self.vectorized:
             md = self._md(scope, pd.Index(keys.unique(), tupleize_cols=False), True)
@@ -106,12 +106,14 @@ class Filter(Operator):
         return frame[mask]
 
 
-def _key_index(frame: pd.DataFrame, key_fields: tuple[str, ...]) -> pd.Series:
-    """The key of every row: the key field's value, or a tuple of the key fields' values."""
+def _key_index(frame: pd.DataFrame, key_fields: tuple[str, ...], where: str) -> pd.Series:
+    """The key of every row: the key field's value, or a tuple of the key fields' values;
+    ``where`` names the pipeline, operator and batch in the error when one is missing."""
     missing = [name for name in key_fields if name not in frame.columns]
     if missing:
-        raise OperatorError(f"key field(s) {missing} are not in the data reaching this operator; "
-                            "an earlier map dropped them")
+        raise OperatorError(f"{where}: key field(s) {missing} are not in the data reaching this "
+                            f"operator (its columns: {list(frame.columns)}); an earlier map "
+                            "dropped them")
     if len(key_fields) == 1:
         return frame[key_fields[0]].map(to_python)
     return pd.Series(list(zip(*(frame[name].map(to_python) for name in key_fields))),

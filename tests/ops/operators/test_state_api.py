@@ -50,3 +50,13 @@ def test_a_vectorized_set_of_a_subset_of_the_batchs_keys_is_taken():
     store = memory_store()
     assert apply(only_a, store, vectorized=True)["kept"].tolist() == [9, 9, 9]
     assert store.operator("sums").get_values(["a", "b"]) == [9, 0]
+
+
+def test_a_key_column_dropped_upstream_names_pipeline_operator_batch_and_columns():
+    store = memory_store()
+    op = Map(lambda op, md, data: data, "sums", state=0, keys=("k",))
+    with pytest.raises(sp.OperatorError) as failure:
+        op.apply(BatchScope("p", 4, ("k",), store), FRAME[["x"]])
+    assert str(failure.value).startswith(
+        "pipeline 'p', operator 'sums', batch 4: key field(s) ['k'] are not in the data")
+    assert "its columns: ['x']" in str(failure.value)
