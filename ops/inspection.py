@@ -15,6 +15,7 @@ import state
 from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout, tables
 
 from .context import RunContext
+from .errors import PipelineDefinitionError
 from .pipeline import Pipeline
 from .sinks import StoredSink
 
@@ -22,10 +23,15 @@ log = logging.getLogger(__name__)
 
 
 def _codec(pipeline: Pipeline, operator: str) -> str:
+    """The codec of ``operator``'s state; an error naming the stateful operators there are when
+    ``pipeline`` keeps no state under that name (rather than an empty frame)."""
+    names: list[str] = []
     for op in pipeline.stream.operators:
-        if op.name == operator:
+        if operator in op.declares().names:
             return op.codec
-    return "json"
+        names.extend(op.declares().names)
+    raise PipelineDefinitionError(f"pipeline {pipeline.name!r} keeps no state under operator "
+                                  f"{operator!r}; its stateful operators: {names}")
 
 
 def read_state(spark: SparkSession, pipeline: Pipeline, operator: str, as_of: int | None = None,

@@ -60,3 +60,12 @@ def test_a_key_column_dropped_upstream_names_pipeline_operator_batch_and_columns
     assert str(failure.value).startswith(
         "pipeline 'p', operator 'sums', batch 4: key field(s) ['k'] are not in the data")
     assert "its columns: ['x']" in str(failure.value)
+
+
+def test_reading_the_state_of_an_operator_the_pipeline_does_not_have_names_those_it_has():
+    pipeline = (sp.read.from_callback("n", schema={"k": "string", "x": "long"}, key="k")
+                .map(lambda op, md, data: data, state=0, name="sums").write.to_delta("out")
+                .named("api_unknown"))
+    with pytest.raises(sp.PipelineDefinitionError, match=r"no state under operator 'sum'; its "
+                       r"stateful operators: \['sums'\]"):
+        sp.read_state(None, pipeline, "sum")  # refused before anything is read
