@@ -42,6 +42,8 @@ class OperatorState:
         self._stored: dict[Hashable, bool | None] = {}
         self._unread = False if loader is None else None
         self._changed: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()  # changed since the last encode_changes()
+        self._encoded: dict[Hashable, tuple[str, str, str | None, bool]] = {}  # their rows
         # keys whose value in _values is the initial state handed out by a read, not a value
         self._placeholders: set[Hashable] = set()
         self._read_all = loader is None
@@ -120,6 +122,7 @@ class OperatorState:
         self._values[key] = value
         self._placeholders.discard(key)
         self._changed.add(key)
+        self._dirty.add(key)
 
     def set_many(self, values: pd.Series) -> None:
         """Replace the values of every key in the Series' index."""
@@ -142,24 +145,34 @@ class OperatorState:
             self._values.pop(key, None)
             self._placeholders.discard(key)
         self._changed.update(keys)
+        self._dirty.update(keys)
+
+    def encode_changes(self) -> None:
+        """Encode the values changed since the last call: a value the codec cannot store raises
+        an :class:`EncodingError` naming the operator and key here, at the end of the batch
+        that set it, before any of that batch's output is written."""
+        for key in self._dirty:
+            value = self._values.get(key, _MISSING)
+            if value is not _MISSING:
+                text = encode_value(self._codec, value, operator=self.name, key=key)
+                self._encoded[key] = (self.name, encode_key(key), text, False)
+            elif self._stored.get(key, self._unread) is not False:  # may hold a value
+                self._encoded[key] = (self.name, encode_key(key), None, True)
+            else:  # set and deleted again before any checkpoint held it: nothing to write
+                self._encoded.pop(key, None)
+        self._dirty.clear()
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
-        rows: list[tuple[str, str, str | None, bool]] = []
-        for key in self._changed:
-            value = self._values.get(key, _MISSING)
-            if value is _MISSING:
-                if self._stored.get(key, self._unread) is not False:  # may hold a value
-                    rows.append((self.name, encode_key(key), None, True))
-                continue
-            text = encode_value(self._codec, value, operator=self.name, key=key)
-            rows.append((self.name, encode_key(key), text, False))
-        return pd.DataFrame(rows, columns=["operator", "key", "value", "deleted"])
+        self.encode_changes()
+        return pd.DataFrame(list(self._encoded.values()),
+                            columns=["operator", "key", "value", "deleted"])
 
     def mark_checkpointed(self) -> None:
         for key in self._changed:
             self._stored[key] = key in self._values
         self._changed.clear()
+        self._encoded.clear()
 
     @property
     def changed_keys(self) -> int:
@@ -211,6 +224,11 @@ class StateStore:
                 loader = self._given_values
             self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
+
+    def encode_changes(self) -> None:
+        """Every operator's :meth:`OperatorState.encode_changes`."""
+        for op in self._operators.values():
+            op.encode_changes()
 
     def changed_rows(self) -> pd.DataFrame:
         """Every operator's changed rows, for the checkpoint commit."""

@@ -66,6 +66,7 @@ class _Output:
     frame: pd.DataFrame
     rejected: pd.DataFrame
     source: str
+    encoded: Future  # the state the batch changed, encoded (sinks wait: a bad value writes nothing)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class _Run:
         self.sink_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-sinks")
         self.commit_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-commit")
         self.encoding: Future | None = None  # the pending checkpoint's state rows
+        self.batch_encoding: Future | None = None  # the last batch's changed state
         self.written: deque[tuple[Future, _Output]] = deque()  # sink writes not yet reported
         self.committing: tuple[Future, _Pending] | None = None
 
@@ -231,7 +233,9 @@ class _Run:
         self.offsets.update(plan.end_positions())
         report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
                              len(sliced.rejected), max(keys.values(), default=0), 0.0, replayed)
-        return _Output(report, started, frame, sliced.rejected, source.name)
+        # encoded in a thread while the next batch is read; this batch's sinks wait for it
+        self.batch_encoding = self.encoder.submit(self.store.encode_changes)
+        return _Output(report, started, frame, sliced.rejected, source.name, self.batch_encoding)
 
     # 3'. distributed mode: operators on executors, sinks and checkpoint right after ------------
     def choose_mode(self) -> str:
@@ -327,6 +331,7 @@ class _Run:
         returns when they were done (``time.perf_counter``)."""
         if previous is not None:
             previous.result()  # it failed: so does this batch, and every checkpoint after it
+        output.encoded.result()  # state that cannot be stored: nothing of the batch is written
         batch_id = output.report.batch_id
         write_dead_letters(self.ctx, batch_id, output.source, output.rejected)
         for sink in self.pipeline.sinks:
@@ -385,8 +390,12 @@ class _Run:
         return _Pending(checkpoint, self.encoding)
 
     def take_encoded(self) -> None:
-        """Before operators change state again: the pending checkpoint's rows are encoded, so
-        the store can start counting changes for the next one."""
+        """Before operators change state again: the last batch's changes are encoded (raising
+        what its state cannot be stored as) and so are the pending checkpoint's rows, so the
+        store can start counting changes for the next one."""
+        batch, self.batch_encoding = self.batch_encoding, None
+        if batch is not None:
+            batch.result()
         encoding, self.encoding = self.encoding, None
         if encoding is not None:
             encoding.result()

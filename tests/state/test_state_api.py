@@ -121,6 +121,21 @@ def test_unencodable_value_fails_the_batch_naming_operator_and_key(spark, wareho
     assert CheckpointLog(spark, pipeline.layout(warehouse)).latest() is None
 
 
+def test_a_batch_whose_state_cannot_be_stored_writes_nothing(spark, warehouse):
+    def bad_on_13(op, md, data):
+        sp.set(op, md, object() if (data["x"] == 13).any() else int(data["x"].sum()))
+        return data
+
+    pipeline = _keyed("unencodable_later", bad_on_13, name="bad")
+    for x in (1, 13):  # one batch each
+        pipeline.publish(spark, [{"k": 42, "x": x}], warehouse)
+    with pytest.raises(EncodingError, match=r"operator 'bad' for key 42"):
+        pipeline.run_once(spark, warehouse)
+    # the sink is written behind the operators, yet batch 2's rows never reached it
+    assert pipeline.read_sink(spark, "out", warehouse)["x"].tolist() == [1]
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 1
+
+
 def test_failing_function_commits_nothing_and_next_run_retries(spark, warehouse):
     def fragile(op, md, data):
         if (data["x"] == 13).any():
