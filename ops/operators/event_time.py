@@ -83,13 +83,14 @@ class EventTimeAggregate(Operator):
         store = scope.store.operator(self.name, initial=None)
         return store, store.get(CLOCK) or {"time": None, "late": 0}
 
-    def stream_times(self, scope: BatchScope, events: pd.DataFrame,
+    def stream_times(self, scope: BatchScope, events: pd.DataFrame, ms: np.ndarray,
                      clock: dict[str, Any]) -> tuple[np.ndarray, int | None]:
-        """Stream time before each of ``events`` (epoch ms) and after the batch."""
+        """Stream time before each of ``events`` (whose event times are ``ms``, epoch ms) and
+        after the batch."""
         if self.name in scope.stream_time:  # measured by the runtime over the whole batch
             return (events[STREAM_TIME_COLUMN].to_numpy(dtype="int64"),
                     scope.stream_time[self.name])
-        return running_max_before(epoch_ms(events[self.window.time]), clock["time"])
+        return running_max_before(ms, clock["time"])
 
     def open_keys(self, store: OperatorState) -> list:
         """The keys of the operator's open windows (or sessions): all it holds but its clock."""

@@ -60,14 +60,14 @@ class SessionAggregate(EventTimeAggregate):
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         store, clock = self.clock(scope)
         frame = self.timed(frame, scope.where(self.name))
-        before, time = self.stream_times(scope, frame, clock)
-        ms = epoch_ms(frame[self.window.time]).tolist()
+        ms = epoch_ms(frame[self.window.time])
+        before, time = self.stream_times(scope, frame, ms, clock)
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))
         sessions = dict(zip(unique, store.get_values(unique)))
         gap, grace = to_ms(self.window.gap), to_ms(self.window.grace)
         late, changes = 0, []
-        for key, ts, now, row in zip(keys, ms, before.tolist(), frame.to_dict("records")):
+        for key, ts, now, row in zip(keys, ms.tolist(), before.tolist(), frame.to_dict("records")):
             if sessions[key] is None:
                 sessions[key] = []
             # sessions closed by stream time (even if not yet emitted) take no more records, so

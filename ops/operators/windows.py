@@ -65,8 +65,9 @@ class WindowAggregate(EventTimeAggregate):
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         store, clock = self.clock(scope)
         events = self.timed(frame, scope.where(self.name))
-        before, stream_time = self.stream_times(scope, events, clock)
-        rows, late = self._assign(events, before)
+        ms = epoch_ms(events[self.window.time])
+        before, stream_time = self.stream_times(scope, events, ms, clock)
+        rows, late = self._assign(events, ms, before)
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
         touched, folded = inner.fold(scope, rows)
         wait = to_ms(self.window.size) + to_ms(self.window.grace)
@@ -81,12 +82,12 @@ class WindowAggregate(EventTimeAggregate):
     def owner(self, state_key: tuple) -> Any:
         return self.state_key(state_key[:-1])  # (keys…, window start): the keys own it
 
-    def _assign(self, frame: pd.DataFrame, before: np.ndarray) -> tuple[pd.DataFrame, int]:
+    def _assign(self, frame: pd.DataFrame, ms: np.ndarray,
+                before: np.ndarray) -> tuple[pd.DataFrame, int]:
         """Rows exploded to one per (record, window), late ones removed, and the late count;
-        ``before`` is the stream time before each record (epoch milliseconds)."""
+        ``ms`` is each record's event time, ``before`` the stream time before it (epoch ms)."""
         if frame.empty:
             return frame.assign(**{START: pd.Series(dtype="int64")}), 0
-        ms = epoch_ms(frame[self.window.time])
         advance, size, grace = to_ms(self.window.advance), to_ms(self.window.size), to_ms(self.window.grace)
         # only what the aggregation reads: copying whole rows per window was a large part of it
         read = dict.fromkeys([*self.keys, *(a.column for _, a in self.aggs if a.column)])

@@ -158,13 +158,15 @@ class TaskSpec:
     #: a clocked stage's operator -> stream time after the batch (see BatchScope.stream_time)
     stream_time: dict[str, int | None] = field(default_factory=dict)
 
-    def owning_bucket(self, encoded_keys: Any) -> np.ndarray:
+    def owning_bucket(self, encoded_keys: Any, groups: np.ndarray | None = None) -> np.ndarray:
         """The bucket of each stored state key: that of the key which owns it (a window's
-        keys own each of their windows)."""
+        keys own each of their windows). ``groups``: the keys' own groups, if known."""
         operator = self.stage.operators[0]
         if isinstance(operator, EventTimeAggregate):
             encoded_keys = [encode_key(operator.owner(decode_key(key))) for key in encoded_keys]
-        groups = np.array([key_group(key, self.key_groups) for key in encoded_keys], dtype="int64")
+            groups = None  # the owners' groups, not the keys'
+        if groups is None:
+            groups = np.array([key_group(key, self.key_groups) for key in encoded_keys], "int64")
         return self.bucket(groups)
 
     def bucket(self, group: Any) -> Any:
@@ -482,7 +484,7 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
         return rows
     groups = np.array([key_group(k, task.key_groups) for k in rows["key"]], dtype="int32")
     if task.stage.keys and bucket is not None:
-        elsewhere = task.owning_bucket(rows["key"]) != bucket
+        elsewhere = task.owning_bucket(rows["key"], groups) != bucket
         if elsewhere.any():  # a key encoded unlike its rows: its state would be lost next batch
             raise RuntimeError(f"state keys {rows['key'][elsewhere].head(3).tolist()} do not "
                                f"belong to bucket {bucket}, whose rows changed them")
