@@ -1,14 +1,30 @@
-"""The state API user functions call: ``get(op, md)`` and ``set(op, md, value)``, KX-shaped."""
+"""The state API user functions call, KX-shaped: ``get(op, md)``, ``set(op, md, value)``, and
+timers (``set_timer`` / ``clear_timer``).
+
+``op`` is the handle a stateful function is called with, or its operator's name, or ``None``
+for the pipeline's global storage. ``md`` is the :class:`Metadata` the function was called
+with (its key's state), ``None`` (KX's generic null: the operator's unkeyed state) or a mapping
+with a ``"key"`` (a named entry, as KX's ``` ``key!(::;`k1) ```).
+
+What a function reads back is what a restart reads: ``set`` stores the value as its codec
+round-trips it (JSON: tuples become lists, dict keys strings) and returns that, and ``get``
+hands out a copy, so changing a value in place without ``set`` changes nothing, in this run
+or the next.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from state import OperatorState
+from state import OperatorState, Timers
+
+from .errors import OperatorError
 
 
 @dataclass(frozen=True)
@@ -18,6 +34,10 @@ class Metadata:
     ``key`` is the key of the rows (per-key mode), a pandas Index of the keys present
     (vectorized mode), or ``None`` for an unkeyed stream. ``batch_id`` is the micro-batch number;
     use it as the seed of any randomness, so a replayed batch gives the same result.
+    ``batch_time`` is the batch's processing time (epoch ms, the same on a replay). ``timer``
+    says which timer fired: its deadline (epoch ms) when the call is for a due timer (per-key
+    mode: the rows are empty), else ``None``; vectorized, a Series of deadlines indexed by the
+    keys whose timers fired (those keys are in ``md.key`` too).
     """
 
     key: Hashable | pd.Index | None
@@ -25,6 +45,8 @@ class Metadata:
     pipeline: str
     operator: str
     vectorized: bool = False
+    batch_time: int = 0
+    timer: Any = None
 
     @property
     def seed(self) -> int:
@@ -34,23 +56,176 @@ class Metadata:
 class Op:
     """Handle to a running operator, passed as ``op`` to stateful functions."""
 
-    def __init__(self, name: str, state: OperatorState, pipeline: str):
+    def __init__(self, name: str, state: OperatorState, pipeline: str,
+                 timers: Timers | None = None, event_time: bool = False, batch_time: int = 0):
         self.name = name
         self.pipeline = pipeline
         self._state = state
+        self._timers = timers
+        self._event_time = event_time
+        self._batch_time = batch_time
 
     def __repr__(self) -> str:
         return f"Op({self.pipeline}.{self.name})"
 
 
-def get(op: Op, md: Metadata) -> Any:
-    """State of ``op`` for the key in ``md`` (or its unkeyed state); initial state when unset.
+@dataclass(frozen=True)
+class Running:
+    """What a function running now can reach besides its handle: the global storage of its
+    pipeline (``None`` where there is none: on an executor) and, for errors, the pipeline's
+    stateful operators."""
 
+    op: Op
+    global_state: OperatorState | None
+    operators: tuple[str, ...]
+
+
+_running: ContextVar[Running | None] = ContextVar("lakestream_running", default=None)
+
+
+@contextmanager
+def running(now: Running) -> Iterator[None]:
+    """Make ``now`` what ``get``/``set`` resolve names and global storage against (the runtime
+    wraps each call of a stateful function in it)."""
+    token = _running.set(now)
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def get(op: Op | str | None, md: Metadata | Mapping[str, Any] | None = None) -> Any:
+    """State of ``op`` for the key in ``md`` (or its unkeyed state); initial state when unset.
     In vectorized mode returns a pandas Series indexed by ``md.key``.
+
+    >>> from state import StateStore
+    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    >>> op = Op("sum", store.operator("sum", 0), "p")
+    >>> get(op, Metadata("a", 1, "p", "sum")), get(op, None)
+    (0, 0)
     """
-    if md.vectorized:
-        return op._state.get_many(_keys(md))
-    return op._state.get(md.key)
+    state = _state_of(op, md)
+    if isinstance(md, Metadata) and md.vectorized:
+        values = state.get_many(_keys(md))
+        return values if values.dtype != object else values.map(state.detached)
+    return state.detached(state.get(_key_of(md)))
+
+
+def set(op: Op | str | None, md: Metadata | Mapping[str, Any] | None, value: Any) -> Any:  # noqa: A001 - mirrors KX's .qsp.set
+    """Replace the state of ``op`` for the key in ``md``; saved at the next checkpoint. Returns
+    the value as stored (and as ``get`` reads it back, now or after a restart), as KX's
+    ``.qsp.set`` returns the data it stored, so a function can end with
+    ``return sp.set(op, md, new_rows)``.
+
+    In vectorized mode ``value`` is a Series indexed by key (any subset of ``md.key``); a key
+    that is not in the batch is an error, never a write under a key nobody asked for.
+
+    >>> from state import StateStore
+    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    >>> op = Op("sum", store.operator("sum", 0), "p")
+    >>> set(op, Metadata("a", 1, "p", "sum"), (5, 6)), get(op, Metadata("a", 1, "p", "sum"))
+    ([5, 6], [5, 6])
+    """
+    state = _state_of(op, md)
+    if isinstance(md, Metadata) and md.vectorized:
+        value = _within_batch(md, value, "set()")
+        stored = value if value.dtype != object else pd.Series(
+            [state.normalized(key, item) for key, item in value.items()], index=value.index,
+            dtype=object)
+        state.set_many(stored)
+        return stored
+    key = _key_of(md)
+    stored = state.normalized(key, value)
+    state.set(key, stored)
+    return stored
+
+
+def set_timer(op: Op | str, md: Metadata, at: Any = None, *, after: Any = None) -> None:
+    """Give ``md``'s key a timer (replacing the one it had): the operator's function is called
+    for the key when it falls due, in a batch after the one setting it, even one with no data
+    for the key (``md.timer`` then holds the deadline). ``at`` is the deadline: epoch ms, or a
+    timestamp; ``after`` a duration from the batch's time (``"30s"``, processing time only).
+    Timers are processing time, or event time when the operator has an ``event_time`` column.
+    Vectorized, ``at`` may be a Series indexed by some of ``md.key``.
+
+    >>> from state import StateStore
+    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    >>> op = Op("s", store.operator("s", 0), "p", store.timers("s"), batch_time=1_000)
+    >>> set_timer(op, Metadata("a", 1, "p", "s"), after="2s"); store.timers("s").get("a")
+    3000
+    """
+    handle = _handle(op)
+    timers = _timers_of(handle)
+    if (at is None) == (after is None):
+        raise ValueError(f"operator {handle.name!r}: set_timer takes at= or after=, one of them")
+    if after is not None:
+        if handle._event_time:
+            raise ValueError(f"operator {handle.name!r} keeps event-time timers: give at= (an "
+                             "event time), not after=")
+        at = handle._batch_time + _duration_ms(after)
+    if md.vectorized and isinstance(at, pd.Series):
+        for key, deadline in _within_batch(md, at, "set_timer()").items():
+            timers.set(key, _epoch_ms(deadline))
+    elif md.vectorized:
+        for key in _keys(md):
+            timers.set(key, _epoch_ms(at))
+    else:
+        timers.set(md.key, _epoch_ms(at))
+
+
+def clear_timer(op: Op | str, md: Metadata) -> None:
+    """Remove the timer of ``md``'s key (of every key in ``md.key``, vectorized)."""
+    timers = _timers_of(_handle(op))
+    timers.clear_many(list(_keys(md)) if md.vectorized else [md.key])
+
+
+def _handle(op: Op | str | None) -> Op:
+    if isinstance(op, Op):
+        return op
+    now = _running.get()
+    if now is None:
+        raise OperatorError(f"operator {op!r} named outside a running stateful function: pass "
+                            "the op handle the function was called with")
+    if op is not None and op != now.op.name:
+        raise OperatorError(
+            f"pipeline {now.op.pipeline!r}: no operator named {op!r} here; a function reads "
+            f"and writes the state of the operator it runs in ({now.op.name!r}) or global "
+            f"storage (op=None). Stateful operators of the pipeline: {list(now.operators)}")
+    return now.op
+
+
+def _state_of(op: Op | str | None, md: Any) -> OperatorState:
+    if op is not None:
+        return _handle(op)._state
+    now = _running.get()
+    if now is None:
+        raise OperatorError("global storage (op=None) is reachable only from a running "
+                            "stateful function")
+    if now.global_state is None:
+        raise OperatorError(
+            f"pipeline {now.op.pipeline!r}, operator {now.op.name!r}: global storage lives on "
+            "the driver, and this function runs on an executor (distributed mode); run the "
+            "pipeline in driver mode (.with_mode('driver')) or keep the value in the "
+            "operator's own state")
+    return now.global_state
+
+
+def _timers_of(op: Op) -> Timers:
+    if op._timers is None:
+        raise OperatorError(f"operator {op.name!r} has no timers: build it with "
+                            ".map(fn, state=…, timers=True)")
+    return op._timers
+
+
+def _key_of(md: Metadata | Mapping[str, Any] | None) -> Hashable:
+    if md is None:
+        return None
+    if isinstance(md, Metadata):
+        return md.key
+    if isinstance(md, Mapping) and "key" in md:
+        return md["key"]
+    raise TypeError(f"md is the metadata the function was called with, None (unkeyed state) "
+                    f"or a mapping with a 'key'; got {type(md).__name__}")
 
 
 def _keys(md: Metadata) -> pd.Index:
@@ -60,31 +235,30 @@ def _keys(md: Metadata) -> pd.Index:
     return md.key
 
 
-def set(op: Op, md: Metadata, value: Any) -> Any:  # noqa: A001 - mirrors KX's .qsp.set
-    """Replace the state of ``op`` for the key in ``md``; saved at the next checkpoint. Returns
-    ``value``, as KX's ``.qsp.set`` returns the data it stored, so a function can end with
-    ``return sp.set(op, md, new_rows)``.
-
-    In vectorized mode ``value`` is a Series indexed by key (any subset of ``md.key``); a key
-    that is not in the batch is an error, never a write under a key nobody asked for.
-
-    >>> from state import StateStore
-    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
-    >>> op = Op("sum", store.operator("sum", 0), "p")
-    >>> set(op, Metadata("a", 1, "p", "sum"), 5), get(op, Metadata("a", 1, "p", "sum"))
-    (5, 5)
-    """
-    if md.vectorized:
-        if not isinstance(value, pd.Series):
-            raise TypeError(f"operator {op.name!r} is vectorized: set() takes a pandas Series "
-                            f"indexed by key, got {type(value).__name__}")
-        stray = value.index[~value.index.isin(_keys(md))]
-        if len(stray):
-            raise ValueError(f"pipeline {md.pipeline!r}, operator {op.name!r}, batch {md.batch_id}: "
-                           f"set() was given {len(stray)} key(s) that are not in this batch, "
-                           f"such as {stray[:3].tolist()}; index the Series by md.key (or a "
-                           "subset of it)")
-        op._state.set_many(value)
-    else:
-        op._state.set(md.key, value)
+def _within_batch(md: Metadata, value: Any, call: str) -> pd.Series:
+    """``value``, a Series indexed by keys of the batch; else an error naming some strays."""
+    if not isinstance(value, pd.Series):
+        raise TypeError(f"operator {md.operator!r} is vectorized: {call} takes a pandas Series "
+                        f"indexed by key, got {type(value).__name__}")
+    stray = value.index[~value.index.isin(_keys(md))]
+    if len(stray):
+        raise ValueError(f"pipeline {md.pipeline!r}, operator {md.operator!r}, batch {md.batch_id}: "
+                         f"{call} was given {len(stray)} key(s) that are not in this batch, "
+                         f"such as {stray[:3].tolist()}; index the Series by md.key (or a "
+                         "subset of it)")
     return value
+
+
+def _epoch_ms(at: Any) -> int:
+    """A deadline as epoch ms: ints are taken as ms; timestamps (naive ones are UTC)."""
+    if isinstance(at, (int,)) and not isinstance(at, bool):
+        return at
+    if hasattr(at, "item") and isinstance(at.item(), int):  # numpy ints
+        return int(at.item())
+    stamp = pd.Timestamp(at)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp
+    return int(stamp.value // 1_000_000)
+
+
+def _duration_ms(duration: Any) -> int:
+    return int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))

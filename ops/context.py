@@ -47,6 +47,9 @@ class BatchScope:
     runtime: ``stream_time`` (operator name -> stream time after the batch, epoch ms, for
     event-time operators, whose rows carry the time before each) and ``counts`` (what the
     operators report, such as late records, summed over tasks). Both empty on the driver.
+    ``watermarks``: likewise, operator name -> watermark at the batch's start, for maps with
+    event-time timers. ``batch_time`` is the batch's processing time (epoch ms, from its plan);
+    ``operators`` the names of the pipeline's stateful operators (for errors).
     """
 
     pipeline: str
@@ -56,6 +59,9 @@ class BatchScope:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     stream_time: Mapping[str, int | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    watermarks: Mapping[str, int | None] = field(default_factory=dict)
+    batch_time: int = 0
+    operators: tuple[str, ...] = ()
 
     @property
     def spark(self) -> SparkSession:

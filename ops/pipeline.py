@@ -36,8 +36,10 @@ from .operators import (
     Operator,
     Session,
     SessionAggregate,
+    StateKind,
     TableJoin,
     TableTableJoin,
+    TimerDeclaration,
     Window,
     WindowAggregate,
 )
@@ -77,8 +79,9 @@ class Stream:
     operators: tuple[Operator, ...] = ()
 
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
-            vectorized: bool = False, codec: str = "json",
-            hooks: Hooks | None = None) -> Stream:
+            vectorized: bool = False, codec: str = "json", hooks: Hooks | None = None,
+            timers: bool = False, ttl: Any = None, event_time: str | None = None,
+            delay: Any = None) -> Stream:
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
@@ -87,6 +90,13 @@ class Stream:
         calls ``fn`` once per batch with every key (``get`` returns a Series indexed by key);
         ``codec="pickle"`` stores arbitrary objects; ``hooks`` are this operator's lifecycle hooks.
         State is kept per value of the stream's key (``key=`` of the reader), or unkeyed.
+
+        Keyed maps may have time act on their keys (:mod:`ops.operators.timing` states the
+        rules): ``timers=True`` lets ``fn`` call ``sp.set_timer(op, md, at=…)``, and a due timer
+        calls ``fn`` for its key even with no data; ``ttl="1h"`` deletes a key's state once no
+        rows came for it that long. Deadlines are processing time, or event time with
+        ``event_time`` (a column) and ``delay`` (how far the watermark trails the largest event
+        time seen).
 
         >>> import ops as sp
         >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
@@ -99,8 +109,10 @@ class Stream:
         """
         if not callable(fn):
             raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
-        op = Map(fn=fn, name=self._name_for(name, fn), state=state, vectorized=vectorized,
-                 codec=codec, hooks=hooks, keys=self.source.schema.key_fields)
+        named = self._name_for(name, fn)
+        clock = _clock(named, timers, ttl, event_time, delay)
+        op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
+                 keys=self.source.schema.key_fields, clock=clock, timers=timers)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:
@@ -288,6 +300,12 @@ class Pipeline:
                 f"hooks need distinct marker keys (set a `marker_key` attribute): {keys}")
         return updated
 
+    @property
+    def stateful_operators(self) -> tuple[str, ...]:
+        """The names of the operators that keep managed state."""
+        return tuple(op.name for op in self.stream.operators
+                     if op.declares().kind is not StateKind.STATELESS)
+
     def all_hooks(self) -> list[tuple[str, Hooks]]:
         """Every hook with the key its marker is stored under: pipeline-wide, then per operator."""
         keyed = [(hook_key(hook), hook) for hook in self.hooks]
@@ -402,6 +420,30 @@ class WindowedStream:
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
                   window=self.window, aggs=tuple(aggs.items()), emit=emit)
         return self.stream.via(op)
+
+
+def _clock(operator: str, timers: bool, ttl: Any, event_time: str | None,
+           delay: Any) -> TimerDeclaration | None:
+    """A map's timer declaration, or ``None`` when it asked for no timers, TTL or event time."""
+    if not (timers or ttl is not None or event_time is not None):
+        if delay is not None:
+            raise PipelineDefinitionError(f"map {operator!r}: delay= goes with event_time=")
+        return None
+    return TimerDeclaration(operator, event_time, _duration(operator, "delay", delay or 0),
+                            None if ttl is None else _duration(operator, "ttl", ttl))
+
+
+def _duration(operator: str, name: str, value: Any) -> int:
+    """``value`` ("1h", a timedelta, or ms) in milliseconds; a clear error when it is none."""
+    try:
+        ms = value if isinstance(value, int) else int(pd.Timedelta(value) / pd.Timedelta("1ms"))
+    except (ValueError, TypeError):
+        raise PipelineDefinitionError(
+            f"map {operator!r}: {name}={value!r} is not a duration (use '30s', '1h', a "
+            "timedelta or milliseconds)") from None
+    if ms < 0 or (name == "ttl" and ms == 0):
+        raise PipelineDefinitionError(f"map {operator!r}: {name}={value!r} must be positive")
+    return ms
 
 
 def _check_aggs(aggs: Mapping[str, Any]) -> None:

@@ -4,7 +4,14 @@ Nothing here imports Dagster or the pipeline API; ``ops`` builds on it.
 """
 
 from . import tables
-from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, Checkpoint, CheckpointLog, new_checkpoint
+from .checkpoint import (
+    CHECKPOINT_OPERATOR,
+    STATE_SCHEMA,
+    Checkpoint,
+    CheckpointLog,
+    new_checkpoint,
+    wake_time,
+)
 from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
 from .errors import (
     CheckpointConflict,
@@ -23,6 +30,7 @@ from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
 from .rollback import reset_checkpoint
 from .store import OperatorState, StateStore, stored_values
+from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
 from .tracking import Tracked, restore_all, save_all, track
 from .warmup import TransactionWarmer, warming
 
@@ -32,7 +40,8 @@ __all__ = [
     "CheckpointConflict", "CheckpointLog", "ConfigError", "CorruptStateError", "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
+    "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
     "codec_named", "compact", "decode_key", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "restore_all", "save_all", "stored_values", "tables", "track", "warming",
+    "restore_all", "save_all", "stored_values", "tables", "track", "wake_time", "warming",
 ]

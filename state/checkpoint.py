@@ -71,6 +71,9 @@ class Checkpoint:
     # How many key groups the pipeline's keys hash into; fixed by its first checkpoint (records
     # written before key groups existed read as the default, which their keys then take).
     key_groups: int = DEFAULT_KEY_GROUPS
+    # When the earliest timer held then falls due (epoch ms; now, when an event-time timer is
+    # due under the watermark): a run started after it fires timers even with no new input.
+    wake_at: int | None = None
 
     @property
     def predecessor(self) -> int | None:
@@ -170,7 +173,8 @@ class CheckpointLog:
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.
         app_id = f"{self._layout.pipeline}/checkpoint"
-        stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id})
+        stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id,
+                            "wake_at": checkpoint.wake_at})
         # the first checkpoint creates the table; a table from before key groups gains the column
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
                       partition_by=("operator",), user_metadata=stamp,
@@ -186,13 +190,25 @@ class CheckpointLog:
                 f"({checkpoint.run_id}) stopped without committing. Run only one instance at a time.")
 
 
+def wake_time(layout: PipelineLayout, spark: SparkSession | None = None) -> int | None:
+    """The ``wake_at`` of the pipeline's latest checkpoint (``None``: no timer held), read from
+    the commit log's metadata: for a local warehouse no Spark session is needed (sensors)."""
+    if tables.local_path(layout.state) is None and spark is None:
+        raise ValueError(f"reading {layout.state} needs a Spark session (it is not a local path)")
+    for stamp in tables.recent_metadata(spark, layout.state):  # type: ignore[arg-type]
+        fields = json.loads(stamp)
+        if "checkpoint_id" in fields:  # not a compaction's or a reset's commit
+            return fields.get("wake_at")
+    return None
+
+
 def new_checkpoint(previous: Checkpoint | None, *, batch_id: int, offsets: dict[str, Any],
                    tracked: dict[str, str], markers: dict[str, Any], run_id: str,
-                   key_groups: int = DEFAULT_KEY_GROUPS) -> Checkpoint:
+                   key_groups: int = DEFAULT_KEY_GROUPS, wake_at: int | None = None) -> Checkpoint:
     """The checkpoint that follows ``previous`` (or the first one, with ``key_groups``: later
     ones keep the first one's)."""
     return Checkpoint(
         checkpoint_id=(previous.checkpoint_id + 1) if previous else 1,
         batch_id=batch_id, offsets=offsets, tracked=tracked, markers=markers,
         epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time(),
-        key_groups=previous.key_groups if previous else key_groups)
+        key_groups=previous.key_groups if previous else key_groups, wake_at=wake_at)

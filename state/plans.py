@@ -7,7 +7,6 @@ runs race to plan the same batch, the first plan written wins and both use it.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +29,21 @@ PLAN_SCHEMA = StructType([
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Batch ``batch_id`` reads, per source, positions after ``start`` up to and including ``end``."""
+    """Batch ``batch_id`` reads, per source, positions after ``start`` up to and including ``end``.
+
+    ``planned_at`` (epoch seconds) is the batch's processing time: recorded with the plan, so a
+    replay fires the same processing-time timers as the first attempt. A source with no range
+    reads nothing (a batch run for its timers alone).
+    """
 
     batch_id: int
     ranges: dict[str, tuple[Any, Any]]
+    planned_at: float = 0.0
+
+    @property
+    def time_ms(self) -> int:
+        """The batch's processing time in epoch milliseconds."""
+        return int(self.planned_at * 1000)
 
     def end_positions(self) -> dict[str, Any]:
         return {source: end for source, (_, end) in self.ranges.items()}
@@ -52,13 +62,13 @@ class BatchPlans:
             return {}
         rows = (tables.read(self._spark, self._layout.batches)
                 .where((F.col("batch_id") > batch_id) & (F.col("epoch") == epoch))
-                .select("batch_id", "ranges").collect())
+                .select("batch_id", "ranges", "planned_at").collect())
         plans: dict[int, BatchPlan] = {}
         for row in rows:
             if row["batch_id"] in plans:
                 raise CorruptStateError(
                     f"{self._layout.batches} holds two plans for batch {row['batch_id']}")
-            plans[row["batch_id"]] = _decode(row["batch_id"], row["ranges"])
+            plans[row["batch_id"]] = _decode(row["batch_id"], row["ranges"], row["planned_at"])
         return plans
 
     def record(self, plans: list[BatchPlan], epoch: int, run_id: str) -> dict[int, BatchPlan]:
@@ -66,7 +76,8 @@ class BatchPlans:
         exist already; return the plans that stand, by batch id (first plan wins)."""
         first = plans[0].batch_id
         rows = pd.DataFrame([{"batch_id": plan.batch_id, "epoch": epoch,
-                              "ranges": json.dumps(plan.ranges), "planned_at": time.time()}
+                              "ranges": json.dumps(plan.ranges),
+                              "planned_at": plan.planned_at}
                              for plan in plans])
         stamp = json.dumps({"batch_id": first, "run_id": run_id})
         tables.append(tables.to_frame(self._spark, rows, PLAN_SCHEMA), self._layout.batches,
@@ -82,6 +93,6 @@ class BatchPlans:
         return stored
 
 
-def _decode(batch_id: int, text: str) -> BatchPlan:
+def _decode(batch_id: int, text: str, planned_at: float) -> BatchPlan:
     ranges = {source: tuple(bounds) for source, bounds in json.loads(text).items()}
-    return BatchPlan(batch_id=batch_id, ranges=ranges)
+    return BatchPlan(batch_id=batch_id, ranges=ranges, planned_at=planned_at)

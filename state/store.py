@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from . import tables
 from .codecs import Codec, codec_named, decode_key, decode_value, encode_key, encode_value
 from .layout import PipelineLayout
+from .timers import Timers, timer_state
 
 _MISSING = object()
 
@@ -50,7 +51,7 @@ class OperatorState:
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
-        if self._loader is None:  # nothing stored yet: every key starts from initial state
+        if self._loader is None or self._read_all:  # nothing stored, or all of it read already
             return
         wanted = [key for key in dict.fromkeys(keys) if key not in self._stored]
         if not wanted:
@@ -89,6 +90,7 @@ class OperatorState:
             unseen = [(key, text) for key, text in unseen if key not in self._stored]
             self._take([key for key, _ in unseen], [text for _, text in unseen], stored)
             self._read_all = True
+            self._unread = False  # every stored key is now known: any other key holds nothing
         return [key for key in self._values if key not in self._placeholders]
 
     def get(self, key: Hashable) -> Any:
@@ -115,6 +117,19 @@ class OperatorState:
             self._values[key] = value
             self._placeholders.add(key)
         return value
+
+    def normalized(self, key: Hashable, value: Any) -> Any:
+        """``value`` as the codec gives it back after storing it (JSON: a tuple as a list, dict
+        keys as strings), so what a function reads in this run is what a restart reads. A value
+        the codec cannot store raises here, naming the operator and key."""
+        if _scalar(value):
+            return value
+        return self._codec.decode(encode_value(self._codec, value, operator=self.name, key=key))
+
+    def detached(self, value: Any) -> Any:
+        """A copy of a stored ``value`` that can be changed in place without changing the
+        state (only ``set`` does, as after a restart); immutable values as they are."""
+        return value if _scalar(value) else self._codec.decode(self._codec.encode(value))
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
@@ -192,6 +207,7 @@ class StateStore:
         self._as_of = as_of
         self._given: dict[str, dict[str, str]] | None = None
         self._operators: dict[str, OperatorState] = {}
+        self._timers: dict[str, Timers] = {}
 
     @classmethod
     def of_rows(cls, rows: pd.DataFrame) -> StateStore:
@@ -206,9 +222,15 @@ class StateStore:
         """
         store = cls.__new__(cls)
         store._spark, store._layout, store._as_of, store._operators = None, None, None, {}
+        store._timers = {}
         store._given = {str(name): dict(zip(part["key"], part["value"]))
                         for name, part in rows.groupby("operator", sort=False)}
         return store
+
+    @property
+    def handed_in(self) -> bool:
+        """Whether this store holds only state rows handed to a task (see :meth:`of_rows`)."""
+        return self._given is not None
 
     @property
     def spark(self) -> SparkSession | None:
@@ -224,6 +246,14 @@ class StateStore:
                 loader = self._given_values
             self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
+
+    def timers(self, operator: str, state: str | None = None) -> Timers:
+        """The timers of ``operator`` (kept under ``state``, by default :func:`timer_state`),
+        one object per run, so its queue of deadlines lasts from batch to batch."""
+        name = state or timer_state(operator)
+        if name not in self._timers:
+            self._timers[name] = Timers(self.operator(name))
+        return self._timers[name]
 
     def encode_changes(self) -> None:
         """Every operator's :meth:`OperatorState.encode_changes`."""
@@ -252,6 +282,11 @@ class StateStore:
         assert self._layout is not None
         latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
         return dict(zip(latest["key"], latest["value"]))
+
+
+def _scalar(value: Any) -> bool:
+    """Whether a codec stores ``value`` and gives back an equal value of the same type."""
+    return value is None or type(value) in (int, float, str, bool)
 
 
 def _immutable(value: Any) -> bool:

@@ -16,7 +16,7 @@ from .aggregates import (
     min_,
     sum_,
 )
-from .base import Operator, StateDeclaration, StateKind, TableOperator
+from .base import Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
 from .basic import STATELESS, Filter, Map
 from .grouped import GroupAggregate
 from .joins import TableJoin, TableTableJoin
@@ -26,7 +26,7 @@ from .windows import Window, WindowAggregate, hopping, tumbling
 
 __all__ = [
     "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map", "Operator", "Session",
-    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator",
+    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TimerDeclaration",
     "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count",
     "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",
 ]

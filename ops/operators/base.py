@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import Hooks
+from state import Hooks, expiry_state, timer_state
 
 from ..context import BatchScope
 
@@ -31,6 +31,24 @@ class StateKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class TimerDeclaration:
+    """A keyed operator's timers and state TTL (see :mod:`ops.operators.timing`): its name, the
+    ``event_time`` column whose values move its watermark (less ``delay_ms``; ``None``:
+    deadlines are processing times), and ``ttl_ms`` (``None``: state never expires)."""
+
+    operator: str
+    event_time: str | None = None
+    delay_ms: int = 0
+    ttl_ms: int | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The state names its deadlines are kept under (timers, then TTL deadlines)."""
+        timers = (timer_state(self.operator),)
+        return timers + ((expiry_state(self.operator),) if self.ttl_ms is not None else ())
+
+
+@dataclass(frozen=True)
 class StateDeclaration:
     """What state an operator keeps.
 
@@ -38,7 +56,8 @@ class StateDeclaration:
     keeps state under in the store (``scope.store.operator(name, …)``). ``shared``: entries of a
     keyed operator's state that belong to no key of the data but to the operator as a whole
     (a window's stream time); distributed mode runs such an operator by key only when it knows
-    how to keep them (event-time operators), else as one task.
+    how to keep them (event-time operators), else as one task. ``clock``: the operator's
+    timers and TTL, whose deadlines are kept under more of its ``names``.
 
     >>> StateDeclaration.keyed(("user",), "clicks").kind.value
     'keyed'
@@ -48,6 +67,7 @@ class StateDeclaration:
     keys: tuple[str, ...] = ()
     names: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
+    clock: TimerDeclaration | None = None
 
     @classmethod
     def stateless(cls) -> StateDeclaration:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
 from state import Hooks
 
-from ..api import Metadata, Op
+from ..api import Metadata, Op, Running, running
 from ..context import BatchScope
-from ..errors import OperatorError
+from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
-from .base import Operator, StateDeclaration
+from .base import Operator, StateDeclaration, TimerDeclaration
+from .timing import KeyClock
 
 
 class _Stateless:
@@ -30,13 +31,17 @@ class _Stateless:
 STATELESS = _Stateless()
 
 
+GLOBAL_STATE = "__global__"  # the state name of a pipeline's global storage (sp.get(None, md))
+
+
 @dataclass(frozen=True)
 class Map(Operator):
     """``fn(data)`` or, with ``state``, ``fn(op, md, data)`` returning a DataFrame (or None).
 
     Per-key mode calls ``fn`` once per key of ``keys`` with that key's rows (KX semantics);
     vectorized mode calls it once with every row and ``md.key`` holding all the batch's keys.
-    Without ``keys`` the state is the stream's one unkeyed value.
+    Without ``keys`` the state is the stream's one unkeyed value. ``clock`` (keyed maps only)
+    gives it timers and state TTL (see :mod:`ops.operators.timing`).
     """
 
     fn: Callable[..., Any]
@@ -46,6 +51,14 @@ class Map(Operator):
     codec: str = "json"
     hooks: Hooks | None = None
     keys: tuple[str, ...] = ()
+    clock: TimerDeclaration | None = None
+    timers: bool = False  # sp.set_timer allowed (else the clock serves TTL only)
+
+    def __post_init__(self) -> None:
+        if self.clock is not None and not (self.stateful and self.keys):
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: timers and ttl need state (state=…) and a keyed stream "
+                "(key= on the reader): a timer or a TTL belongs to a key")
 
     @property
     def stateful(self) -> bool:
@@ -56,32 +69,70 @@ class Map(Operator):
             return StateDeclaration.stateless()
         if not self.keys:
             return StateDeclaration.unkeyed(self.name)
-        return StateDeclaration.keyed(self.keys, self.name)
+        declared = StateDeclaration.keyed(self.keys, self.name)
+        if self.clock is None:
+            return declared
+        return replace(declared, names=declared.names + self.clock.names, clock=self.clock)
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:
             return self._call(scope, None, frame)
-        op = Op(self.name, scope.store.operator(self.name, self.state, self.codec), scope.pipeline)
+        clock = KeyClock(self.clock, scope) if self.clock is not None else None
+        op = Op(self.name, scope.store.operator(self.name, self.state, self.codec), scope.pipeline,
+                clock.timers if clock is not None and self.timers else None,
+                event_time=bool(self.clock and self.clock.event_time), batch_time=scope.batch_time)
+        shared = None if scope.store.handed_in else scope.store.operator(GLOBAL_STATE)
+        now = Running(op, shared, scope.operators)
         if not self.keys:
-            return self._call(scope, None, frame, op=op, md=self._md(scope, None, False))
-        keys = _key_index(frame, self.keys, scope.where(self.name))
-        op._state.prefetch(keys.unique())
+            return self._call(scope, None, frame, op=op, md=self._md(scope, None), now=now)
+        keys = self._keys(scope, frame)
+        present = keys.unique().tolist()
+        op._state.prefetch(present)
+        fired: list[tuple[Any, int]] = []
+        if clock is not None:
+            clock.expire()
+            fired = clock.fire(present)
         if self.vectorized:
-            md = self._md(scope, pd.Index(keys.unique(), tupleize_cols=False), True)
-            return self._call(scope, "<all keys>", frame, op=op, md=md)
-        parts = [self._call(scope, key, rows, op=op, md=self._md(scope, key, False))
-                 for key, rows in frame.groupby(keys, sort=False)]
-        return _concat_in_order(parts, frame)
+            out = self._vectorized(scope, frame, present, fired, op, now)
+        else:
+            out = self._per_key(scope, frame, keys, fired, op, now)
+        if clock is not None:
+            clock.renew(frame, keys)
+        return out
 
-    def _md(self, scope: BatchScope, key: Any, vectorized: bool) -> Metadata:
+    def _keys(self, scope: BatchScope, frame: pd.DataFrame) -> pd.Series:
+        if frame.empty and not set(self.keys) <= set(frame.columns):  # a batch with no input
+            return pd.Series([], dtype=object)
+        return _key_index(frame, self.keys, scope.where(self.name))
+
+    def _per_key(self, scope: BatchScope, frame: pd.DataFrame, keys: pd.Series,
+                 fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
+        parts = [self._call(scope, key, rows, op=op, md=self._md(scope, key), now=now)
+                 for key, rows in frame.groupby(keys, sort=False)] if len(frame) else []
+        ordered = _concat_in_order(parts, frame)
+        timed = [self._call(scope, key, frame.iloc[0:0], op=op,
+                            md=self._md(scope, key, timer=at), now=now) for key, at in fired]
+        return _after(ordered, timed)
+
+    def _vectorized(self, scope: BatchScope, frame: pd.DataFrame, present: list,
+                    fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
+        index = pd.Index(present + [key for key, _ in fired], tupleize_cols=False)
+        timers = pd.Series([at for _, at in fired], index=index[len(present):], dtype="int64")
+        md = replace(self._md(scope, index, timer=timers), vectorized=True)
+        return self._call(scope, "<all keys>", frame, op=op, md=md, now=now)
+
+    def _md(self, scope: BatchScope, key: Any, timer: Any = None) -> Metadata:
         return Metadata(key=key, batch_id=scope.batch_id, pipeline=scope.pipeline,
-                        operator=self.name, vectorized=vectorized)
+                        operator=self.name, batch_time=scope.batch_time, timer=timer)
 
     def _call(self, scope: BatchScope, key: Any, rows: pd.DataFrame, *, op: Op | None = None,
-              md: Metadata | None = None) -> pd.DataFrame:
+              md: Metadata | None = None, now: Running | None = None) -> pd.DataFrame:
         try:
-            result = self.fn(op, md, rows) if op is not None else self.fn(rows)
-            return _as_frame(result)
+            if op is None:
+                return _as_frame(self.fn(rows))
+            assert now is not None
+            with running(now):
+                return _as_frame(self.fn(op, md, rows))
         except Exception as exc:
             raise OperatorError(
                 f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. Nothing of this "
@@ -128,6 +179,17 @@ def _as_frame(result: Any) -> pd.DataFrame:
     if isinstance(result, pd.DataFrame):
         return result
     raise TypeError(f"returned {type(result).__name__}; return a pandas DataFrame, Series or None")
+
+
+def _after(ordered: pd.DataFrame, timed: list[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of timer calls after those of data calls, numbered after every input row."""
+    timed = [part for part in timed if len(part.columns)]
+    if not timed:
+        return ordered
+    start = int(ordered.index.max()) + 1 if len(ordered) else 0
+    rows = pd.concat(timed, ignore_index=True)
+    rows.index = pd.RangeIndex(start, start + len(rows))
+    return pd.concat([ordered, rows]) if len(ordered) else rows
 
 
 def _concat_in_order(parts: list[pd.DataFrame], original: pd.DataFrame) -> pd.DataFrame:

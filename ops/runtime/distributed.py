@@ -70,7 +70,7 @@ from state import (
 from ..columns import ORDER_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError
-from ..operators import Operator, StateKind
+from ..operators import Operator, StateKind, TimerDeclaration
 from ..operators.aggregates import to_python
 from ..operators.event_time import (
     CLOCK,
@@ -80,6 +80,8 @@ from ..operators.event_time import (
     EventTimeAggregate,
     running_max_before,
 )
+from ..operators.timing import moved_watermark, wake_time
+from . import timed
 from .reports import distinct_keys
 
 KEY_COLUMN, BUCKET_COLUMN, PART_COLUMN = "__key", "__bucket", "__part"
@@ -155,8 +157,12 @@ class TaskSpec:
     key_groups: int
     buckets: int  # calls per keyed stage: each runs a contiguous range of key groups
     stage: Stage
+    batch_time: int = 0  # the batch's processing time (epoch ms)
+    operators: tuple[str, ...] = ()  # the pipeline's stateful operators (for errors)
     #: a clocked stage's operator -> stream time after the batch (see BatchScope.stream_time)
     stream_time: dict[str, int | None] = field(default_factory=dict)
+    #: a timed map -> its watermark at the batch's start (see BatchScope.watermarks)
+    watermarks: dict[str, int | None] = field(default_factory=dict)
 
     def owning_bucket(self, encoded_keys: Any, groups: np.ndarray | None = None) -> np.ndarray:
         """The bucket of each stored state key: that of the key which owns it (a window's
@@ -225,6 +231,7 @@ class StageOutput:
     rows_out: int = 0
     keys: int = 0
     persisted: list[DataFrame] = field(default_factory=list)
+    wake_at: int | None = None  # when a batch with no input would next fire a timer
 
     def changed_state(self, spark: SparkSession) -> DataFrame:
         """Every stage's changed state rows: ``_state``'s columns but the checkpoint id."""
@@ -252,7 +259,12 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
             spark, CLOCK)).toPandas()) if stage.clocked else None
         if clock is not None:
             task = _measure_stream_time(output, task, clock)
-        results = output.keep(_stage_frame(spark, layout, as_of, output, task))
+        timers = _timers_of(stage)
+        due = None
+        if timers is not None:
+            task, due = _before_timers(spark, layout, as_of, task, timers)
+        inputs = output.rows
+        results = output.keep(_stage_frame(spark, layout, as_of, output, task, due))
         try:
             summary = results.where(F.col("kind").isin("done", "error")).collect()
         except Exception as exc:  # the tasks failed outside the operators' own code
@@ -273,7 +285,44 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         if clock is not None:
             late = sum(row["late"] or 0 for row in done)
             output.state.append(_ticked(spark, task, clock, late))
+        if timers is not None:
+            _after_timers(spark, layout, as_of, task, timers, inputs, output)
     return output
+
+
+def _timers_of(stage: Stage) -> TimerDeclaration | None:
+    """The timers and TTL of a keyed stage's operator, if it has any."""
+    if not stage.keys or not stage.operators:
+        return None
+    return stage.operators[0].declares().clock
+
+
+def _before_timers(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
+                   task: TaskSpec, timers: TimerDeclaration) -> tuple[TaskSpec, DataFrame]:
+    """The watermark at the batch's start (event time), handed to the tasks, and the keys
+    whose deadlines are due, whose state joins the stage's."""
+    if timers.event_time is None:
+        return task, timed.due_keys(spark, layout, as_of, timers, task.batch_time)
+    watermark = timed.watermark_before(spark, layout, as_of, timers)
+    task = replace(task, watermarks={**task.watermarks, timers.operator: watermark})
+    return task, timed.due_keys(spark, layout, as_of, timers, watermark)
+
+
+def _after_timers(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
+                  task: TaskSpec, timers: TimerDeclaration, inputs: DataFrame,
+                  output: StageOutput) -> None:
+    """The watermark the batch moved (a changed state row) and the output's ``wake_at``."""
+    changed = output.state[-1]  # the stage's own changed state rows
+    watermark = task.watermarks.get(timers.operator)
+    if timers.event_time is not None:
+        before, watermark = watermark, moved_watermark(
+            timers, watermark, timed.latest_event(inputs, timers))
+        if watermark is not None and watermark != before:
+            output.state.append(timed.watermark_row(spark, timers, watermark, task.key_groups))
+    earliest = timed.earliest_after(spark, layout, as_of, timers, changed)
+    wake = wake_time(timers, earliest, watermark, task.batch_time)
+    if wake is not None:
+        output.wake_at = wake if output.wake_at is None else min(output.wake_at, wake)
 
 
 def _one_key(spark: SparkSession, key: Any) -> DataFrame:
@@ -316,7 +365,9 @@ def _ticked(spark: SparkSession, task: TaskSpec, clock: StateStore, late: int) -
 
 
 def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
-                 output: StageOutput, task: TaskSpec) -> DataFrame:
+                 output: StageOutput, task: TaskSpec, due: DataFrame | None = None) -> DataFrame:
+    """The stage's tasks over the rows in ``output`` (and, for a timed map, the ``due`` keys:
+    encoded keys whose timers or TTL fire, with or without rows)."""
     stage, rows = task.stage, output.rows
     if stage.keys == ():
         return rows.mapInPandas(lambda chunks: _narrow_task(task, chunks), STAGE_SCHEMA)
@@ -338,6 +389,8 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
                 StructType([*stored.schema.fields, StructField(BUCKET_COLUMN, IntegerType())]))
         else:
             batch_keys = rows.select(F.col(KEY_COLUMN).alias("key")).distinct()
+            if due is not None:
+                batch_keys = batch_keys.unionByName(due).distinct()
             groups = key_group_column(F.col("key"), task.key_groups)
             state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
                      .withColumn(BUCKET_COLUMN, task.bucket(groups)))
@@ -447,7 +500,8 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
     keys = distinct_keys(frame, task.stage.keys or task.stage.operators[0].declares().keys
                          if task.stage.operators else ())
     scope = BatchScope(task.pipeline, task.batch_id, task.key_fields, store, task.inputs,
-                       stream_time=task.stream_time)
+                       stream_time=task.stream_time, watermarks=task.watermarks,
+                       batch_time=task.batch_time, operators=task.operators)
     try:
         for op in task.stage.operators:
             frame = op.apply(scope, frame)

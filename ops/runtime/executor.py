@@ -44,6 +44,8 @@ from state.faults import InjectedCrash
 from ..columns import ORDER_COLUMN, ROW_COLUMN
 from ..context import BatchScope, RunContext
 from ..operators import StateKind
+from ..operators.timing import wake_at
+from ..sources import FrameSlice, Slice
 from .dead_letters import write_dead_letters
 from .distributed import Stage, TaskSpec, run_stages, stages_of
 from .modes import AUTO_DISTRIBUTED_ROWS
@@ -114,6 +116,10 @@ class _Run:
         self.batch_encoding: Future | None = None  # the last batch's changed state
         self.written: deque[tuple[Future, _Output]] = deque()  # sink writes not yet reported
         self.committing: tuple[Future, _Pending] | None = None
+        self.clocks = [d.clock for op in pipeline.stream.operators if (d := op.declares()).clock]
+        self.woken = False  # a batch with no input ran for timers in this run
+        self.distributed = False
+        self.batch_time = 0  # the last batch's processing time (epoch ms)
 
     def call_hooks(self, method: str, *args: Any) -> dict[str, Any]:
         """Call ``method`` on every hook, in order; return their results by marker key."""
@@ -195,18 +201,49 @@ class _Run:
             return self.pending_plans.pop(batch_id), self.replaying
         self.replaying = False
         source = self.pipeline.source
-        slices = source.plan(self.ctx, self.offsets.get(source.name),
-                             limit=max(1, min(budget, _PLAN_AHEAD)))
+        slices: list[tuple[Any, Any] | None] = list(source.plan(
+            self.ctx, self.offsets.get(source.name), limit=max(1, min(budget, _PLAN_AHEAD))))
+        if not slices and self.timers_due():
+            slices, self.woken = [None], True  # one batch with no input, for its timers
         if not slices:
             return None
         pinned = {}
         for operator in self.pipeline.stream.operators:
             pinned.update(operator.plan_inputs(self.spark))
-        plans = [BatchPlan(batch_id + n, {source.name: bounds, **pinned})
-                 for n, bounds in enumerate(slices)]
+        now = time.time()
+        plans = [BatchPlan(batch_id + n, {**({source.name: bounds} if bounds else {}), **pinned},
+                           planned_at=now) for n, bounds in enumerate(slices)]
         self.pending_plans = self.plans.record(plans, self.ctx.epoch, self.ctx.run_id)
         fault_point("after_plan")
         return self.pending_plans.pop(batch_id), False
+
+    def timers_due(self) -> bool:
+        """Whether a timer or a TTL is due now, with no batch for it yet in this run (one
+        batch with no input per run fires them: a function that always sets a timer already
+        due cannot keep a run going)."""
+        if self.woken or not self.clocks:
+            return False
+        wake = self.wake_at(int(time.time() * 1000)) if not self.distributed else (
+            self.last.wake_at if self.last else None)
+        return wake is not None and wake <= int(time.time() * 1000)
+
+    def wake_at(self, batch_time: int) -> int | None:
+        """Driver mode: when a batch with no input would next fire a timer (see
+        :func:`ops.operators.timing.wake_at`), over every operator with timers."""
+        times = [wake_at(clock, self.store, batch_time) for clock in self.clocks]
+        return min((t for t in times if t is not None), default=None)
+
+    def read(self, plan: BatchPlan) -> Slice:
+        """The batch's input: its planned slice, or no rows (a batch for timers)."""
+        source = self.pipeline.source
+        if source.name not in plan.ranges:
+            return Slice(source.schema.frame([], []), Slice.no_rejects())
+        return source.read(self.ctx, *plan.ranges[source.name])
+
+    def scope(self, plan: BatchPlan, store: StateStore) -> BatchScope:
+        return BatchScope(self.pipeline.id, plan.batch_id, self.pipeline.source.schema.key_fields,
+                          store, plan.ranges, batch_time=plan.time_ms,
+                          operators=self.pipeline.stateful_operators)
 
     # 3. run operators ------------------------------------------------------------------------
     def run_batch(self, plan: BatchPlan, replayed: bool) -> _Output:
@@ -214,14 +251,13 @@ class _Run:
         started = time.perf_counter()
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
-        start, end = plan.ranges[source.name]
-        sliced = source.read(self.ctx, start, end)
+        sliced = self.read(plan)
         self.take_encoded()
         if self.hooks:
             self.finish_checkpoint()
         frame = sliced.good
-        scope = BatchScope(self.pipeline.id, plan.batch_id, source.schema.key_fields, self.store,
-                           plan.ranges)
+        scope = self.scope(plan, self.store)
+        self.batch_time = plan.time_ms
         keys: dict[tuple[str, ...], int] = {}  # distinct keys per keying, over keyed operators
         with _collector_paused():
             for operator in self.pipeline.stream.operators:
@@ -276,14 +312,16 @@ class _Run:
         state its tasks changed): the next batch reads that state from ``_state``."""
         started = time.perf_counter()
         source = self.pipeline.source
-        sliced = source.read_frame(self.ctx, *plan.ranges[source.name])
+        sliced = (source.read_frame(self.ctx, *plan.ranges[source.name])
+                  if source.name in plan.ranges else FrameSlice.empty(self.spark, source.schema))
 
         groups = self.pipeline.key_groups
         buckets = min(groups, int(self.spark.conf.get("spark.sql.shuffle.partitions") or groups))
 
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
-                            dict(plan.ranges), groups, buckets, stage)
+                            dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
+                            operators=self.pipeline.stateful_operators)
 
         as_of = self.last.checkpoint_id if self.last else None
         output = run_stages(self.spark, self.layout, as_of, sliced.good, spec,
@@ -300,7 +338,7 @@ class _Run:
             checkpoint = new_checkpoint(
                 self.last, batch_id=self.batch_id, offsets=dict(self.offsets), tracked={},
                 markers=self.call_hooks("on_checkpoint"), run_id=self.ctx.run_id,
-                key_groups=self.pipeline.key_groups)
+                key_groups=self.pipeline.key_groups, wake_at=output.wake_at)
             committing = time.perf_counter()
             self.checkpoints.commit(checkpoint, output.changed_state(self.spark))
             self.report.checkpoint_seconds.append(time.perf_counter() - committing)
@@ -385,7 +423,8 @@ class _Run:
         markers = self.call_hooks("on_checkpoint")
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
-                                    run_id=self.ctx.run_id, key_groups=self.pipeline.key_groups)
+                                    run_id=self.ctx.run_id, key_groups=self.pipeline.key_groups,
+                                    wake_at=self.wake_at(self.batch_time))
         self.encoding = self.encoder.submit(self.store.changed_rows)
         return _Pending(checkpoint, self.encoding)
 
@@ -485,7 +524,7 @@ def _run_batches(run: _Run, max_batches: int | None) -> None:
 def _run_distributed(run: _Run, max_batches: int | None) -> None:
     """Distributed mode: each batch is checkpointed as it is written (its state lives only in
     ``_state``, where the next batch's tasks read it), so batches run one after another."""
-    ran = 0
+    ran, run.distributed = 0, True
     while max_batches is None or ran < max_batches:
         planned = run.plan_next((max_batches - ran) if max_batches is not None else _PLAN_AHEAD)
         if planned is None:

@@ -1,6 +1,6 @@
 """Sources: the :class:`Source` interface and the sources lakestream ships (one module each)."""
 
-from .base import REJECTED_COLUMNS, Slice, Source
+from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source
 from .callback import INBOX_SCHEMA, CallbackSource, PublishReport
 from .delta import DeltaTableSource
 from .files import FileSource
@@ -9,5 +9,5 @@ from .records import RecordSchema
 
 __all__ = [
     "INBOX_SCHEMA", "REJECTED_COLUMNS", "CallbackSource", "DeltaTableSource", "FileSource",
-    "MergedSource", "PublishReport", "RecordSchema", "Slice", "Source",
+    "FrameSlice", "MergedSource", "PublishReport", "RecordSchema", "Slice", "Source",
 ]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
 
 from state import PipelineLayout, tables
 
@@ -61,6 +62,12 @@ class FrameSlice:
         ordinals = np.arange(FIRST_ORDINAL, FIRST_ORDINAL + len(sliced.good), dtype="int64")
         good = sliced.good.reset_index(drop=True).assign(**{ORDER_COLUMN: ordinals})
         return cls(tables.to_frame(spark, good), sliced.rejected)
+
+    @classmethod
+    def empty(cls, spark: SparkSession, schema: RecordSchema) -> FrameSlice:
+        """No rows (a batch run for its timers), with the columns ``schema`` declares."""
+        fields = [*schema.spark_schema().fields, StructField(ORDER_COLUMN, LongType())]
+        return cls(spark.createDataFrame([], StructType(fields)), Slice.no_rejects())
 
 
 class Source(ABC):

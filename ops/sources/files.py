@@ -17,13 +17,10 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BooleanType,
-    DoubleType,
     LongType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
 from state import PipelineLayout, tables
@@ -31,7 +28,7 @@ from state import PipelineLayout, tables
 from ..context import RunContext
 from ..errors import ConfigError, PipelineDefinitionError
 from .base import REJECTED_COLUMNS, Slice, Source
-from .records import RecordSchema
+from .records import SPARK_TYPES, RecordSchema
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +39,6 @@ MANIFEST_SCHEMA = StructType([
     StructField("size", LongType(), False),
     StructField("modified_ms", LongType(), False),
 ])
-_SPARK_TYPES = {"long": LongType(), "double": DoubleType(), "string": StringType(),
-                "boolean": BooleanType(), "timestamp": TimestampType()}
 _CORRUPT = "_corrupt_record"
 
 
@@ -186,7 +181,7 @@ class FileSource(Source):
         if self.format == "csv":
             reader = reader.option("header", dict(self.options).get("header", "true"))
         if self.schema.fields:
-            fields = [StructField(n, _SPARK_TYPES[t]) for n, t in self.schema.fields.items()]
+            fields = [StructField(n, SPARK_TYPES[t]) for n, t in self.schema.fields.items()]
             if self.format != "parquet":
                 fields.append(StructField(_CORRUPT, StringType()))
                 reader = reader.option("mode", "PERMISSIVE").option(

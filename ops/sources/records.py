@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from ..errors import PipelineDefinitionError
 
@@ -72,6 +81,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "long": _as_long, "double": _as_double, "string": _as_string,
     "boolean": _as_boolean, "timestamp": _as_timestamp,
 }
+SPARK_TYPES = {"long": LongType(), "double": DoubleType(), "string": StringType(),
+               "boolean": BooleanType(), "timestamp": TimestampType()}
 _DTYPES = {"long": "int64", "double": "float64", "string": "object", "boolean": "bool",
            "timestamp": "datetime64[ns, UTC]"}
 
@@ -118,6 +129,12 @@ class RecordSchema:
             except ValueError as exc:
                 raise ValueError(f"field {name!r} {exc}; expected {kind}") from None
         return converted
+
+    def spark_schema(self) -> StructType:
+        """The schema's fields as Spark types (key fields it does not type: strings)."""
+        fields = [StructField(n, SPARK_TYPES[t]) for n, t in self.fields.items()]
+        fields += [StructField(n, StringType()) for n in self.key_fields if n not in self.fields]
+        return StructType(fields)
 
     def frame(self, records: list[dict[str, Any]], index: list[int]) -> pd.DataFrame:
         """Checked records as a DataFrame with the schema's dtypes where no value is missing."""

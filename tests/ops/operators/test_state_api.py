@@ -69,3 +69,77 @@ def test_reading_the_state_of_an_operator_the_pipeline_does_not_have_names_those
     with pytest.raises(sp.PipelineDefinitionError, match=r"no state under operator 'sum'; its "
                        r"stateful operators: \['sums'\]"):
         sp.read_state(None, pipeline, "sum")  # refused before anything is read
+
+
+def test_md_none_is_the_operators_unkeyed_state_and_a_mapping_names_an_entry_as_in_kx():
+    def fn(op, md, data):  # KX: .qsp.set[`s;::;..] and .qsp.set[`s;``key!(::;`k1);..]
+        sp.set(op, None, sp.get(op, None) + len(data))
+        sp.set(op, {"key": "k1"}, [1, 2])
+        return data.assign(unkeyed=sp.get(op, None), named=str(sp.get(op, {"key": "k1"})))
+
+    store = memory_store()
+    out = apply(fn, store)
+    assert out["unkeyed"].tolist() == [2, 3, 2] and set(out["named"]) == {"[1, 2]"}  # a, then b
+    assert store.operator("sums").get_values([None, "k1", "a"]) == [3, [1, 2], 0]
+
+
+def test_op_may_be_the_operators_name_and_an_unknown_name_lists_the_stateful_operators():
+    def by_name(op, md, data):
+        return data.assign(total=sp.set("sums", md, sp.get("sums", md) + 1))
+
+    assert apply(by_name, memory_store())["total"].tolist() == [1, 1, 1]  # one call per key
+
+    op = Map(lambda op, md, data: sp.get("sum", md), "sums", state=0, keys=("k",))
+    scope = BatchScope("p", 2, ("k",), memory_store(), operators=("sums", "windows"))
+    with pytest.raises(sp.OperatorError) as failure:
+        op.apply(scope, FRAME)
+    assert "no operator named 'sum'" in str(failure.value)
+    assert "['sums', 'windows']" in str(failure.value) and "key 'a'" in str(failure.value)
+
+
+def test_global_storage_is_shared_by_every_operator_of_the_pipeline():
+    def counter(name):
+        def fn(op, md, data):
+            seen = sp.set(None, {"key": "rows"}, sp.get(None, {"key": "rows"}) or 0)
+            sp.set(None, {"key": "rows"}, seen + len(data))
+            return data.assign(**{name: sp.get(None, {"key": "rows"})})
+        return Map(fn, name, state=0, vectorized=True, keys=("k",))
+
+    store = memory_store()
+    scope = BatchScope("p", 1, ("k",), store)
+    out = counter("second").apply(scope, counter("first").apply(scope, FRAME))
+    assert out["first"].tolist() == [3, 3, 3] and out["second"].tolist() == [6, 6, 6]
+    assert store.operator("__global__").get("rows") == 6
+
+
+def test_global_storage_on_an_executor_is_an_error_that_says_to_use_driver_mode():
+    handed_in = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    op = Map(lambda op, md, data: sp.get(None, md), "sums", state=0, keys=("k",))
+    with pytest.raises(sp.OperatorError, match="global storage lives on the driver"):
+        op.apply(BatchScope("p", 1, ("k",), handed_in), FRAME)
+
+
+def test_what_a_function_reads_back_in_the_run_is_what_a_restart_reads():
+    def fn(op, md, data):
+        stored = sp.set(op, md, {"pair": (1, 2), 3: "three"})
+        sp.get(op, md)["pair"].append(99)  # an in-place change without set changes nothing
+        return data.assign(stored=str(stored), read=str(sp.get(op, md)))
+
+    store = memory_store()
+    out = apply(fn, store)
+    expected = str({"pair": [1, 2], "3": "three"})  # as JSON gives it back
+    assert set(out["stored"]) == {expected} and set(out["read"]) == {expected}
+    encoded = store.changed_rows().set_index("key")["value"]
+    restarted = StateStore.of_rows(pd.DataFrame(
+        {"operator": "sums", "key": encoded.index, "value": encoded.to_numpy()}))
+    assert str(restarted.operator("sums").get("a")) == expected
+
+
+def test_a_value_the_codec_cannot_store_fails_at_set_naming_operator_and_key():
+    def fn(op, md, data):
+        sp.set(op, md, object())
+        return data
+
+    with pytest.raises(sp.OperatorError) as failure:
+        apply(fn, memory_store())
+    assert "operator 'sums' for key 'a'" in str(failure.value)

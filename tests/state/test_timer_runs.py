@@ -1,0 +1,91 @@
+"""Timers through the runtime: a batch with no input fires them, in both execution paths, a
+restart carries them, the checkpoint says when the next falls due, and a process killed between
+a timer firing and the checkpoint leaves its output once (tests/state/timer_child.py)."""
+
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import ops as sp
+from state import CheckpointLog, wake_time
+
+from . import timer_child as tc
+
+
+def _publish(spark, pipeline, warehouse, batches=tc.INPUT):
+    for rows in batches:
+        pipeline.publish(spark, rows, warehouse)
+
+
+def _fired(spark, pipeline, warehouse):
+    sink = pipeline.read_sink(spark, "out", warehouse)
+    return sorted(zip(sink["k"], sink["total"]))
+
+
+def _no_timers_left(spark, pipeline, warehouse):
+    timers = sp.read_state(spark, pipeline, "quiet__timers", warehouse=warehouse)
+    return timers.empty
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_a_run_with_no_new_input_fires_due_timers_in_a_batch_of_its_own(spark, warehouse, mode):
+    pipeline = tc.build(mode)
+    _publish(spark, pipeline, warehouse)
+    report = pipeline.run_once(spark, warehouse)
+
+    assert [b.rows_in for b in report.batches] == [3, 3, 3, 0]  # the last one: timers only
+    assert _fired(spark, pipeline, warehouse) == sorted(tc.expected_totals().items())
+    assert _no_timers_left(spark, pipeline, warehouse)
+    layout = pipeline.layout(warehouse)
+    assert wake_time(layout) is None and CheckpointLog(spark, layout).latest().wake_at is None
+    assert pipeline.run_once(spark, warehouse).batches == []  # nothing due: no batch
+
+
+def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, warehouse):
+    def remind(op, md, data):
+        if md.timer is not None:
+            return pd.DataFrame({"k": [md.key], "fired": [md.timer], "batch": [md.batch_id]})
+        sp.set_timer(op, md, at=md.batch_time + 60_000 * md.key)  # k minutes from now
+        return None
+
+    pipeline = (sp.read.from_callback("events", key="k", schema=tc.SCHEMA)
+                .map(remind, state=0, name="quiet", timers=True).write.to_delta("out")
+                .named("reminders"))
+    pipeline.publish(spark, [{"k": 1, "x": 0}, {"k": 2, "x": 0}], warehouse)
+    first = pipeline.run_once(spark, warehouse)
+    planned = CheckpointLog(spark, pipeline.layout(warehouse)).latest()
+    assert planned.wake_at == wake_time(pipeline.layout(warehouse))  # read without Spark
+    timers = sp.read_state(spark, pipeline, "quiet__timers", warehouse=warehouse)
+    assert dict(zip(timers["key"], timers["value"])) == {1: planned.wake_at, 2: planned.wake_at + 60_000}
+    assert len(first.batches) == 1 and pipeline.run_once(spark, warehouse).batches == []
+
+
+def test_event_time_timers_and_the_watermark_survive_a_restart(spark, warehouse):
+    def session_end(op, md, data):  # a key's session ends 5 s of event time after its last row
+        if md.timer is not None:
+            return pd.DataFrame({"k": [md.key], "ended": [md.timer], "batch": [md.batch_id]})
+        sp.set_timer(op, md, at=data["ts"].max() + pd.Timedelta("5s"))
+        return None
+
+    def build():
+        return (sp.read.from_callback("events", key="k", schema={"k": "long", "ts": "timestamp"})
+                .map(session_end, state=0, name="quiet", timers=True, event_time="ts")
+                .write.to_delta("out").named("sessions"))
+
+    def at(seconds):
+        return pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=seconds)
+
+    pipeline = build()
+    pipeline.publish(spark, [{"k": 1, "ts": at(10)}, {"k": 2, "ts": at(20)}], warehouse)
+    pipeline.run_once(spark, warehouse)  # watermark 20 s: k=1's session (15 s) ended
+    build().publish(spark, [{"k": 3, "ts": at(40)}], warehouse)
+    second = build().run_once(spark, warehouse)  # a new run: watermark and timers from _state
+
+    ended = pipeline.read_sink(spark, "out", warehouse)
+    assert list(zip(ended["k"], ended["ended"] // 1000, ended["batch"])) == [
+        (1, at(15).value // 10**6 // 1000, 2), (2, at(25).value // 10**6 // 1000, 4)]
+    assert [b.rows_in for b in second.batches] == [1, 0]
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().wake_at is None  # k=3: 45 s
