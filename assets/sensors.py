@@ -1,11 +1,13 @@
-"""Sensors: one per pipeline, requesting a run when its source has new input."""
+"""Sensors: one per pipeline, requesting a run when its source has new input or a timer of its
+operators falls due."""
 
-
+import time
 from typing import Any
 
 import dagster as dg
 
 from ops import Pipeline
+from state import wake_time
 
 from .resources import WarehouseResource
 
@@ -19,12 +21,14 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
                          *, minimum_interval_seconds: int = 30,
                          default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                          ) -> dg.SensorDefinition:
-    """A sensor that requests ``job`` (a job or asset job) when ``pipeline``'s source shows new input.
+    """A sensor that requests ``job`` (a job or asset job) when ``pipeline``'s source shows new
+    input, or when its last checkpoint's ``wake_at`` (the earliest timer or TTL deadline) has
+    passed with no new input: that run is one batch with no input, which fires the timers.
 
-    The run key is the source position, so one position is requested once; the cursor moves
-    only to a position that was requested; and while a run of the pipeline is queued or in
-    progress the sensor waits (the cursor stays, so the data is requested after that run).
-    Local sources are probed from the file system, with no Spark session.
+    The run key is the source position (or the deadline), so one position is requested once;
+    the cursor moves only to a position that was requested; and while a run of the pipeline is
+    queued or in progress the sensor waits (the cursor stays, so the data is requested after
+    that run). Local sources and checkpoints are read from the file system, with no Spark session.
     """
 
     name = pipeline.id
@@ -37,13 +41,19 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
         position = pipeline.source.probe(pipeline.layout(warehouse.root))
         if position is None:
             return dg.SkipReason(f"{name}: its source has no input yet")
-        if position == context.cursor:
-            return dg.SkipReason(f"no new input (source at {position})")
+        layout = pipeline.layout(warehouse.root)
+        wake = wake_time(layout) if position == context.cursor else None
+        if position == context.cursor and (wake is None or wake > time.time() * 1000):
+            return dg.SkipReason(f"no new input (source at {position})" + (
+                f"; next timer due at {wake} (epoch ms)" if wake is not None else ""))
         in_flight = context.instance.get_run_records(
             dg.RunsFilter(tags={PIPELINE_TAG: name}, statuses=_IN_FLIGHT), limit=1)
         if in_flight:
             return dg.SkipReason(f"run {in_flight[0].dagster_run.run_id} of {name} is "
                                  f"still in flight; source at {position} waits for it")
+        if wake is not None:  # no new input: the timers due start the run
+            return dg.RunRequest(run_key=f"{name}:{position}:timers@{wake}",
+                                 tags={PIPELINE_TAG: name, "lakestream/timers_due": str(wake)})
         context.update_cursor(position)
         return dg.RunRequest(run_key=f"{name}:{position}",
                              tags={PIPELINE_TAG: name, "lakestream/position": position})

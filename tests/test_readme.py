@@ -33,3 +33,5 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     tickets = namespace["tickets"].read_sink(spark, "movie_tickets_sold")
     assert tickets[["title", "tickets_sold"]].values.tolist() == [["Aliens", 2], ["Heat", 1]]
     assert (tmp_path / "warehouse" / "sums_by_y" / "_state").is_dir()
+    ended = namespace["sessions"].read_sink(spark, "sessions")  # the timers example
+    assert ended[["user", "total"]].values.tolist() == [["ann", 2]]

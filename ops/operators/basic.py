@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from state import Hooks
+from state import EncodingError, Hooks
 
 from ..api import Metadata, Op, Running, running
 from ..context import BatchScope
@@ -133,10 +133,14 @@ class Map(Operator):
             assert now is not None
             with running(now):
                 return _as_frame(self.fn(op, md, rows))
+        except EncodingError as exc:  # keeps its type: a value set cannot be stored
+            raise EncodingError(f"{scope.where(self.name, key)}: {exc}. {_RETRIED}") from exc
         except Exception as exc:
             raise OperatorError(
-                f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. Nothing of this "
-                "batch was committed; the next run retries it from the last checkpoint.") from exc
+                f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. {_RETRIED}") from exc
+
+
+_RETRIED = "Nothing of this batch was committed; the next run retries it from the last checkpoint."
 
 
 @dataclass(frozen=True)

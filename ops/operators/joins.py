@@ -103,7 +103,7 @@ class TableTableJoin(TableOperator):
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}
         if SOURCE_COLUMN not in frame.columns and not frame.empty:
-            raise OperatorError(f"operator {self.name!r} joins a merged stream: "
+            raise OperatorError(f"{scope.where(self.name)}: this operator joins a merged stream: "
                                 "left_table_stream.merge(right_table_stream).join_tables(...)")
         latest = frame.drop_duplicates([SOURCE_COLUMN, *self.keys], keep="last") if len(frame) else frame
         updates: dict[Any, dict[str, Any]] = {}

@@ -2,6 +2,7 @@
 only past what was requested, and nothing is requested while a run of the pipeline is in flight."""
 
 import os
+import time
 
 import dagster as dg
 import pandas as pd
@@ -81,3 +82,33 @@ def test_delta_sensor_requests_each_new_version_once(spark, tmp_path, warehouse)
         second = _tick(sensor, instance, first.cursor, warehouse)
         assert [r.run_key for r in second.run_requests] == ["from_delta:1"]
         assert second.cursor == "1"
+
+
+def test_sensor_requests_a_run_when_a_timer_falls_due_with_no_new_input(spark, warehouse):
+    def remind(op, md, data):
+        if md.timer is not None:
+            return pd.DataFrame({"k": [md.key], "fired": [md.timer]})
+        sp.set_timer(op, md, after="3s")
+        return None
+
+    pipeline = (sp.read.from_callback("events", key="k", schema={"k": "string"})
+                .map(remind, state=0, name="remind", timers=True)
+                .write.to_delta("out")).named("reminders")
+    pipeline.publish(spark, [{"k": "a"}], warehouse)
+    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    with dg.instance_for_test() as instance:
+        data = _tick(sensor, instance, None, warehouse)
+        assert [r.tags.get("lakestream/position") for r in data.run_requests] == ["1"]
+        pipeline.run_once(spark, warehouse)  # sets a's timer: 3 s after the batch's time
+
+        early = _tick(sensor, instance, data.cursor, warehouse)
+        assert not early.run_requests and "next timer due at" in early.skip_message
+        deadline = sp.read_state(spark, pipeline, "remind__timers", warehouse=warehouse)["value"][0]
+        time.sleep(max(0.0, deadline / 1000 - time.time()) + 0.1)
+        woken = _tick(sensor, instance, data.cursor, warehouse)
+        assert [r.run_key for r in woken.run_requests] == [f"reminders:1:timers@{deadline}"]
+        assert woken.cursor == data.cursor
+
+        assert pipeline.run_once(spark, warehouse).batches[0].rows_in == 0  # the timer's batch
+        assert pipeline.read_sink(spark, "out", warehouse)["k"].tolist() == ["a"]
+        assert not _tick(sensor, instance, data.cursor, warehouse).run_requests

@@ -34,9 +34,15 @@ def _no_timers_left(spark, pipeline, warehouse):
 def test_a_run_with_no_new_input_fires_due_timers_in_a_batch_of_its_own(spark, warehouse, mode):
     pipeline = tc.build(mode)
     _publish(spark, pipeline, warehouse)
-    report = pipeline.run_once(spark, warehouse)
+    first = pipeline.run_once(spark, warehouse, max_batches=3)
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")  # distributed: rescaled, 2 tasks to 3
+    try:
+        second = pipeline.run_once(spark, warehouse)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
-    assert [b.rows_in for b in report.batches] == [3, 3, 3, 0]  # the last one: timers only
+    assert [b.rows_in for b in first.batches + second.batches] == [3, 3, 3, 0]  # last: timers
     assert _fired(spark, pipeline, warehouse) == sorted(tc.expected_totals().items())
     assert _no_timers_left(spark, pipeline, warehouse)
     layout = pipeline.layout(warehouse)
@@ -89,3 +95,29 @@ def test_event_time_timers_and_the_watermark_survive_a_restart(spark, warehouse)
         (1, at(15).value // 10**6 // 1000, 2), (2, at(25).value // 10**6 // 1000, 4)]
     assert [b.rows_in for b in second.batches] == [1, 0]
     assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().wake_at is None  # k=3: 45 s
+
+
+# Each step of the batch that fires the timers (the fourth: three batches of input, then the
+# batch with no input); in driver mode also right after that batch's plan was recorded.
+CRASH_STEPS = [("driver", "after_plan:2"), ("driver", "after_sink_write:4"),
+               ("driver", "before_checkpoint_commit:4"), ("driver", "after_checkpoint_commit:4"),
+               ("distributed", "after_sink_write:4"), ("distributed", "before_checkpoint_commit:4")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,crash_at", CRASH_STEPS)
+def test_a_timer_fires_once_when_the_process_dies_between_firing_and_checkpoint(
+        spark, warehouse, child_env, mode, crash_at):
+    pipeline = tc.build(mode)
+    _publish(spark, pipeline, warehouse)
+    crashed = subprocess.run([sys.executable, "-m", "tests.state.timer_child"], timeout=600,
+                             env=dict(child_env, TIMER_TEST_MODE=mode, LAKESTREAM_CRASH_AT=crash_at),
+                             capture_output=True, text=True)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    pipeline.run_once(spark, warehouse)  # recovery, here in-process
+
+    assert _fired(spark, pipeline, warehouse) == sorted(tc.expected_totals().items())
+    assert _no_timers_left(spark, pipeline, warehouse)
+    state = sp.read_state(spark, pipeline, "quiet", warehouse=warehouse)
+    assert dict(zip(state["key"], state["value"])) == tc.expected_totals()

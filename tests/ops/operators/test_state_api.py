@@ -7,7 +7,7 @@ import pytest
 import ops as sp
 from ops import BatchScope
 from ops.operators.basic import Map
-from state import PipelineLayout, StateStore
+from state import EncodingError, PipelineLayout, StateStore
 
 FRAME = pd.DataFrame({"k": ["a", "b", "a"], "x": [1, 2, 3]})
 
@@ -140,6 +140,6 @@ def test_a_value_the_codec_cannot_store_fails_at_set_naming_operator_and_key():
         sp.set(op, md, object())
         return data
 
-    with pytest.raises(sp.OperatorError) as failure:
+    with pytest.raises(EncodingError) as failure:
         apply(fn, memory_store())
-    assert "operator 'sums' for key 'a'" in str(failure.value)
+    assert str(failure.value).startswith("pipeline 'p', operator 'sums', batch 1, key 'a': ")
