@@ -181,9 +181,9 @@ def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[s
     proves the write happened without reading the table back.
     """
     versions = local_commit_versions(path)
-    if versions:  # a local table: read the newest commit files directly, no Spark job
+    if versions is not None:  # a local path: read the newest commit files directly, no Spark job
         local = local_path(path)
-        assert local is not None  # there are local versions only for a local path
+        assert local is not None
         log = os.path.join(local, "_delta_log")
         found = []
         for version in reversed(versions[-commits:]):
