@@ -72,12 +72,14 @@ class Op:
 @dataclass(frozen=True)
 class Running:
     """What a function running now can reach besides its handle: the global storage of its
-    pipeline (``None`` where there is none: on an executor) and, for errors, the pipeline's
-    stateful operators."""
+    pipeline (``None`` where there is none: on an executor), whether it runs in a task holding
+    only some keys' state (``some_keys``: a keyed operator in distributed mode) and, for
+    errors, the pipeline's stateful operators."""
 
     op: Op
     global_state: OperatorState | None
     operators: tuple[str, ...]
+    some_keys: bool = False
 
 
 _running: ContextVar[Running | None] = ContextVar("lakestream_running", default=None)
@@ -196,7 +198,15 @@ def _handle(op: Op | str | None) -> Op:
 
 def _state_of(op: Op | str | None, md: Any) -> OperatorState:
     if op is not None:
-        return _handle(op)._state
+        handle = _handle(op)
+        now = _running.get()
+        if not isinstance(md, Metadata) and now is not None and now.some_keys:
+            raise OperatorError(
+                f"pipeline {handle.pipeline!r}, operator {handle.name!r}: md={md!r} names state "
+                "outside the key the function was called for, and this keyed operator runs "
+                "on executors (distributed mode), each task holding only its keys' state; "
+                "pass md, use global storage in driver mode, or run in driver mode")
+        return handle._state
     now = _running.get()
     if now is None:
         raise OperatorError("global storage (op=None) is reachable only from a running "

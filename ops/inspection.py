@@ -16,6 +16,7 @@ from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout
 
 from .context import RunContext
 from .errors import PipelineDefinitionError
+from .operators import GLOBAL_STATE
 from .pipeline import Pipeline
 from .sinks import StoredSink
 
@@ -25,13 +26,16 @@ log = logging.getLogger(__name__)
 def _codec(pipeline: Pipeline, operator: str) -> str:
     """The codec of ``operator``'s state; an error naming the stateful operators there are when
     ``pipeline`` keeps no state under that name (rather than an empty frame)."""
+    if operator == GLOBAL_STATE:  # global storage: JSON, whichever operators wrote it
+        return "json"
     names: list[str] = []
     for op in pipeline.stream.operators:
         if operator in op.declares().names:
             return op.codec
         names.extend(op.declares().names)
     raise PipelineDefinitionError(f"pipeline {pipeline.name!r} keeps no state under operator "
-                                  f"{operator!r}; its stateful operators: {names}")
+                                  f"{operator!r}; its stateful operators: {names} (and "
+                                  f"{GLOBAL_STATE!r}, its global storage)")
 
 
 def read_state(spark: SparkSession, pipeline: Pipeline, operator: str, as_of: int | None = None,

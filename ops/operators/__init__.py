@@ -17,7 +17,7 @@ from .aggregates import (
     sum_,
 )
 from .base import Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
-from .basic import STATELESS, Filter, Map
+from .basic import GLOBAL_STATE, STATELESS, Filter, Map
 from .grouped import GroupAggregate
 from .joins import TableJoin, TableTableJoin
 from .latest import LatestByKey
@@ -25,7 +25,8 @@ from .sessions import Session, SessionAggregate, session
 from .windows import Window, WindowAggregate, hopping, tumbling
 
 __all__ = [
-    "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map", "Operator", "Session",
+    "GLOBAL_STATE", "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map",
+    "Operator", "Session",
     "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TimerDeclaration",
     "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count",
     "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",

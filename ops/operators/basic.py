@@ -82,7 +82,7 @@ class Map(Operator):
                 clock.timers if clock is not None and self.timers else None,
                 event_time=bool(self.clock and self.clock.event_time), batch_time=scope.batch_time)
         shared = None if scope.store.handed_in else scope.store.operator(GLOBAL_STATE)
-        now = Running(op, shared, scope.operators)
+        now = Running(op, shared, scope.operators, some_keys=bool(self.keys) and shared is None)
         if not self.keys:
             return self._call(scope, None, frame, op=op, md=self._md(scope, None), now=now)
         keys = self._keys(scope, frame)

@@ -316,3 +316,24 @@ def test_user_defined_stateful_operator_and_sql_readable_state(spark, warehouse)
         f"SELECT DISTINCT key, CAST(value AS BOOLEAN) AS seen FROM delta.`{pipeline.layout(warehouse).state}` "
         "WHERE operator = 'first_seen' ORDER BY key").toPandas()
     assert readable.values.tolist() == [["1", True], ["2", True], ["3", True]]
+
+
+def test_global_storage_is_shared_by_operators_and_restored_after_a_restart(spark, warehouse):
+    def count_rows(op, md, data):  # every operator adds its rows to one pipeline-wide count
+        rows = sp.set(None, {"key": "rows"}, (sp.get(None, {"key": "rows"}) or 0) + len(data))
+        return data.assign(**{op.name: rows})
+
+    def build():
+        return (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
+                .map(count_rows, state=0, name="first").map(count_rows, state=0, name="second")
+                .write.to_delta("out")).named("global_count")
+
+    build().publish(spark, [{"k": 1, "x": 1}, {"k": 2, "x": 1}], warehouse)
+    build().run_once(spark, warehouse)
+    build().publish(spark, [{"k": 3, "x": 1}], warehouse)
+    build().run_once(spark, warehouse)  # a new run: the count comes back from the checkpoint
+
+    out = build().read_sink(spark, "out", warehouse)
+    assert out[["first", "second"]].values.tolist() == [[1, 3], [2, 4], [5, 6]]
+    stored = sp.read_state(spark, build(), "__global__", warehouse=warehouse)
+    assert dict(zip(stored["key"], stored["value"])) == {"rows": 6}

@@ -119,6 +119,13 @@ def test_global_storage_on_an_executor_is_an_error_that_says_to_use_driver_mode(
         op.apply(BatchScope("p", 1, ("k",), handed_in), FRAME)
 
 
+def test_state_outside_the_calls_key_in_a_task_of_a_keyed_operator_is_an_error():
+    handed_in = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    op = Map(lambda op, md, data: sp.get(op, None), "sums", state=0, keys=("k",))
+    with pytest.raises(sp.OperatorError, match="each task holding only its keys' state"):
+        op.apply(BatchScope("p", 1, ("k",), handed_in), FRAME)
+
+
 def test_what_a_function_reads_back_in_the_run_is_what_a_restart_reads():
     def fn(op, md, data):
         stored = sp.set(op, md, {"pair": (1, 2), 3: "three"})
