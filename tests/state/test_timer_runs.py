@@ -69,7 +69,8 @@ def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, w
     assert len(first.batches) == 1 and pipeline.run_once(spark, warehouse).batches == []
 
 
-def test_event_time_timers_and_the_watermark_survive_a_restart(spark, warehouse):
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_event_time_timers_and_the_watermark_survive_a_restart(spark, warehouse, mode):
     def session_end(op, md, data):  # a key's session ends 5 s of event time after its last row
         if md.timer is not None:
             return pd.DataFrame({"k": [md.key], "ended": [md.timer], "batch": [md.batch_id]})
@@ -79,7 +80,7 @@ def test_event_time_timers_and_the_watermark_survive_a_restart(spark, warehouse)
     def build():
         return (sp.read.from_callback("events", key="k", schema={"k": "long", "ts": "timestamp"})
                 .map(session_end, state=0, name="quiet", timers=True, event_time="ts")
-                .write.to_delta("out").named("sessions"))
+                .write.to_delta("out").named("sessions").with_mode(mode))
 
     def at(seconds):
         return pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=seconds)
