@@ -240,9 +240,10 @@ class _Run:
             return Slice(source.schema.frame([], []), Slice.no_rejects())
         return source.read(self.ctx, *plan.ranges[source.name])
 
-    def scope(self, plan: BatchPlan, store: StateStore) -> BatchScope:
+    def scope(self, plan: BatchPlan) -> BatchScope:
+        """What the operators see of batch ``plan`` on the driver."""
         return BatchScope(self.pipeline.id, plan.batch_id, self.pipeline.source.schema.key_fields,
-                          store, plan.ranges, batch_time=plan.time_ms,
+                          self.store, plan.ranges, batch_time=plan.time_ms,
                           operators=self.pipeline.stateful_operators)
 
     # 3. run operators ------------------------------------------------------------------------
@@ -256,7 +257,7 @@ class _Run:
         if self.hooks:
             self.finish_checkpoint()
         frame = sliced.good
-        scope = self.scope(plan, self.store)
+        scope = self.scope(plan)
         self.batch_time = plan.time_ms
         keys: dict[tuple[str, ...], int] = {}  # distinct keys per keying, over keyed operators
         with _collector_paused():
