@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import ops as sp
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
@@ -35,3 +37,5 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     assert (tmp_path / "warehouse" / "sums_by_y" / "_state").is_dir()
     ended = namespace["sessions"].read_sink(spark, "sessions")  # the timers example
     assert ended[["user", "total"]].values.tolist() == [["ann", 2]]
+    stored = sp.read_state(spark, namespace["sessions"], "__global__")
+    assert dict(zip(stored["key"], stored["value"])) == {"clicks": 3}

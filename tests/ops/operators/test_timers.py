@@ -166,3 +166,13 @@ def test_a_map_with_timers_needs_state_and_a_keyed_stream():
     with pytest.raises(sp.OperatorError, match="has no timers: build it with"):
         op = keyed.map(lambda op, md, d: sp.set_timer(op, md, at=1), state=0).operators[-1]
         op.apply(BatchScope("p", 1, ("k",), memory_store()), pd.DataFrame({"k": ["a"]}))
+
+
+def test_event_time_ttl_measures_a_keys_latest_event_time_against_the_watermark():
+    run = Batches(lambda op, md, data: sp.set(op, md, len(data)) and None, event_time="ts",
+                  ttl_ms=1_000)
+    run.run(0, rows(("a", 1), ts=[0]))
+    run.run(0, rows(("b", 1), ts=[5_000]))  # watermark before it: 0, so a (due 1 s) stays
+    assert sorted(run.store.operator("s").held_keys()) == ["a", "b"]
+    run.run(0)  # watermark 5 s: a expired; b's deadline is 6 s
+    assert run.store.operator("s").held_keys() == ["b"]
