@@ -90,7 +90,7 @@ class Map(Operator):
         op._state.prefetch(present)
         fired: list[tuple[Any, int]] = []
         if clock is not None:
-            clock.expire()
+            clock.expire(op._state)
             fired = clock.fire(present)
         if self.vectorized:
             out = self._vectorized(scope, frame, present, fired, op, now)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from state import StateStore, Timers, expiry_state
+from state import OperatorState, StateStore, Timers, expiry_state
 
 from ..context import BatchScope
 from .base import TimerDeclaration
@@ -113,12 +113,12 @@ class KeyClock:
         self.expiry = expiry_of(self.declared, self.scope.store)
         self.now = batch_now(self.declared, self.scope)
 
-    def expire(self) -> list[Hashable]:
-        """Delete the state (and timers) of the keys whose TTL passed; return those keys."""
+    def expire(self, state: OperatorState) -> list[Hashable]:
+        """Delete the keys of ``state`` (and their timers) whose TTL passed; return them."""
         if self.expiry is None:
             return []
         expired = [key for key, _ in self.expiry.due(self.now)]
-        self.scope.store.operator(self.declared.operator).delete_many(expired)
+        state.delete_many(expired)
         self.timers.clear_many(expired)
         return expired
 
