@@ -3,6 +3,7 @@
 
     with standalone_cluster(tmp_dir, workers=2) as cluster:
         print(cluster.master_url)      # spark://127.0.0.1:<port>
+        cluster.add_workers(1)         # grow it: three workers, once the third is ALIVE
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import time
 import urllib.request
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
@@ -25,36 +26,50 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 _DEPLOY = "org.apache.spark.deploy"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cluster:
     master_url: str
     web_port: int
+    workdir: Path
+    _stack: ExitStack = field(repr=False)
+    cores: int = 1
+    memory: str = "1g"
+    timeout_s: float = 120
+    workers: int = 0
 
     def state(self) -> dict:
         """The master's JSON status page: workers, running and completed applications."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/json/", timeout=10) as page:
             return json.load(page)
 
+    def add_workers(self, count: int) -> None:
+        """Start ``count`` more workers; return once all of them are ALIVE. A running application
+        keeps the executors it has; the next one gets executors on every worker."""
+        for n in range(self.workers, self.workers + count):
+            self._stack.enter_context(_daemon(
+                self.workdir / f"worker{n}.log", f"{_DEPLOY}.worker.Worker", self.master_url,
+                "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                "--webui-port", str(free_port()), "--work-dir", str(self.workdir / f"work{n}")))
+        self.workers += count
+        _wait(lambda: _alive_workers(self) == self.workers, self.timeout_s,
+              f"{self.workers} workers did not register", self.workdir)
+
 
 @contextmanager
 def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
                        timeout_s: float = 120):
-    """Start a master and ``workers`` workers on 127.0.0.1; yield once every worker is ALIVE."""
+    """Start a master and ``workers`` workers on 127.0.0.1; yield once every worker is ALIVE.
+    Everything started, including workers added later, is stopped on exit."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, web_port = free_port(), free_port()
-    cluster = Cluster(f"spark://127.0.0.1:{port}", web_port)
     with ExitStack() as stack:
+        cluster = Cluster(f"spark://127.0.0.1:{port}", web_port, workdir, stack, cores, memory,
+                          timeout_s)
         stack.enter_context(_daemon(workdir / "master.log", f"{_DEPLOY}.master.Master",
                                     "--host", "127.0.0.1", "--port", str(port),
                                     "--webui-port", str(web_port)))
         _wait(lambda: _answers(cluster), timeout_s, "the Spark master did not answer", workdir)
-        for n in range(workers):
-            stack.enter_context(_daemon(
-                workdir / f"worker{n}.log", f"{_DEPLOY}.worker.Worker", cluster.master_url,
-                "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                "--webui-port", str(free_port()), "--work-dir", str(workdir / f"work{n}")))
-        _wait(lambda: _alive_workers(cluster) == workers, timeout_s,
-              f"{workers} workers did not register", workdir)
+        cluster.add_workers(workers)
         yield cluster
 
 

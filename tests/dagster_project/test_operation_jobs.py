@@ -5,10 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 
 import ops as sp
+from assets import SparkResource, WarehouseResource
+from dagster_project import defs
 from dagster_project.pipelines import running_sum_keyed
 from tests.helpers import sink_column
 
@@ -28,6 +31,21 @@ def dagster_job(job: str, config: dict | None, env: dict, tmp_path) -> str:
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "RUN_SUCCESS" in output, output[-4000:]
     return output
+
+
+def dagster_job_in_process(job: str, config: dict, spark, env: dict) -> None:
+    """The same job with the same run config, executed by Dagster in this process, under the
+    project's instance config (``$DAGSTER_HOME`` of ``env``), on the test's own Spark session,
+    against ``env``'s warehouse. For the jobs whose shell run would only repeat the command-line
+    path the shell runs here take already, each a cold Python and JVM (~20 s)."""
+    resources = {"spark": SparkResource(master=spark.sparkContext.master, shuffle_partitions=int(
+                     spark.conf.get("spark.sql.shuffle.partitions"))),
+                 "warehouse": WarehouseResource(path=env["LAKESTREAM_WAREHOUSE"])}
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        result = defs.resolve_job_def(job).execute_in_process(
+            run_config=config, instance=instance, resources=resources)
+        assert result.success
+        assert instance.get_run_by_id(result.run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
 @pytest.fixture
@@ -53,8 +71,8 @@ def test_operations_jobs_from_the_shell(spark, warehouse, dagster_env, tmp_path)
     described = dagster_job("describe", _config("describe", pipeline="running_sum"), dagster_env, tmp_path)
     assert "running_sum: checkpoint 3 (batch 3, epoch 0); source lag 0" in described
 
-    dagster_job("reset_to_checkpoint", _config("reset_to_checkpoint", pipeline="running_sum",
-                                               checkpoint_id=1), dagster_env, tmp_path)
+    dagster_job_in_process("reset_to_checkpoint", _config(
+        "reset_to_checkpoint", pipeline="running_sum", checkpoint_id=1), spark, dagster_env)
     assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 2]
     at_one = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
     assert dict(zip(at_one["key"], at_one["value"])) == {0: 1, 1: 2}
@@ -65,17 +83,18 @@ def test_operations_jobs_from_the_shell(spark, warehouse, dagster_env, tmp_path)
 
     with pytest.raises(sp.StreamError, match="checkpoint 2 was abandoned by an earlier reset"):
         sp.reset_to_checkpoint(spark, running_sum_keyed, 2, warehouse)
-    dagster_job("replay", _config("replay", pipeline="running_sum", checkpoint_id=1),
-                dagster_env, tmp_path)
+    dagster_job_in_process("replay", _config("replay", pipeline="running_sum", checkpoint_id=1),
+                           spark, dagster_env)
     assert sink_column(spark, running_sum_keyed, warehouse, "total") == totals
     state_after = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
     assert state_after[["key", "value"]].equals(state_before[["key", "value"]])
 
-    dagster_job("compact", _config("compact", pipeline="all"), dagster_env, tmp_path)
+    dagster_job_in_process("compact", _config("compact", pipeline="all"), spark, dagster_env)
     compacted = sp.read_state(spark, running_sum_keyed, "running_sum", warehouse=warehouse)
     assert compacted[["key", "value"]].equals(state_before[["key", "value"]])
-    dagster_job("vacuum", _config("vacuum", pipeline="running_sum", retention_hours=0),
-                dagster_env, tmp_path)
+    dagster_job_in_process("vacuum", _config("vacuum", pipeline="running_sum", retention_hours=0),
+                           spark, dagster_env)
+    # Recovery from the shell: a fresh process that knows only what the warehouse holds.
     dagster_job("recover", _config("recover", pipeline="running_sum"), dagster_env, tmp_path)
     assert sink_column(spark, running_sum_keyed, warehouse, "total") == totals
     assert sp.checkpoint_problems(spark, running_sum_keyed, warehouse) == []

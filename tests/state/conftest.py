@@ -1,5 +1,7 @@
 """Fixtures of the state-engine tests."""
 
+import shutil
+
 import pytest
 
 from tests.state import crash_pipeline as cp
@@ -19,6 +21,24 @@ def plain_oracle(spark, tmp_path_factory):
 @pytest.fixture(scope="session")
 def distributed_oracle(spark, tmp_path_factory):
     return _crash_free(spark, cp.build_distributed(), str(tmp_path_factory.mktemp("dist_oracle")))
+
+
+@pytest.fixture(scope="session")
+def published(spark, tmp_path_factory):
+    """``published(pipeline, warehouse)``: ``warehouse`` holds the pipeline's whole input, as
+    :func:`publish_all` leaves it. Published once per pipeline into a template warehouse and
+    copied from there (Delta tables keep relative paths): publishing the same batches again
+    for every crash test cost ~2 s each. The oracles publish for themselves."""
+    templates = {}
+
+    def into(pipeline, warehouse: str) -> None:
+        if pipeline.name not in templates:
+            template = tmp_path_factory.mktemp(f"published_{pipeline.name}") / "warehouse"
+            publish_all(spark, pipeline, str(template))
+            templates[pipeline.name] = template
+        shutil.copytree(templates[pipeline.name], warehouse, dirs_exist_ok=True)
+
+    return into
 
 
 def _crash_free(spark, pipeline, warehouse):

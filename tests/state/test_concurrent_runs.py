@@ -7,14 +7,14 @@ import pytest
 
 from state import tables
 from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
+from tests.state.crash_pipeline import outcome
 
 
 @pytest.mark.slow
 def test_two_runs_at_once_no_duplicates_no_lost_updates(spark, warehouse, child_env, oracle,
-                                                        tmp_path):
+                                                        published, tmp_path):
     pipeline = cp.build()
-    publish_all(spark, pipeline, warehouse)
+    published(pipeline, warehouse)
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = dict(child_env, CRASH_TEST_BARRIER=str(barrier))

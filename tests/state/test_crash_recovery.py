@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
+from tests.state.crash_pipeline import outcome
 
 STEPS = [
     "after_plan:1",                # all six plans recorded (one commit), nothing run
@@ -53,9 +53,10 @@ def test_plain_oracle_is_the_same_run_without_the_audit_table(oracle, plain_orac
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", STEPS)
-def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, crash_at):
+def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, published,
+                                           crash_at):
     pipeline = cp.build()
-    publish_all(spark, pipeline, warehouse)
+    published(pipeline, warehouse)
     if crash_at.startswith("hook_on_recover"):
         first = _child(child_env, "after_sink_write:3")
         assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
@@ -71,15 +72,17 @@ def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", PLAIN_STEPS)
 def test_crash_while_the_next_batch_writes_matches_oracle(spark, warehouse, child_env,
-                                                          plain_oracle, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, "plain", crash_at, plain_oracle, batches=6)
+                                                          plain_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, child_env, published, "plain", crash_at, plain_oracle,
+                       batches=6)
 
 
-def _crash_and_recover(spark, warehouse, child_env, variant, crash_at, oracle, batches):
+def _crash_and_recover(spark, warehouse, child_env, published, variant, crash_at, oracle,
+                       batches):
     """Kill a child running the ``variant`` pipeline at ``crash_at``; recover in a fresh run,
     here in-process; what it leaves must be the oracle's."""
     pipeline = cp.BUILDERS[variant]()
-    publish_all(spark, pipeline, warehouse)
+    published(pipeline, warehouse)
     crashed = _child(child_env, crash_at, pipeline=variant)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
@@ -108,19 +111,19 @@ def test_distributed_oracle_is_what_the_pipeline_means(distributed_oracle):
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", DISTRIBUTED_STEPS)
 def test_distributed_crash_then_recover_matches_oracle(spark, warehouse, child_env,
-                                                       distributed_oracle, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, "distributed", crash_at, distributed_oracle,
-                       batches=2)
+                                                       distributed_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, child_env, published, "distributed", crash_at,
+                       distributed_oracle, batches=2)
 
 
 @pytest.mark.slow
 def test_a_killed_executor_python_worker_fails_the_batch_or_is_retried(
-        warehouse, child_env, tmp_path, spark, distributed_oracle):
+        warehouse, child_env, tmp_path, spark, distributed_oracle, published):
     """Without task retries (``local[1]``) a worker killed mid-batch fails the run cleanly,
     nothing of the batch committed; the next run, whose worker is killed too but with retries
     (``local[1,4]``), has Spark retry the task, replays the batch and matches the oracle."""
     pipeline = cp.build_distributed()
-    publish_all(spark, pipeline, warehouse)
+    published(pipeline, warehouse)
     failed = _child(dict(child_env, CRASH_TEST_KILL_WORKER=str(tmp_path / "killed_once")),
                     pipeline="distributed")
     assert failed.returncode == 1, failed.stdout + failed.stderr[-3000:]
