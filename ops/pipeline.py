@@ -181,6 +181,14 @@ class Stream:
         state table's changes; write them with ``.write.to_table("name")``."""
         return GroupedStream(self, tuple(columns))
 
+    def typed(self, aggs: Mapping[str, Agg]) -> tuple[tuple[str, Agg], ...]:
+        """``aggs`` with result types from the columns the source declares (see
+        :meth:`Agg.typed`), unless an operator before may have changed them (any but a filter):
+        then their values decide."""
+        unchanged = all(isinstance(op, Filter) for op in self.operators)
+        declared = dict(self.source.schema.fields) if unchanged else {}
+        return tuple((name, agg.typed(declared)) for name, agg in aggs.items())
+
     @property
     def write(self) -> Writer:
         """Choose a sink: ``.write.to_console()``, ``.write.to_delta("name")`` or, after an
@@ -401,7 +409,7 @@ class GroupedStream:
         """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
         _check_aggs(aggs)
         op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
-                            keys=self.keys, aggs=tuple(aggs.items()), having=having)
+                            keys=self.keys, aggs=self.stream.typed(aggs), having=having)
         return self.stream.via(op)
 
 
@@ -418,7 +426,7 @@ class WindowedStream:
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
-                  window=self.window, aggs=tuple(aggs.items()), emit=emit)
+                  window=self.window, aggs=self.stream.typed(aggs), emit=emit)
         return self.stream.via(op)
 
 

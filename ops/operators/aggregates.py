@@ -8,8 +8,8 @@ counts rows.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,24 @@ class Agg:
     column: str | None = None
     fn: Callable[[Any, pd.Series], Any] | None = None
     initial: Any = None
+    #: the pandas dtype of its results, when the input column's type is declared (see typed)
+    dtype: str | None = None
+
+    def typed(self, field_types: Mapping[str, str]) -> Agg:
+        """This aggregate with the dtype of its results fixed by its input column's declared
+        type (``field_types``: column -> ``long``/``double``/…), so a batch whose values are
+        all null still emits a typed column: a sink table's column type never depends on the
+        first batch's values. Unchanged when the column's type is not declared.
+
+        >>> sum_("x").typed({"x": "long"}).dtype, max_("s").typed({"s": "string"}).dtype
+        ('Int64', 'string')
+        """
+        declared = field_types.get(self.column) if self.column else None
+        if declared is None or self.kind not in _TYPED_KINDS:
+            return self
+        if self.kind == "sum" and declared not in ("long", "double"):
+            return self
+        return replace(self, dtype=_RESULT_DTYPES[declared])
 
     def partial(self, groups: DataFrameGroupBy) -> pd.Series:
         """This batch's contribution per group (index: group key)."""
@@ -86,6 +104,11 @@ class Agg:
             total, count = acc or (None, 0)
             return None if not count or total is None else total / count
         return acc
+
+
+_TYPED_KINDS = frozenset({"sum", "min", "max", "latest"})  # results of the input's type
+_RESULT_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
+                  "timestamp": "datetime64[ns, UTC]"}
 
 
 def _missing(value: Any) -> bool:

@@ -183,10 +183,10 @@ _KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf
 
 
 def nullable_array(agg: Agg, values: list) -> pd.api.extensions.ExtensionArray:
-    """``values`` as an array of the aggregate's nullable type: fixed by its kind, else inferred
-    from the values (once). Values pandas cannot type, such as lists of unequal lengths, stay
-    Python objects."""
-    dtype = _KIND_DTYPES.get(agg.kind, None if values else object)
+    """``values`` as an array of the aggregate's nullable type: fixed by its kind or its input's
+    declared type (:meth:`Agg.typed`), else inferred from the values (once). Values pandas
+    cannot type, such as lists of unequal lengths, stay Python objects."""
+    dtype = _KIND_DTYPES.get(agg.kind, agg.dtype or (None if values else object))
     try:
         return pd.array(values, dtype=dtype)
     except (TypeError, ValueError):

@@ -39,3 +39,22 @@ def test_stored_sinks_name_their_tables_and_the_console_is_not_readable(spark, w
 def test_to_table_needs_an_operator_that_emits_table_changes():
     with pytest.raises(PipelineDefinitionError, match="to_table needs an aggregation"):
         sp.read.from_callback("in").map(lambda data: data).write.to_table("t")
+
+
+def test_aggregates_of_a_first_batch_of_nulls_are_typed_by_the_declared_input(spark, warehouse):
+    schema = {"k": "string", "x": "long", "y": "double", "s": "string"}
+    pipeline = (sp.read.from_callback("in", key="k", schema=schema, max_versions=1)
+                .group_by("k").agg(total=sp.sum_("x"), top=sp.max_("y"),
+                                   last=sp.latest_by_offset("s"), n=sp.count("x"))
+                .write.to_table("t")).named("typed_aggregates")
+    pipeline.publish(spark, [{"k": "a", "x": None, "y": None, "s": None}], warehouse)
+    pipeline.run_once(spark, warehouse)  # every aggregate null: the table's columns are typed
+    pipeline.publish(spark, [{"k": "a", "x": 3, "y": 1.5, "s": "hi"}], warehouse)
+    pipeline.run_once(spark, warehouse)  # failed with CAST(total AS VOID) when typed by values
+
+    table = spark.read.format("delta").load(pipeline.table_path("t", warehouse))
+    types = {f.name: f.dataType.simpleString() for f in table.schema.fields}
+    assert [types[c] for c in ("total", "top", "last", "n")] == ["bigint", "double", "string",
+                                                                "bigint"]
+    assert table.select("total", "top", "last", "n").collect()[0].asDict() == {
+        "total": 3, "top": 1.5, "last": "hi", "n": 1}
