@@ -312,8 +312,9 @@ def test_user_defined_stateful_operator_and_sql_readable_state(spark, warehouse)
     pipeline.publish(spark, [{"k": 2, "x": 4}, {"k": 3, "x": 5}], warehouse)
     pipeline.run_once(spark, warehouse)
     assert sink_rows(spark, pipeline, warehouse, "out")["x"].tolist() == [1, 3, 5]
+    state_table = pipeline.layout(warehouse).state
     readable = spark.sql(
-        f"SELECT DISTINCT key, CAST(value AS BOOLEAN) AS seen FROM delta.`{pipeline.layout(warehouse).state}` "
+        f"SELECT DISTINCT key, CAST(value AS BOOLEAN) AS seen FROM delta.`{state_table}` "
         "WHERE operator = 'first_seen' ORDER BY key").toPandas()
     assert readable.values.tolist() == [["1", True], ["2", True], ["3", True]]
 
