@@ -13,9 +13,22 @@ ROOT = Path(__file__).resolve().parents[1]
 def spark():
     import ops
 
-    session = ops.spark_session(ops.SparkConfig(master="local[2]", shuffle_partitions=2))
+    # 3 GiB of heap: the one session serves 230-odd tests, and at the default 1 GiB it ran out
+    # of heap near the end of the suite (slowing every test before that in garbage collection)
+    session = ops.spark_session(ops.SparkConfig(master="local[2]", shuffle_partitions=2,
+                                                extra={"spark.driver.memory": "3g"}))
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _forget_delta_logs(request):
+    """After a test that used Spark: drop Delta's cache of table logs and snapshots. Every test
+    writes tables of its own, which no later test reads, and the cache kept them all."""
+    yield
+    if "spark" in request.fixturenames:
+        session = request.getfixturevalue("spark")
+        session.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 @pytest.fixture
