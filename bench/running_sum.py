@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from _common import drain_query, peak_memory
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import LongType, StructField, StructType
@@ -20,8 +21,6 @@ from pyspark.sql.types import LongType, StructField, StructType
 import ops as sp
 from state import CHECKPOINT_OPERATOR, DEFAULT_KEY_GROUPS, Checkpoint, key_group_column, tables
 from state.checkpoint import STATE_TABLE_PROPERTIES
-
-from _common import drain_query, peak_memory
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUT_SCHEMA = StructType([StructField(n, LongType()) for n in ("k", "x", "total")])
@@ -84,9 +83,14 @@ def run_lakestream(spark, source: str, warehouse: str, vectorized: bool) -> dict
     return drain_pipeline(spark, pipeline, warehouse)
 
 
-def run_anchor(spark, source: str, workdir: str) -> dict:
-    """Spark Structured Streaming: same source, one commit per trigger, RocksDB state."""
+def run_anchor(spark, source: str, workdir: str, timeout_ms: int | None = None) -> dict:
+    """Spark Structured Streaming: same source, one commit per trigger, RocksDB state. With
+    ``timeout_ms``, every call sets a processing-time timeout that far ahead; Spark runs batches
+    with no data while a query holds timeouts, so its ``availableNow`` drain would never end
+    (880 empty batches before it was stopped): they are turned off then."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    if timeout_ms is not None:
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
 
     def running_sum(key, frames, group_state):
         total = group_state.get[0] if group_state.exists else 0
@@ -95,10 +99,14 @@ def run_anchor(spark, source: str, workdir: str) -> dict:
             total = int(running.iloc[-1])
             yield pd.DataFrame({"k": frame["k"], "x": frame["x"], "total": running})
         group_state.update((total,))
+        if timeout_ms is not None:
+            group_state.setTimeoutDuration(timeout_ms)
 
+    timeout = (GroupStateTimeout.NoTimeout if timeout_ms is None
+               else GroupStateTimeout.ProcessingTimeTimeout)
     stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
               .groupBy("k").applyInPandasWithState(running_sum, OUT_SCHEMA, STATE_SCHEMA, "append",
-                                                   GroupStateTimeout.NoTimeout))
+                                                   timeout))
     return drain_query(spark, stream, workdir)
 
 

@@ -21,21 +21,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pandas as pd  # noqa: E402
-from pyspark.sql.streaming.state import GroupStateTimeout  # noqa: E402
 
-import ops as sp  # noqa: E402
-from _common import drain_query, print_table, write_results  # noqa: E402
+from _common import print_table, write_results  # noqa: E402
 from running_sum import (  # noqa: E402
-    OUT_SCHEMA,
-    ROCKSDB,
-    STATE_SCHEMA,
     drain_pipeline,
     events,
     per_key_sum,
+    run_anchor,
     vectorized_sum,
     write_batches,
 )
+
+import ops as sp  # noqa: E402
 
 
 def per_key_with_timer(op, md, data):
@@ -66,29 +63,6 @@ def run_variant(spark, source: str, warehouse: str, name: str) -> dict:
     return drain_pipeline(spark, pipeline, warehouse)
 
 
-def run_anchor(spark, source: str, workdir: str) -> dict:
-    """``applyInPandasWithState``, RocksDB, a processing-time timeout set an hour ahead. Spark
-    runs batches with no data while a query holds timeouts, so its ``availableNow`` drain never
-    ends (880 empty batches here before it was stopped): they are turned off for the anchor."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-
-    def running_sum(key, frames, group_state):
-        total = group_state.get[0] if group_state.exists else 0
-        for frame in frames:
-            running = frame["x"].cumsum() + total
-            total = int(running.iloc[-1])
-            yield pd.DataFrame({"k": frame["k"], "x": frame["x"], "total": running})
-        group_state.update((total,))
-        group_state.setTimeoutDuration(3_600_000)
-
-    stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-              .groupBy("k").applyInPandasWithState(
-                  running_sum, OUT_SCHEMA, STATE_SCHEMA, "append",
-                  GroupStateTimeout.ProcessingTimeTimeout))
-    return drain_query(spark, stream, workdir)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=10_000)
@@ -104,7 +78,8 @@ def main() -> None:
     source = f"{workdir}/events"
     total = write_batches(spark, source, events(args.keys, [args.batch] * args.batches))
     runs = {name: run_variant(spark, source, f"{workdir}/wh", name) for name in VARIANTS}
-    runs["anchor: applyInPandasWithState + timeout"] = run_anchor(spark, source, f"{workdir}/anchor")
+    runs["anchor: applyInPandasWithState + timeout"] = run_anchor(
+        spark, source, f"{workdir}/anchor", timeout_ms=3_600_000)
     rows = []
     for name, run in runs.items():
         assert run["events"] == total, (name, run["events"], total)
