@@ -26,9 +26,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
 from ops import BATCH_COLUMN, OLD_COLUMN, ROW_COLUMN, Pipeline, TableSink
+from ops.errors import SqlError
+from ops.sql import DEFAULT_CATALOG, Catalog, compile_query
+from ops.sql.engine import run_query
+from ops.sql.queries import pushed_rows
 from state import resolve_warehouse, tables
 
-from .registry import AnalyticsError, Registry, Subscription, canonical, default_registry
+from .registry import Analytic, AnalyticsError, Registry, Subscription, canonical, default_registry
 
 SUBSCRIPTIONS_SCHEMA = StructType([
     StructField("id", StringType(), False), StructField("analytic", StringType(), False),
@@ -39,6 +43,10 @@ DELTAS_SCHEMA = StructType([
     StructField("target", StringType(), False), StructField("batch_id", LongType(), False),
     StructField("subscription", StringType(), False), StructField("rows", StringType(), False)])
 _POSITION = ""  # the row that marks a batch as published for its target, even with no deltas
+#: Analytics made from push queries are named this, then the query's compiled SQL: identical
+#: queries (whatever their spacing or case) share one subscription, and a restarted manager
+#: rebuilds the analytic from its name.
+SQL_ANALYTIC = "sql:"
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class QueryManager:
     # -- clients ----------------------------------------------------------------------------
     def subscribe(self, analytic: str, params: Any, target: str, user: str) -> Handle:
         """A handle on the (possibly shared) subscription, with its snapshot."""
-        chosen = self.registry.get(analytic)
+        chosen = self._analytic(analytic)
         checked = chosen.validate(params)
         if target not in self._targets:
             raise AnalyticsError(f"no target pipeline {target!r}; known: {sorted(self._targets)}")
@@ -92,6 +100,39 @@ class QueryManager:
             self._clients[client] = sub
             return Handle(client, sub, *self._snapshot_of(sub))
 
+    def subscribe_query(self, statement: str, user: str, catalog: Catalog | None = None) -> Handle:
+        """A push query, ``SELECT … FROM <state table> [WHERE …] EMIT CHANGES``, served as a
+        subscription: the rows that match now, then each batch's matching changes (and the
+        keys it deleted). The table is one ``sp.sql`` created (``catalog``: where it was
+        registered, by default ``sp.sql``'s); it becomes a target if it is not one yet."""
+        try:
+            query = compile_query(statement, catalog or DEFAULT_CATALOG)
+        except SqlError as exc:
+            raise AnalyticsError(str(exc)) from None
+        if not query.push:
+            raise AnalyticsError("a push query ends with EMIT CHANGES; for the rows as they are "
+                                 "now, run it as a pull query (sp.query)")
+        with self._lock:
+            target = next((name for name, (pipeline, table) in self._targets.items()
+                           if pipeline.name == query.table.pipeline.name
+                           and table == query.table.table), None)
+            if target is None:
+                target = query.table.table
+                self._targets[target] = (query.table.pipeline, query.table.table)
+        return self.subscribe(SQL_ANALYTIC + query.sql, {}, target, user)
+
+    def _analytic(self, name: str) -> Analytic:
+        """The registered analytic ``name``; a push query's is made from its name on first use
+        (also after a restart, for the subscriptions stored)."""
+        if name.startswith(SQL_ANALYTIC) and name not in self.registry.registered():
+            sql = name[len(SQL_ANALYTIC):]
+            return self.registry.register(
+                name, params={},
+                snapshot=lambda sub, table: run_query(sql, table.drop(
+                    columns=[BATCH_COLUMN], errors="ignore")) if len(table) else table,
+                delta=lambda sub, changes: pushed_rows(sql, self.table_keys(sub.target), changes))
+        return self.registry.get(name)
+
     def unsubscribe(self, client: str, user: str) -> bool:
         """Release ``client``'s handle; the last one removes the subscription. Returns whether
         the subscription went away. A user can only release their own handles."""
@@ -104,7 +145,7 @@ class QueryManager:
                 return False
             del self._subscriptions[sub.key]
             self._record(sub, active=False)
-            unsubscribe = self.registry.get(sub.analytic).unsubscribe
+            unsubscribe = self._analytic(sub.analytic).unsubscribe
             if unsubscribe:
                 unsubscribe(sub)
             return True
@@ -130,7 +171,7 @@ class QueryManager:
         """The subscription's rows as of the last batch published for its target, and that
         batch: the deltas a client receives next start right after it."""
         batch = self._published.get(sub.target, 0)
-        rows = self.registry.get(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
+        rows = self._analytic(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
         return batch, _records(rows)
 
     def table_keys(self, target: str) -> tuple[str, ...]:
@@ -168,7 +209,7 @@ class QueryManager:
     def _publish_batch(self, target: str, batch_id: int, changes: pd.DataFrame, out: dict) -> None:
         rows = [(target, batch_id, _POSITION, "[]")]
         for sub in [s for s in self._subscriptions.values() if s.target == target]:
-            delta = _records(self.registry.get(sub.analytic).delta(sub, changes))
+            delta = _records(self._analytic(sub.analytic).delta(sub, changes))
             self.computations[(target, batch_id)] += 1
             if delta:
                 rows.append((target, batch_id, sub.id, json.dumps(delta, default=str)))

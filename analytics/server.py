@@ -155,8 +155,12 @@ class QueryServer:
             return JSONResponse(mine)
         try:
             body = json.loads(await request.body())
-            handle = await asyncio.to_thread(self.manager.subscribe, body.get("analytic"),
-                                             body.get("params", {}), body.get("target"), user)
+            if "sql" in body:  # a push query: SELECT … FROM <state table> … EMIT CHANGES
+                handle = await asyncio.to_thread(self.manager.subscribe_query, str(body["sql"]),
+                                                 user)
+            else:
+                handle = await asyncio.to_thread(self.manager.subscribe, body.get("analytic"),
+                                                 body.get("params", {}), body.get("target"), user)
         except (AnalyticsError, json.JSONDecodeError, AttributeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         self.clients[handle.client] = _Client(user, asyncio.Queue(self.queue_size))

@@ -14,6 +14,7 @@ ROW_COLUMN = "_row"          # the row's position in its batch's output
 CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's changelog
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
+SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
 
 #: Distributed mode: a row's place in its batch, carried through the stages (internal).
 ORDER_COLUMN = "__order"

@@ -29,6 +29,7 @@ from .errors import PipelineDefinitionError
 from .operators import (
     STATELESS,
     Agg,
+    ChangesAsRows,
     Filter,
     GroupAggregate,
     LatestByKey,
@@ -174,6 +175,14 @@ class Stream:
         if not keys:
             raise PipelineDefinitionError("as_table needs the key column(s)")
         op = LatestByKey(name=self._name_for(name, "table"), keys=tuple(keys))
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    def changes_as_rows(self, name: str | None = None) -> Stream:
+        """Read a table's change rows (after ``as_table``, or a state table's changelog read
+        with ``sp.read.from_delta``) as signed rows, so a following ``group_by(...).agg(...)``
+        aggregates the *table*: an update takes the old row out of its group before the new
+        one joins its own (see :mod:`ops.operators.retraction`); COUNT, SUM and AVG only."""
+        op = ChangesAsRows(name=self._name_for(name, "changes_as_rows"))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def group_by(self, *columns: str) -> GroupedStream:
@@ -408,8 +417,10 @@ class GroupedStream:
             **aggs: Agg) -> Stream:
         """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
         _check_aggs(aggs)
+        retracting = any(isinstance(op, ChangesAsRows) for op in self.stream.operators)
         op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
-                            keys=self.keys, aggs=self.stream.typed(aggs), having=having)
+                            keys=self.keys, aggs=self.stream.typed(aggs), having=having,
+                            retracting=retracting)
         return self.stream.via(op)
 
 
@@ -421,12 +432,14 @@ class WindowedStream:
     keys: tuple[str, ...]
     window: Window | Session
 
-    def agg(self, emit: str = "changes", name: str | None = None, **aggs: Agg) -> Stream:
-        """Aggregates per key and window; ``emit="final"`` emits each window once, closed."""
+    def agg(self, emit: str = "changes", name: str | None = None,
+            having: Callable[[pd.DataFrame], Any] | None = None, **aggs: Agg) -> Stream:
+        """Aggregates per key and window; ``emit="final"`` emits each window once, closed;
+        ``having`` hides windows that fail it (not for sessions)."""
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
-                  window=self.window, aggs=self.stream.typed(aggs), emit=emit)
+                  window=self.window, aggs=self.stream.typed(aggs), emit=emit, having=having)
         return self.stream.via(op)
 
 

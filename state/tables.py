@@ -236,3 +236,22 @@ def latest_version(path: str, spark: SparkSession | None = None) -> int:
     if spark is None:
         raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
     return history_version(spark, path) if exists(spark, path) else -1
+
+
+def local_columns(path: str) -> tuple[str, ...] | None:
+    """The column names of the local Delta table at ``path``, from the newest ``metaData``
+    action in its JSON commits (no Spark); ``None`` when there is no such table or the log's
+    JSON commits no longer hold its schema (older ones cleaned up after a checkpoint)."""
+    versions = local_commit_versions(path)
+    local = local_path(path)
+    if not versions or local is None:
+        return None
+    log = os.path.join(local, "_delta_log")
+    for version in reversed(versions):
+        with open(os.path.join(log, f"{version:020d}.json")) as handle:
+            for line in handle:
+                meta = json.loads(line).get("metaData")
+                if meta is not None:
+                    fields = json.loads(meta["schemaString"])["fields"]
+                    return tuple(field["name"] for field in fields)
+    return None

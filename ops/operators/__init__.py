@@ -2,7 +2,8 @@
 
 One module per operator family: ``basic`` (map, filter), ``aggregates`` (the aggregate
 functions), ``grouped`` (group-by aggregation), ``latest`` (``as_table``), ``windows`` and
-``sessions`` (event-time windows, sharing ``event_time``), ``joins``.
+``sessions`` (event-time windows, sharing ``event_time``), ``joins``, ``projection`` (a
+table's SELECT list over its aggregates), ``retraction`` (a table's changes as signed rows).
 """
 
 from .aggregates import (
@@ -21,13 +22,16 @@ from .basic import GLOBAL_STATE, STATELESS, Filter, Map
 from .grouped import GroupAggregate
 from .joins import TableJoin, TableTableJoin
 from .latest import LatestByKey
+from .projection import TableProjection
+from .retraction import ChangesAsRows
 from .sessions import Session, SessionAggregate, session
 from .windows import Window, WindowAggregate, hopping, tumbling
 
 __all__ = [
-    "GLOBAL_STATE", "STATELESS", "Agg", "Filter", "GroupAggregate", "LatestByKey", "Map",
+    "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "LatestByKey", "Map",
     "Operator", "Session",
-    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TimerDeclaration",
+    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TableProjection",
+    "TimerDeclaration",
     "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count",
     "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",
 ]

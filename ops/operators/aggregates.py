@@ -60,10 +60,29 @@ class Agg:
                              index=values.count().index)
         if self.kind == "latest":
             return values.last()  # pandas' last() skips nulls: the latest non-null by offset
+        if self.kind == "latest_nulls":
+            return values.last(skipna=False)
         if self.kind == "collect_list":
             return values.agg(lambda s: [to_python(v) for v in s.dropna()])
         # user aggregate: the group's values (in order), folded into the accumulator in combine
         return values.agg(lambda s: [to_python(v) for v in s])
+
+    def signed_partial(self, frame: pd.DataFrame, by: list[str], sign: str) -> pd.Series:
+        """:meth:`partial` of rows added (``frame[sign]`` +1) and taken back (-1), for the
+        aggregates that can undo a row (:data:`UNDOABLE`): COUNT adds the signs of its rows,
+        SUM the signed values, AVG both."""
+        signs = frame[sign]
+        if self.column is None:
+            counted = signs
+        else:
+            counted = signs.where(frame[self.column].notna(), 0)
+        if self.kind == "count":
+            return frame.assign(__w=counted).groupby(by, sort=False)["__w"].sum()
+        signed = frame.assign(__v=frame[self.column] * signs, __w=counted).groupby(by, sort=False)
+        total = signed["__v"].sum(min_count=1)
+        if self.kind == "sum":
+            return total
+        return pd.Series(list(zip(total, signed["__w"].sum())), index=total.index)  # avg
 
     def combine(self, acc: Any, part: Any) -> Any:
         """Fold one key's batch partial into its accumulator (``None`` before the first row)."""
@@ -75,13 +94,15 @@ class Agg:
             total, count = acc or (None, 0)
             batch_total, batch_count = part
             batch_total = to_python(batch_total)
-            if batch_count == 0:
+            if _missing(batch_total):  # nulls only (a net count of 0 may still move the total)
                 return [total, count]
             return [batch_total if total is None else total + batch_total, count + int(batch_count)]
         if kind == "udf":
             if self.fn is None:
                 raise PipelineDefinitionError("a user aggregate needs its function: sp.aggregate(...)")
             return self.fn(copy.deepcopy(self.initial) if acc is None else acc, pd.Series(part))
+        if kind == "latest_nulls":
+            return None if _missing(part) else part
         if _missing(part):
             return acc
         if acc is None:
@@ -106,17 +127,22 @@ class Agg:
         return acc
 
 
-_TYPED_KINDS = frozenset({"sum", "min", "max", "latest"})  # results of the input's type
+#: The aggregates that can take a row back, so they may aggregate a table (ksqlDB's rule).
+UNDOABLE = frozenset({"count", "sum", "avg"})
+_TYPED_KINDS = frozenset({"sum", "min", "max", "latest", "latest_nulls"})  # results of the input's type
 _RESULT_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
                   "timestamp": "datetime64[ns, UTC]"}
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
 def to_python(value: Any) -> Any:
-    """numpy scalars become Python ones, so accumulators stay JSON-encodable."""
+    """numpy scalars become Python ones and pandas' ``NA`` (nullable columns) ``None``, so
+    accumulators stay JSON-encodable."""
+    if value is pd.NA:
+        return None
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -141,9 +167,10 @@ def avg(column: str) -> Agg:
     return Agg("avg", column)
 
 
-def latest_by_offset(column: str) -> Agg:
-    """The last non-null value of ``column`` in input order."""
-    return Agg("latest", column)
+def latest_by_offset(column: str, ignore_nulls: bool = True) -> Agg:
+    """The last non-null value of ``column`` in input order; with ``ignore_nulls=False`` the
+    last value, null or not (ksqlDB's ``LATEST_BY_OFFSET(col, false)``)."""
+    return Agg("latest" if ignore_nulls else "latest_nulls", column)
 
 
 def collect_list(column: str) -> Agg:

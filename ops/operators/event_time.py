@@ -12,6 +12,7 @@ each row its stream time in :data:`STREAM_TIME_COLUMN` and the time after the ba
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,8 @@ class EventTimeAggregate(Operator):
     window: Any
     aggs: tuple[tuple[str, Agg], ...]
     emit: str = "changes"
+    #: hides windows whose values fail it (ksqlDB's HAVING), as ``GroupAggregate``'s does
+    having: Callable[[pd.DataFrame], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.emit not in ("changes", "final"):

@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..columns import CHANGE_COLUMN, OLD_COLUMN
+from ..columns import CHANGE_COLUMN, OLD_COLUMN, SIGN_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
-from .aggregates import Agg
+from .aggregates import UNDOABLE, Agg
 from .base import TableOperator
 
 log = logging.getLogger(__name__)
@@ -33,13 +33,17 @@ class GroupAggregate(TableOperator):
 
     Rows whose group key is null are dropped and counted in the log (ksqlDB drops them too).
     ``having(values) -> bool Series`` hides keys that fail it: a key that stops passing is
-    deleted from the table (a tombstone), as in ksqlDB.
+    deleted from the table (a tombstone), as in ksqlDB. ``retracting``: the rows are a
+    table's, signed (:mod:`ops.operators.retraction`): each row's ``_sign`` adds it to its
+    group or takes it back; only :data:`UNDOABLE` aggregates can, and a count that falls to 0
+    stays, at 0, unless HAVING hides it.
     """
 
     name: str
     keys: tuple[str, ...]
     aggs: tuple[tuple[str, Agg], ...]
     having: Callable[[pd.DataFrame], Any] | None = None
+    retracting: bool = False
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -49,6 +53,11 @@ class GroupAggregate(TableOperator):
         if clash or not names:
             raise PipelineDefinitionError(
                 f"agg needs distinct output names that are not group columns; got {names}")
+        undoable = sorted({agg.kind for _, agg in self.aggs} - UNDOABLE)
+        if self.retracting and undoable:
+            raise PipelineDefinitionError(
+                f"aggregating a table needs aggregates that can take a row back (COUNT, SUM, "
+                f"AVG); {undoable} cannot, so they apply to a stream only (as in ksqlDB)")
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         return self.changes(*self.fold(scope, frame))
@@ -66,8 +75,12 @@ class GroupAggregate(TableOperator):
                         self.name, scope.batch_id, len(frame) - len(keyed))
         if keyed.empty:
             return [], []
-        groups = keyed.groupby(list(self.keys), sort=False)
-        partials = {name: agg.partial(groups) for name, agg in self.aggs}
+        if self.retracting:
+            partials = {name: agg.signed_partial(keyed, list(self.keys), SIGN_COLUMN)
+                        for name, agg in self.aggs}
+        else:
+            groups = keyed.groupby(list(self.keys), sort=False)
+            partials = {name: agg.partial(groups) for name, agg in self.aggs}
         index = next(iter(partials.values())).index
         group_keys = index.tolist()
         # Plain lists by position: a Series lookup per key (a MultiIndex search for several
@@ -163,7 +176,7 @@ class GroupAggregate(TableOperator):
         return frame
 
 
-_DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest"})
+_DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest", "latest_nulls"})
 
 
 def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
@@ -174,8 +187,10 @@ def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
 
 
 def _without_nan(values: list) -> list:
-    """Partials with NaN (a group whose values were all null) as None, as combine() gives."""
-    return [None if isinstance(value, float) and value != value else value for value in values]
+    """Partials with NaN or NA (a group whose values were all null) as None, as combine()
+    gives."""
+    return [None if value is pd.NA or (isinstance(value, float) and value != value) else value
+            for value in values]
 
 
 # Dtypes fixed by the aggregate's kind; other kinds take the dtype their values infer.

@@ -50,6 +50,8 @@ class SessionAggregate(EventTimeAggregate):
         super().__post_init__()
         if any(agg.kind == "udf" for _, agg in self.aggs):
             raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
+        if self.having is not None:
+            raise PipelineDefinitionError("HAVING is not supported with session windows")
 
     def state_key(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(values)  # a key's sessions are kept under the tuple of its key columns
@@ -116,15 +118,16 @@ class SessionAggregate(EventTimeAggregate):
         return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
 
     def _rows(self, changes: list) -> list[dict]:
-        """Net changes of the batch: sessions absorbed by a later merge show as deletes only."""
+        """Net changes of the batch: sessions absorbed by a later merge show as deletes only,
+        each carrying the old session's start and end (ksqlDB's tombstone), before the rows of
+        the sessions that replace them."""
         final: dict[tuple, tuple] = {}
         for change, key, sess in changes:
             final[(key, sess[0])] = (change, key, sess)
         rows = []
-        for change, key, sess in final.values():
+        for change, key, sess in sorted(final.values(), key=lambda item: item[0] != "delete"):
             values = self._values(sess[2]) if change == "upsert" else {n: None for n, _ in self.aggs}
-            rows.append({**dict(zip(self.keys, key)), START: sess[0],
-                         END: sess[1] if change == "upsert" else None, **values,
+            rows.append({**dict(zip(self.keys, key)), START: sess[0], END: sess[1], **values,
                          CHANGE_COLUMN: "update" if change == "upsert" else "delete",
                          OLD_COLUMN: None})
         return rows

@@ -1,6 +1,8 @@
 """Event-time windows over a keyed aggregation: tumbling and hopping, with a grace period.
 
-Semantics (Kafka Streams / ksqlDB): windows are ``[start, end)`` aligned to the epoch. Stream
+Semantics (Kafka Streams / ksqlDB): windows are ``[start, end)`` aligned to the epoch; a hopping
+window that would start before the epoch does not exist (a record at second 5 is in the 10 s
+windows starting at 0 only, not in one starting at -5). Stream
 time is the largest event time seen so far, in input order, across batches. A record is late for
 a window when ``window end + grace <= stream time`` at the moment it arrives; it is dropped from
 that window and counted (logged per batch, total kept in state). Because stream time advances
@@ -68,7 +70,8 @@ class WindowAggregate(EventTimeAggregate):
         ms = epoch_ms(events[self.window.time])
         before, stream_time = self.stream_times(scope, events, ms, clock)
         rows, late = self._assign(events, ms, before)
-        inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs)
+        inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs,
+                               having=self.having)
         touched, folded = inner.fold(scope, rows)
         wait = to_ms(self.window.size) + to_ms(self.window.grace)
         closed = sorted(key for key in self.open_keys(store)
@@ -95,9 +98,10 @@ class WindowAggregate(EventTimeAggregate):
         parts, late = [], 0
         for hop in reversed(range(size // advance)):  # earliest window first
             start = (ms // advance) * advance - hop * advance
-            ontime = start + size + grace > before
+            exists = start >= 0  # a hopping window that would start before the epoch is none
+            ontime = exists & (start + size + grace > before)
             on = int(ontime.sum())
-            late += len(ontime) - on
+            late += int(exists.sum()) - on
             parts.append(frame.assign(**{START: start}) if on == len(ontime)
                          else frame[ontime].assign(**{START: start[ontime]}))
         # input order, window order within (a tumbling window has one part, already in order)

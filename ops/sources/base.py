@@ -85,6 +85,12 @@ class Source(ABC):
         """Tables of the pipeline's own that this source keeps (inboxes, manifests)."""
         return []
 
+    def columns(self) -> tuple[str, ...] | None:
+        """The columns its rows have, when known before it runs (``sp.sql`` checks names
+        against them): the schema's fields and key; ``None`` when it declares none."""
+        declared = dict.fromkeys([*self.schema.fields, *self.schema.key_fields])
+        return tuple(declared) or None
+
     @abstractmethod
     def setup(self, ctx: RunContext) -> None:
         """Create what the source needs (idempotent)."""

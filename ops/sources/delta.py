@@ -38,6 +38,10 @@ class DeltaTableSource(Source):
     order_by: tuple[str, ...] = ()
     max_versions: int | None = None
 
+    def columns(self) -> tuple[str, ...] | None:
+        """The table's columns, read from its log when it is a local table that exists."""
+        return tables.local_columns(self.path)
+
     def setup(self, ctx: RunContext) -> None:
         if not tables.exists(ctx.spark, self.path):
             raise BadRecordError(f"source {self.name!r}: no Delta table at {self.path}")

@@ -47,6 +47,9 @@ class MergedSource(Source):
     def parts(self) -> tuple[Source, ...]:
         return self.sources
 
+    def columns(self) -> tuple[str, ...] | None:
+        return None  # each part has its own
+
     def tables(self, layout: PipelineLayout) -> list[str]:
         return [path for part in self.parts for path in part.tables(layout)]
 

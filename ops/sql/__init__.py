@@ -1,39 +1,51 @@
-"""SQL for state tables: ``sp.sql("CREATE TABLE … AS SELECT …")`` over registered streams.
+"""ksqlDB-style SQL: ``sp.sql("CREATE TABLE|STREAM … AS SELECT …")`` over registered streams,
+and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it made.
 
 ``catalog`` holds the names ``FROM`` reads; ``clauses`` reads ksqlDB's WINDOW and EMIT;
-``expressions`` compiles WHERE and HAVING to pandas; ``compile`` builds the pipeline with the
-Python API. ``register``/``sql`` work on one default catalog; pass ``catalog=`` to use another.
+``names`` resolves columns and points errors at the text; ``engine`` evaluates expressions
+with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull
+queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
+another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pandas as pd
+from pyspark.sql import SparkSession
+
 from ..pipeline import Pipeline, Stream
 from .catalog import Catalog
 from .compile import compile_statement
+from .queries import TableQuery, compile_query, pull
 
-__all__ = ["DEFAULT_CATALOG", "Catalog", "register", "sql"]
+__all__ = ["DEFAULT_CATALOG", "Catalog", "TableQuery", "compile_query", "query", "register", "sql"]
 
 #: The catalog ``sp.register`` and ``sp.sql`` use when given none.
 DEFAULT_CATALOG = Catalog()
 
 
 def register(name: str, stream: Stream, timestamp: str | None = None, *,
+             primary_key: str | tuple[str, ...] | None = None,
              catalog: Catalog | None = None) -> None:
     """Make ``stream`` (``sp.read.from_delta(...)``, ``from_files``, ``from_callback``) usable as
-    ``FROM name`` in :func:`sql`; ``timestamp`` names its event-time column for WINDOW clauses.
-    ``catalog`` defaults to :data:`DEFAULT_CATALOG`."""
-    (catalog or DEFAULT_CATALOG).register(name, stream, timestamp)
+    ``FROM name`` in :func:`sql`; ``timestamp`` names its event-time column for WINDOW clauses;
+    ``primary_key`` makes it a TABLE of updates (see :meth:`Catalog.register`). ``catalog``
+    defaults to :data:`DEFAULT_CATALOG`."""
+    (catalog or DEFAULT_CATALOG).register(name, stream, timestamp, primary_key=primary_key)
 
 
 def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: str | None = None,
-        *, catalog: Catalog | None = None) -> Pipeline:
+        *, catalog: Catalog | None = None, warehouse: str | None = None) -> Pipeline:
     """Compile ``CREATE TABLE <name> AS SELECT … FROM <stream> … GROUP BY …`` to a pipeline named
-    ``<name>`` whose sink is the state table ``<name>``.
+    ``<name>`` whose sink is the state table ``<name>`` (or ``CREATE STREAM <name> AS SELECT …``
+    to one appending to the Delta table ``<name>``).
 
     ``FROM`` reads ``streams`` (name -> stream) or else ``catalog`` (default:
-    :data:`DEFAULT_CATALOG`). See :func:`ops.sql.compile.compile_statement` for WINDOW and EMIT.
+    :data:`DEFAULT_CATALOG`): a stream, a TABLE of updates, or a table an earlier statement
+    created (read from its changelog under ``warehouse``). See
+    :func:`ops.sql.compile.compile_statement` for WINDOW and EMIT.
 
     >>> import ops as sp
     >>> catalog = sp.Catalog()
@@ -43,4 +55,14 @@ def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: 
     >>> tickets.name, tickets.sinks[0].keys
     ('sold', ('title',))
     """
-    return compile_statement(statement, catalog or DEFAULT_CATALOG, streams, timestamp)
+    return compile_statement(statement, catalog or DEFAULT_CATALOG, streams, timestamp, warehouse)
+
+
+def query(spark: SparkSession, statement: str, *, catalog: Catalog | None = None,
+          warehouse: str | None = None) -> pd.DataFrame:
+    """A pull query: the current rows of a state table made by :func:`sql` that match
+    ``SELECT … FROM <table> [WHERE …] [ORDER BY …] [LIMIT …]``, as pandas, read from the table
+    at once (no pipeline runs). Columns resolve as in :func:`sql`; ``catalog`` defaults to
+    :data:`DEFAULT_CATALOG`.
+    """
+    return pull(spark, statement, catalog or DEFAULT_CATALOG, warehouse)

@@ -1,19 +1,36 @@
-"""The streams SQL statements can read ``FROM``: a catalog object, so several can coexist."""
+"""The streams and tables SQL statements can read ``FROM``: a catalog object, so several can
+coexist."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..errors import SqlError
-from ..pipeline import Stream
+from ..pipeline import Pipeline, Stream
+from ..sinks import TableSink
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered stream and its event-time column (for WINDOW clauses), if any."""
+    """A registered stream, its event-time column (for WINDOW clauses) and, for a stream of
+    updates to a table, the table's ``primary_key``."""
 
     stream: Stream
     timestamp: str | None = None
+    primary_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """A state table made by ``CREATE TABLE … AS SELECT``: its pipeline, table name, key
+    columns, all its columns, and whether each of its rows is written once (windows emitted
+    ``FINAL``), so that its changelog is also a plain stream of rows."""
+
+    pipeline: Pipeline
+    table: str
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    final: bool = False
 
 
 class Catalog:
@@ -33,19 +50,44 @@ class Catalog:
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
+        self._tables: dict[str, TableEntry] = {}
 
-    def register(self, name: str, stream: Stream, timestamp: str | None = None) -> None:
-        """Make ``stream`` usable as ``FROM name``; ``timestamp`` names its event-time column."""
+    def register(self, name: str, stream: Stream, timestamp: str | None = None, *,
+                 primary_key: str | tuple[str, ...] | None = None) -> None:
+        """Make ``stream`` usable as ``FROM name``; ``timestamp`` names its event-time column.
+        With ``primary_key`` it is a TABLE (ksqlDB's ``CREATE TABLE … (… PRIMARY KEY)``): each
+        record is the new row of its key, a record of nulls besides the key deletes it, and an
+        aggregation over it takes a row's old values back before adding its new ones."""
         if not isinstance(stream, Stream):
             raise SqlError(f"register {name!r}: expected a stream such as sp.read.from_delta(...), "
                            f"got {type(stream).__name__}")
-        self._entries[name.lower()] = Entry(stream, timestamp)
+        key = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key or ())
+        self._entries[name.lower()] = Entry(stream, timestamp, key)
 
     def lookup(self, name: str) -> Entry:
         """The stream registered as ``name``; the error lists the names there are."""
         entry = self._entries.get(name.lower())
         if entry is None:
             raise SqlError(f"FROM {name}: no such stream; registered: {self.names()}")
+        return entry
+
+    def register_table(self, name: str, pipeline: Pipeline, columns: tuple[str, ...],
+                       final: bool = False) -> None:
+        """Make the state table ``name`` of ``pipeline`` (with ``columns``) readable by
+        queries and by later statements; ``sp.sql`` registers each table it creates."""
+        sink = pipeline.sink(name)
+        if not isinstance(sink, TableSink):
+            raise SqlError(f"{pipeline.name}'s sink {name!r} is not a state table")
+        self._tables[name.lower()] = TableEntry(pipeline, name, sink.keys, tuple(columns), final)
+
+    def has_table(self, name: str) -> bool:
+        return name.lower() in self._tables
+
+    def table(self, name: str) -> TableEntry:
+        """The state table registered as ``name``; the error lists the tables there are."""
+        entry = self._tables.get(name.lower())
+        if entry is None:
+            raise SqlError(f"FROM {name}: no such table; tables: {sorted(self._tables)}")
         return entry
 
     def names(self) -> list[str]:

@@ -1,5 +1,11 @@
-"""ksqlDB's clauses that sqlglot does not know, ``WINDOW …`` and ``EMIT …``: cut out of a
-statement by token position, and the WINDOW clause read into a window definition."""
+"""ksqlDB's clauses that sqlglot does not know, ``WINDOW …`` and ``EMIT …``: blanked out of a
+statement by token position (so what remains keeps every position of the user's text, for
+errors that point at it), and the WINDOW clause read into a window definition.
+
+A window without ``GRACE PERIOD`` gets ksqlDB's default grace, :data:`DEFAULT_GRACE` (24 hours,
+Kafka Streams' old default that ksqlDB keeps): with ``EMIT FINAL`` a window is emitted a day
+after it ends unless a grace period is given.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,17 @@ from sqlglot.tokens import Tokenizer
 from ..errors import SqlError
 from ..operators import Session, Window, hopping, session, tumbling
 
+#: ksqlDB's grace period for a window whose clause gives none.
+DEFAULT_GRACE = "24h"
 _UNITS = {"MILLISECOND": "ms", "SECOND": "s", "MINUTE": "min", "HOUR": "h", "DAY": "D"}
 
 
-def split_clauses(statement: str) -> tuple[str, list | None, str]:
-    """Cut ksqlDB's ``WINDOW …`` and ``EMIT …`` clauses (unknown to sqlglot) out of the
-    statement by token position: the rest, the WINDOW clause's tokens, and the emission."""
+def split_clauses(statement: str) -> tuple[str, list | None, str | None]:
+    """Blank ksqlDB's ``WINDOW …`` and ``EMIT …`` clauses (unknown to sqlglot) out of the
+    statement by token position: the rest (every other character where it was), the WINDOW
+    clause's tokens, and the emission (``CHANGES``, ``FINAL``, ``None`` without EMIT)."""
     tokens = Tokenizer().tokenize(statement)
-    end, window, emit, cut = len(statement), None, "CHANGES", None
+    end, window, emit, cut = len(statement), None, None, None
     for index, token in enumerate(tokens):
         word = token.text.upper()
         if word == "EMIT":
@@ -30,8 +39,11 @@ def split_clauses(statement: str) -> tuple[str, list | None, str]:
             if close is None:
                 raise SqlError(f"unterminated WINDOW clause: {statement[token.start:][:60]!r}")
             window, cut = tokens[index + 1:close + 1], (token.start, tokens[close].end + 1)
-    body = statement[:end] if cut is None else statement[:cut[0]] + statement[cut[1]:end]
-    return body.rstrip().rstrip(";"), window, emit
+    body = statement[:end] + " " * (len(statement) - end)
+    if cut is not None:
+        body = body[:cut[0]] + " " * (cut[1] - cut[0]) + body[cut[1]:]
+    semicolon = body.rstrip().endswith(";")
+    return (body.rstrip()[:-1] if semicolon else body.rstrip()), window, emit
 
 
 def window_of(tokens: list, time: str) -> Window | Session:
@@ -56,7 +68,7 @@ def window_of(tokens: list, time: str) -> Window | Session:
                            f"(units: {sorted(_UNITS)})")
         spans[name] = f"{number}{_UNITS[unit]}"
         position += skip + 2
-    grace = spans.get("grace", "0s")
+    grace = spans.get("grace", DEFAULT_GRACE)
     if kind == "TUMBLING" and set(spans) <= {"size", "grace"} and "size" in spans:
         return tumbling(time, spans["size"], grace=grace)
     if kind == "HOPPING" and {"size", "advance"} <= set(spans):

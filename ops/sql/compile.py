@@ -1,170 +1,510 @@
-"""``CREATE TABLE … AS SELECT … FROM stream [WINDOW …] [WHERE …] GROUP BY … [HAVING …]
-[EMIT CHANGES|FINAL]``: a ksqlDB-style state table defined in SQL, compiled to a pipeline built
-with the Python API (the statement is parsed with sqlglot; see :mod:`ops.sql.clauses` for the
-clauses it does not know)."""
+"""ksqlDB's persistent queries compiled to pipelines built with the Python API.
+
+- ``CREATE TABLE <t> AS SELECT … FROM <stream> [WINDOW …] [WHERE …] GROUP BY … [HAVING …]
+  [EMIT CHANGES|FINAL]``: a state table. ``GROUP BY`` takes expressions; the SELECT list and
+  HAVING take expressions over the group and the aggregates (``SUM(x) / COUNT(x)``), and
+  HAVING may use aggregates the SELECT list does not show.
+- ``CREATE STREAM <s> AS SELECT … FROM <stream> [WHERE …]``: a stateless projection appended
+  to the Delta table ``<s>``.
+
+The pipeline is: WHERE (a filter), the columns GROUP BY and the aggregates' arguments compute
+(a map, only when one is an expression), the aggregation (HAVING inside it, since it decides
+what the table shows), and the SELECT list over the aggregates (:class:`TableProjection`, only
+when it is more than the keys and the aggregates). Every expression is evaluated by DuckDB
+(:mod:`ops.sql.engine`); columns are resolved case-insensitively (:mod:`ops.sql.names`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+from sqlglot.tokens import Tokenizer
 
+from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..errors import SqlError
-from ..operators import aggregates
+from ..operators import TableProjection, aggregates
+from ..operators.basic import Filter
+from ..operators.event_time import END, START, EventTimeAggregate
 from ..pipeline import Pipeline, Stream
-from .catalog import Catalog
+from ..readers import read as sp_read
+from ..sinks import TableSink
+from .catalog import Catalog, TableEntry
 from .clauses import split_clauses, window_of
-from .expressions import AGGREGATES, predicate, snippet
+from .engine import Expressions, known_function
+from .names import Columns, located, snippet
 
-_NAMED_AGGREGATES: dict[str, Callable[[Any], aggregates.Agg]] = {
-    "LATEST_BY_OFFSET": aggregates.latest_by_offset, "COLLECT_LIST": aggregates.collect_list}
-_UNSUPPORTED_CLAUSES = ("joins", "order", "limit", "offset", "distinct", "qualify", "with",
-                        "windows", "laterals")
+_AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
+    exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
+    exp.Avg: aggregates.avg}
+_NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST")
+_UNSUPPORTED_CLAUSES = {"joins": "JOIN", "order": "ORDER BY", "limit": "LIMIT",
+                        "offset": "OFFSET", "distinct": "DISTINCT", "qualify": "QUALIFY",
+                        "with": "WITH", "windows": "WINDOW", "laterals": "LATERAL"}
+_WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A parsed ``CREATE TABLE|STREAM <name> AS SELECT …``: ``text`` is the user's statement
+    (positions in errors refer to it), ``window`` the WINDOW clause's tokens."""
+
+    text: str
+    kind: str
+    name: str
+    select: exp.Select
+    window: list | None
+    emit: str
+
+    def error(self, node: exp.Expression | None, clause: str, message: str) -> SqlError:
+        return located(self.text, node, clause, message)
 
 
 def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, Stream] | None = None,
-                      timestamp: str | None = None) -> Pipeline:
-    """Compile a ``CREATE TABLE … AS SELECT … [WINDOW …] GROUP BY …`` statement to a named
-    pipeline whose sink is the state table. ``FROM`` names a stream in ``streams`` or, failing
-    that, in ``catalog``.
+                      timestamp: str | None = None, warehouse: str | None = None) -> Pipeline:
+    """Compile a ``CREATE TABLE … AS SELECT …`` or ``CREATE STREAM … AS SELECT …`` statement to
+    a pipeline named after what it creates. ``FROM`` names a stream in ``streams`` or, failing
+    that, in ``catalog``; a table it creates is registered in ``catalog`` for pull queries.
 
     ``WINDOW TUMBLING (SIZE 1 MINUTE[, GRACE PERIOD 30 SECONDS])``, ``WINDOW HOPPING (SIZE
     2 MINUTES, ADVANCE BY 1 MINUTE[, GRACE PERIOD …])`` and ``WINDOW SESSION (5 MINUTES[, GRACE
     PERIOD …])`` window on event-time column ``timestamp`` (given here or when the stream was
-    registered); ``EMIT FINAL`` needs a window.
+    registered; a windowed table read by another window: its ``window_start``); ``EMIT FINAL``
+    needs a window. A table read ``FROM`` is read from its changelog under ``warehouse``.
     """
-    body, window_tokens, emit = split_clauses(statement)
-    try:
-        create = sqlglot.parse_one(body)
-    except ParseError as exc:
-        raise SqlError(f"cannot parse the statement: {exc}") from None
-    if not isinstance(create, exp.Create) or create.args.get("kind", "").upper() != "TABLE" \
-            or not isinstance(create.expression, exp.Select):
-        raise SqlError(f"expected CREATE TABLE <name> AS SELECT …, got: {snippet(create)}")
-    table = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
-    select = create.expression
-    for clause in _UNSUPPORTED_CLAUSES:
-        if select.args.get(clause):
-            raise SqlError(f"unsupported in a state table query: {snippet(select.args[clause])}")
+    parsed = parse(statement)
     local = Catalog()
     for name, given in (streams or {}).items():
         local.register(name, given)
-    stream, registered_time = _source(select, local, catalog)
-    keys = _group_keys(select)
-    aggs, aliases = _select_list(select, keys)
-    if select.args.get("where"):
-        stream = stream.filter(predicate(select.args["where"].this, _where_column), name="where")
-    having = None
-    if select.args.get("having"):
-        having = predicate(select.args["having"].this, _having_resolver(aliases, keys))
-    grouped = stream.group_by(*keys)
-    if window_tokens is None:
-        if emit == "FINAL":
-            raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
-        changes = grouped.agg(having=having, name=f"{table}_aggregate", **aggs)
-    else:
-        if having is not None:
-            raise SqlError("HAVING with a WINDOW is not supported")
-        time = timestamp or registered_time
-        window = window_of(window_tokens, time or "")  # the clause's own errors come first
-        if time is None:
-            raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
-                           "sp.register(name, stream, timestamp='ts')")
-        changes = grouped.window(window).agg(
-            emit=emit.lower(), name=f"{table}_window", **aggs)
-    return changes.write.to_table(table).named(table)
+    source = _source(parsed, warehouse, local, catalog)
+    if parsed.kind == "STREAM":
+        if source.table:
+            raise SqlError(f"FROM: {source.columns.source} is a table; CREATE STREAM reads a "
+                           "stream (CREATE TABLE … AS SELECT aggregates a table)")
+        return _stream_query(parsed, source.stream, source.columns)
+    time = timestamp or source.timestamp
+    pipeline, columns = _table_query(parsed, source, time and (source.columns.find(time) or time))
+    final = any(isinstance(op, EventTimeAggregate) and op.emit == "final"
+                for op in pipeline.stream.operators)
+    catalog.register_table(parsed.name, pipeline, columns, final)
+    return pipeline
 
 
-def _source(select: exp.Select, *catalogs: Catalog) -> tuple[Stream, str | None]:
-    """The stream ``FROM`` names, from the first catalog that has it, and its event time."""
+def parse(statement: str) -> Statement:
+    """The statement read with sqlglot, ksqlDB's own clauses set aside (see ``clauses``)."""
+    body, window, emit = split_clauses(statement)
+    words = [t for t in Tokenizer().tokenize(body)][:3]
+    kind = words[1].text.upper() if len(words) > 1 and words[0].text.upper() == "CREATE" else ""
+    if kind == "STREAM":  # sqlglot knows CREATE TABLE only: same length, so positions hold
+        body = body[:words[1].start] + "TABLE " + body[words[1].end + 1:]
+    try:
+        create = sqlglot.parse_one(body)
+    except ParseError as exc:
+        raise syntax_error(statement, exc) from None
+    if not isinstance(create, exp.Create) or kind not in ("TABLE", "STREAM") \
+            or not isinstance(create.expression, exp.Select):
+        raise SqlError("expected CREATE TABLE <name> AS SELECT … or CREATE STREAM <name> AS "
+                       f"SELECT …, got: {snippet(create)} (for a pull query use sp.query)")
+    name = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
+    return Statement(statement, kind, name, create.expression, window, emit or "CHANGES")
+
+
+def syntax_error(text: str, exc: ParseError) -> SqlError:
+    """Where the parser stopped, in the user's text, and what it expected (without the
+    parser's internal names)."""
+    first = exc.errors[0] if exc.errors else {}
+    description = str(first.get("description") or "invalid syntax")
+    if "<class" in description or "missing for" in description:
+        description = "incomplete expression"
+    line, column = int(first.get("line") or 1), int(first.get("col") or 1)
+    shown = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+    return SqlError(f"syntax error at line {line}, column {column}: {description}\n  {shown}\n"
+                    f"  {' ' * max(column - 1, 0)}^")
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What ``FROM`` reads: its rows as a stream, their event time, their columns, and whether
+    they are a table's changes (an aggregation takes rows back)."""
+
+    stream: Stream
+    timestamp: str | None
+    columns: Columns
+    table: bool = False
+
+
+def _source(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> _Source:
+    """What ``FROM`` names, from the first catalog that has it (see :class:`_Source`)."""
+    select = parsed.select
+    for arg, clause in _UNSUPPORTED_CLAUSES.items():
+        if select.args.get(arg):
+            part = _first(select.args[arg])
+            raise parsed.error(part, clause, f"unsupported in a {parsed.kind.lower()} query: "
+                               f"{snippet(part)}")
     origin = select.args.get("from_") or select.args.get("from")
     if origin is None or not isinstance(origin.this, exp.Table):
-        raise SqlError(f"FROM must name one registered stream: {snippet(origin)}")
+        raise parsed.error(origin, "FROM", "FROM must name one registered stream")
     name = origin.this.name
     for catalog in catalogs:
         if name in catalog:
             entry = catalog.lookup(name)
-            return entry.stream, entry.timestamp
-    known = sorted({known for catalog in catalogs for known in catalog.names()})
-    raise SqlError(f"FROM {name}: no such stream; registered: {known}")
+            known = entry.stream.source.columns() if _columns_kept(entry.stream) else None
+            if not entry.primary_key:
+                return _Source(entry.stream, entry.timestamp, Columns(name, known))
+            columns = Columns(name, known)
+            key = [columns.find(column) or column for column in entry.primary_key]
+            rows = entry.stream.as_table(*key, name=f"{name}_rows")
+            return _Source(rows.changes_as_rows(name=f"{name}_changes"), entry.timestamp, columns,
+                           table=True)
+        if catalog.has_table(name):
+            return _table_source(parsed, catalog.table(name), warehouse)
+    known_names = sorted({known for catalog in catalogs for known in catalog.names()})
+    raise parsed.error(origin.this, "FROM", f"no such stream {name}; registered: {known_names}")
 
 
-def _group_keys(select: exp.Select) -> tuple[str, ...]:
+def _table_source(parsed: Statement, entry: TableEntry, warehouse: str | None) -> _Source:
+    """A table an earlier statement created, read from its changelog: as a table (its rows'
+    changes) or, by a WINDOW, as the stream of its final windows."""
+    sink = entry.pipeline.sink(entry.table)
+    assert isinstance(sink, TableSink)  # the catalog registers state tables only
+    changelog = sp_read.from_delta(sink.changelog(entry.pipeline.layout(warehouse)),
+                                   name=entry.table, order_by=(BATCH_COLUMN, ROW_COLUMN))
+    columns = Columns(entry.table, entry.columns)
+    if parsed.window is None:
+        return _Source(changelog.changes_as_rows(name=f"{entry.table}_changes"), None, columns,
+                       table=True)
+    if not entry.final:
+        raise SqlError(f"WINDOW over table {entry.table}: its rows change as it updates; a "
+                       "window reads each row once, so window a stream, or make "
+                       f"{entry.table} a windowed table with EMIT FINAL")
+    return _Source(changelog, START if START in entry.columns else None, columns)
+
+
+def _first(value: Any) -> exp.Expression:
+    return value[0] if isinstance(value, list) else value
+
+
+def _columns_kept(stream: Stream) -> bool:
+    """Whether the stream's rows still have its source's columns (no operator, or filters)."""
+    return all(isinstance(op, Filter) for op in stream.operators)
+
+
+# -- CREATE STREAM -------------------------------------------------------------------------
+
+def _stream_query(parsed: Statement, stream: Stream, columns: Columns) -> Pipeline:
+    select = parsed.select
+    for arg, clause in (("group", "GROUP BY"), ("having", "HAVING")):
+        if select.args.get(arg):
+            raise parsed.error(select.args[arg], clause, "a stream query has no " + clause +
+                               "; use CREATE TABLE … AS SELECT for aggregations")
+    if parsed.window is not None:
+        raise SqlError("WINDOW: a stream query has no WINDOW; use CREATE TABLE … AS SELECT")
+    if parsed.emit != "CHANGES":
+        raise SqlError("EMIT FINAL: a stream query emits every row (EMIT CHANGES)")
+    resolver = _Resolver(parsed, columns)
+    stream = _where(parsed, stream, resolver)
+    outputs: list[tuple[str, exp.Expression]] = []
+    for position, item in enumerate(select.expressions):
+        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
+        if isinstance(node, exp.Star):
+            if columns.names is None:
+                raise parsed.error(item, "SELECT", f"SELECT * needs the columns of "
+                                   f"{columns.source} to be known (declare its schema)")
+            outputs += [(name, exp.column(name, quoted=True)) for name in columns.names]
+            continue
+        if _aggregates_in(node):
+            raise parsed.error(node, "SELECT", "aggregates need CREATE TABLE … GROUP BY: "
+                               f"{snippet(node)}")
+        resolved = resolver.expression(node, "SELECT")
+        outputs.append((alias or _default_name(resolved, position), resolved))
+    _check_distinct(parsed, [name for name, _ in outputs])
+    projection = Expressions.of(outputs, _declared(stream))
+    return stream.map(projection.evaluate, name="select").write.to_delta(parsed.name).named(parsed.name)
+
+
+# -- CREATE TABLE --------------------------------------------------------------------------
+
+@dataclass
+class _Aggregates:
+    """The aggregates a table query computes: output name -> :class:`Agg`, the SQL text of each
+    call -> its output name, and the argument columns a map must compute first."""
+
+    aggs: dict[str, aggregates.Agg] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+    arguments: list[tuple[str, exp.Expression]] = field(default_factory=list)
+
+
+def _table_query(parsed: Statement, source: _Source,
+                 time: str | None) -> tuple[Pipeline, tuple[str, ...]]:
+    """The pipeline of a CREATE TABLE, and the columns of its table."""
+    select = parsed.select
+    stream, columns = source.stream, source.columns
     group = select.args.get("group")
     if group is None:
-        raise SqlError("a state table needs GROUP BY (one or more columns)")
-    keys = []
-    for item in group.expressions:
-        if not isinstance(item, exp.Column):
-            raise SqlError(f"GROUP BY supports plain columns, not {snippet(item)}")
-        keys.append(item.name)
-    return tuple(keys)
+        raise SqlError("GROUP BY: a state table needs GROUP BY (one or more columns or "
+                       "expressions)")
+    resolver = _Resolver(parsed, columns)
+    stream = _where(parsed, stream, resolver)
+    items = _items(parsed, resolver)
+    groups = [resolver.expression(node, "GROUP BY") for node in group.expressions]
+    keys = _key_names(items, groups)
+    found = _Aggregates()
+    for name, node in items:
+        _collect(parsed, node, found, resolver, name)
+    having = select.args.get("having")
+    having_node = resolver.expression(having.this, "HAVING", aliases=dict(items)) if having else None
+    if having_node is not None:
+        _collect(parsed, having_node, found, resolver, None)
+    if not found.aggs:
+        raise parsed.error(select, "SELECT", "the SELECT list needs at least one aggregate")
+    computed = [(key, node) for key, node in zip(keys, groups)
+                if not (isinstance(node, exp.Column) and node.name == key)] + found.arguments
+    aggs = found.aggs
+    if computed:
+        pre = Expressions.of(computed, _declared(stream))
+        aggs = _typed(aggs, pre, stream)
+        stream = stream.map(pre.append_to, name="group_columns")
+    grouped = stream.group_by(*keys)
+    windowed = parsed.window is not None
+    replace = _replacer(parsed, keys, groups, found.names, windowed)
+    having_fn = None if having_node is None else \
+        Expressions.of([("having", replace(having_node, "HAVING"))]).mask
+    if not windowed:
+        if parsed.emit == "FINAL":
+            raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
+        changes = grouped.agg(having=having_fn, name=f"{parsed.name}_aggregate", **aggs)
+        table_keys = tuple(keys)
+    else:
+        window = window_of(parsed.window or [], time or "")  # the clause's errors come first
+        if time is None:
+            raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
+                           "sp.register(name, stream, timestamp='ts')")
+        changes = grouped.window(window).agg(emit=parsed.emit.lower(), having=having_fn,
+                                             name=f"{parsed.name}_window", **aggs)
+        table_keys = (*keys, START)
+    outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
+    # the aggregation's own columns are the table's when the SELECT list is the aggregates,
+    # as they are, in order, and nothing else
+    if [name for name, node in outputs if isinstance(node, exp.Column) and node.name == name] \
+            != list(aggs) or len(outputs) != len(aggs):
+        changes = changes.via(TableProjection(
+            name=f"{parsed.name}_select", keys=table_keys, values=tuple(aggs),
+            project=Expressions.of(outputs).evaluate))
+    table_columns = (*table_keys, *((END,) if windowed else ()), *(name for name, _ in outputs))
+    return changes.write.to_table(parsed.name).named(parsed.name), table_columns
 
 
-def _select_list(select: exp.Select,
-                 keys: tuple[str, ...]) -> tuple[dict[str, aggregates.Agg], dict[str, str]]:
-    aggs: dict[str, aggregates.Agg] = {}
-    aliases: dict[str, str] = {}  # SQL text of each aggregate -> its output column
-    for item in select.expressions:
+def _where(parsed: Statement, stream: Stream, resolver: _Resolver) -> Stream:
+    where = parsed.select.args.get("where")
+    if where is None:
+        return stream
+    if _aggregates_in(where.this):
+        raise parsed.error(_aggregates_in(where.this)[0], "WHERE",
+                           f"aggregates belong in HAVING, not WHERE: "
+                           f"{snippet(_aggregates_in(where.this)[0])}")
+    condition = resolver.expression(where.this, "WHERE")
+    return stream.filter(Expressions.of([("where", condition)], _declared(stream)).mask,
+                         name="where")
+
+
+def _items(parsed: Statement, resolver: _Resolver) -> list[tuple[str, exp.Expression]]:
+    """The SELECT list as (output name, resolved expression)."""
+    items = []
+    for position, item in enumerate(parsed.select.expressions):
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
-        if isinstance(node, exp.Column):
-            if node.name not in keys:
-                raise SqlError(f"{node.sql()} must be in GROUP BY or inside an aggregate")
-            if alias and alias != node.name:
-                raise SqlError(f"renaming group column {node.sql()} is not supported")
+        if isinstance(node, exp.Star):
+            raise parsed.error(item, "SELECT", "SELECT * is not supported in a table query; "
+                               "name the group columns and the aggregates")
+        resolved = resolver.expression(node, "SELECT")
+        items.append((alias or _default_name(resolved, position), resolved))
+    _check_distinct(parsed, [name for name, _ in items])
+    return items
+
+
+def _key_names(items: list[tuple[str, exp.Expression]], groups: list[exp.Expression]) -> list[str]:
+    """Each GROUP BY expression's column: the name the SELECT list gives the same expression,
+    else the column's own name, else ksqlDB's ``KSQL_COL_<n>``."""
+    names = []
+    for position, node in enumerate(groups):
+        named = next((name for name, item in items if item == node), None)
+        if named is None:
+            named = node.name if isinstance(node, exp.Column) else f"KSQL_COL_{position}"
+        names.append(named)
+    return names
+
+
+def _collect(parsed: Statement, node: exp.Expression, found: _Aggregates, resolver: _Resolver,
+             name: str | None) -> None:
+    """Add the aggregate calls in ``node`` to ``found``; ``name`` is the output name when the
+    whole SELECT item is one aggregate."""
+    for call in _aggregates_in(node):
+        text = call.sql()
+        if text in found.names:
             continue
-        agg = _aggregate(node)
-        name = alias or f"{type(node).__name__.lower()}_{_argument(node) or 'rows'}"
-        aggs[name] = agg
-        aliases[node.sql().upper()] = name
-    if not aggs:
-        raise SqlError("the SELECT list needs at least one aggregate")
-    return aggs, aliases
+        for inner in _aggregates_in(call)[1:]:
+            raise parsed.error(inner, "SELECT", f"an aggregate inside an aggregate: {snippet(call)}")
+        output = name if call is node and name is not None else f"_agg{len(found.names)}"
+        found.aggs[output] = _aggregate(parsed, call, found)
+        found.names[text] = output
 
 
-def _aggregate(node: exp.Expression) -> aggregates.Agg:
-    if type(node) in AGGREGATES:
-        return AGGREGATES[type(node)](_argument(node))
-    if isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_AGGREGATES:
-        return _NAMED_AGGREGATES[node.name.upper()](_argument(node))
-    raise SqlError(f"unsupported in the SELECT list: {snippet(node)} (use COUNT, SUM, MIN, MAX, "
-                   "AVG, LATEST_BY_OFFSET or COLLECT_LIST)")
+def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> aggregates.Agg:
+    """The :class:`Agg` for one aggregate call; an argument that is an expression becomes a
+    column computed before the aggregation."""
+    if isinstance(call, exp.Count):
+        arg = call.this
+        if isinstance(arg, exp.Distinct):
+            raise parsed.error(call, "SELECT", "COUNT(DISTINCT …) is not supported")
+        if isinstance(arg, (exp.Star, exp.Literal)):  # COUNT(*), COUNT(1): rows
+            return aggregates.count()
+        return aggregates.count(_argument(arg, found))
+    if type(call) in _AGGREGATES:
+        return _AGGREGATES[type(call)](_argument(call.this, found))
+    args = call.expressions
+    kind = call.name.upper() if isinstance(call, exp.Anonymous) else ""
+    if kind == "LATEST_BY_OFFSET" and len(args) in (1, 2):
+        ignore_nulls = True
+        if len(args) == 2:
+            if not isinstance(args[1], exp.Boolean):
+                raise parsed.error(args[1], "SELECT", "LATEST_BY_OFFSET's second argument is "
+                                   "TRUE or FALSE (ignore nulls)")
+            ignore_nulls = bool(args[1].this)
+        return aggregates.latest_by_offset(_argument(args[0], found), ignore_nulls=ignore_nulls)
+    if kind == "COLLECT_LIST" and len(args) == 1:
+        return aggregates.collect_list(_argument(args[0], found))
+    if kind in _NAMED_AGGREGATES:
+        raise parsed.error(call, "SELECT", f"{snippet(call)}: wrong number of arguments")
+    name = call.sql().split("(")[0].upper()
+    raise parsed.error(call, "SELECT", f"unsupported aggregate {name}; use COUNT, SUM, MIN, MAX, "
+                       "AVG, LATEST_BY_OFFSET or COLLECT_LIST")
 
 
-def _argument(node: exp.Expression) -> str | None:
-    args = node.expressions if isinstance(node, exp.Anonymous) else [node.this]
-    if len(args) != 1:
-        raise SqlError(f"{snippet(node)} takes exactly one column")
-    arg = args[0]
-    if isinstance(arg, exp.Star):
-        if not isinstance(node, exp.Count):
-            raise SqlError(f"only COUNT takes *: {snippet(node)}")
-        return None
-    if not isinstance(arg, exp.Column):
-        raise SqlError(f"aggregates take a plain column, not {snippet(arg)}")
-    return arg.name
-
-
-def _where_column(node: exp.Expression) -> str:
-    """WHERE sees the input's columns; it runs before aggregation."""
+def _argument(node: exp.Expression, found: _Aggregates) -> str:
+    """The column an aggregate reads: a plain column, or one computed before the aggregation."""
     if isinstance(node, exp.Column):
         return node.name
-    raise SqlError(f"aggregates belong in HAVING, not WHERE: {snippet(node)}")
+    name = f"_arg{len(found.arguments)}"
+    found.arguments.append((name, node))
+    return name
 
 
-def _having_resolver(aliases: Mapping[str, str], keys: tuple[str, ...]) -> Callable[[exp.Expression], str]:
-    """HAVING sees the table's columns: group keys, aggregate names, and the aggregates of the
-    SELECT list written out again."""
-    names = set(aliases.values()) | set(keys)
+def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
+    """The aggregate calls in ``node``, outermost first (``node`` itself when it is one)."""
+    return [part for part in node.walk(bfs=True)
+            if isinstance(part, exp.Expression) and _is_aggregate(part)]
 
-    def resolve(node: exp.Expression) -> str:
-        if isinstance(node, exp.Column) and node.name in names:
-            return node.name
-        if node.sql().upper() in aliases:
-            return aliases[node.sql().upper()]
-        raise SqlError(f"HAVING may use the group columns and the SELECT list's aggregates; "
-                       f"{snippet(node)} is not among them")
-    return resolve
+
+def _is_aggregate(node: exp.Expr) -> bool:
+    """Whether ``node`` is an aggregate call (one this module computes, or another SQL knows,
+    refused by :func:`_aggregate` with the list of supported ones)."""
+    return isinstance(node, exp.AggFunc) or (
+        isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_AGGREGATES)
+
+
+def _declared(stream: Stream) -> dict[str, str]:
+    """The declared kinds of the stream's columns, when its rows still have its source's."""
+    return dict(stream.source.schema.fields) if _columns_kept(stream) else {}
+
+
+def _typed(aggs: dict[str, aggregates.Agg], pre: Expressions, stream: Stream) -> dict[str, aggregates.Agg]:
+    """``aggs`` typed by the computed columns' types when the source's schema is declared, so
+    a first batch of nulls still makes typed columns (see :meth:`Agg.typed`)."""
+    declared = _declared(stream)
+    if not declared:
+        return aggs
+    declared.update(pre.types(stream.source.schema.frame([], [])))
+    return {name: agg.typed(declared) for name, agg in aggs.items()}
+
+
+_Rewrite = Callable[[exp.Expression, str], exp.Expression]
+
+
+def _replacer(parsed: Statement, keys: list[str], groups: list[exp.Expression],
+              aggregate_names: Mapping[str, str], windowed: bool) -> _Rewrite:
+    """Rewrites a SELECT item or HAVING over the aggregation's output: aggregate calls and
+    GROUP BY expressions become its columns, WINDOWSTART/WINDOWEND the window's bounds."""
+    by_group = {node.sql(): key for node, key in zip(groups, keys)}
+
+    def replace(node: exp.Expression, clause: str) -> exp.Expression:
+        def visit(part: exp.Expression) -> exp.Expression:
+            text = part.sql()
+            if text in aggregate_names:
+                return exp.column(aggregate_names[text], quoted=True)
+            if text in by_group:
+                return exp.column(by_group[text], quoted=True)
+            if isinstance(part, exp.Column) and part.name in _WINDOW_BOUNDS.values():
+                if not windowed:
+                    raise parsed.error(part, clause, f"{part.name.upper().replace('_', '')} "
+                                       "needs a WINDOW")
+                return exp.column(part.name, quoted=True)
+            if isinstance(part, exp.Column):
+                raise parsed.error(part, clause, f"{part.name} must be in GROUP BY or inside "
+                                   "an aggregate")
+            return part
+        return node.copy().transform(visit)
+    return replace
+
+
+def _default_name(node: exp.Expression, position: int) -> str:
+    """An unnamed SELECT item's column: a column's name, an aggregate's ``<kind>_<column>``
+    (``count_rows`` for ``COUNT(*)``), else ksqlDB's ``KSQL_COL_<position>``."""
+    if isinstance(node, exp.Column):
+        return node.name
+    if _is_aggregate(node):
+        kind = node.name.lower() if isinstance(node, exp.Anonymous) else type(node).__name__.lower()
+        args = node.expressions if isinstance(node, exp.Anonymous) else [node.this]
+        arg = args[0] if args else None
+        return f"{kind}_{arg.name if isinstance(arg, exp.Column) else 'rows'}"
+    return f"KSQL_COL_{position}"
+
+
+def _check_distinct(parsed: Statement, names: list[str]) -> None:
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise parsed.error(parsed.select, "SELECT", f"column name(s) {twice} used twice; "
+                           "name each item with AS")
+
+
+@dataclass(frozen=True)
+class _Resolver:
+    """Resolves the columns of a statement's expressions to the source's (case-insensitively);
+    ``WINDOWSTART``/``WINDOWEND`` to the window bounds."""
+
+    parsed: Statement
+    columns: Columns
+
+    def expression(self, node: exp.Expression, clause: str,
+                   aliases: Mapping[str, exp.Expression] | None = None) -> exp.Expression:
+        """``node`` with every column resolved; in HAVING, a name the SELECT list gives an
+        item that is not a source column stands for that item."""
+        def visit(part: exp.Expression) -> exp.Expression:
+            if isinstance(part, exp.Anonymous) and not _is_aggregate(part) \
+                    and not known_function(part.name):
+                raise self.parsed.error(part, clause, f"unknown function {part.name.upper()}")
+            if not isinstance(part, exp.Column):
+                return part
+            if part.table and part.table.lower() != self.columns.source.lower():
+                raise self.parsed.error(part, clause, f"no source {part.table} in this query "
+                                        f"(it reads {self.columns.source})")
+            identifier = part.this
+            if not identifier.quoted and identifier.name.upper() in _WINDOW_BOUNDS \
+                    and self.columns.find(identifier.name) is None:
+                bound = exp.column(_WINDOW_BOUNDS[identifier.name.upper()], quoted=True)
+                bound.this.meta.update(identifier.meta)
+                return bound
+            if aliases and self.columns.find(identifier.name) is None:
+                named = next((item for name, item in aliases.items()
+                              if name == identifier.name or (not identifier.quoted
+                                                             and name.lower() == identifier.name.lower())),
+                             None)
+                if named is not None:
+                    return named.copy()
+            resolved = exp.column(self.columns.resolve(identifier, self.parsed.text, clause),
+                                  quoted=True)
+            resolved.this.meta.update(identifier.meta)  # errors still point at the user's text
+            return resolved
+        return node.copy().transform(visit)

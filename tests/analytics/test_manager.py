@@ -87,3 +87,34 @@ def test_subscriptions_and_deltas_survive_a_restart(spark, warehouse):
     assert [(b, rows[0]["cpu"]) for b, rows in out[handle.subscription.id]] == [(2, 2.0)]
     resumed = restarted.deltas_since(handle.subscription.id, 0)  # a client resuming from batch 0
     assert [(b, rows[0]["cpu"]) for b, rows in resumed] == [(1, 1.0), (2, 2.0)]
+
+
+def test_a_push_query_is_a_shared_subscription_that_survives_a_restart(spark, warehouse):
+    import ops as sp
+    from analytics import Registry
+
+    catalog = sp.Catalog()
+    catalog.register("readings", sp.read.from_callback(
+        "readings", schema={"SYM": "string", "CPU": "double"}))
+    table = sp.sql("CREATE TABLE peaks AS SELECT sym, MAX(cpu) AS peak FROM readings GROUP BY sym",
+                   catalog=catalog)
+    manager = QueryManager(spark, {}, warehouse, registry=Registry())
+    step(spark, warehouse, table, manager, [{"SYM": "a", "CPU": 50.0}, {"SYM": "b", "CPU": 10.0}])
+
+    query = "SELECT sym, peak FROM peaks WHERE peak > 20 EMIT CHANGES"
+    first = manager.subscribe_query(query, "ann", catalog)
+    again = manager.subscribe_query("select SYM, PEAK\n from PEAKS where PEAK > 20 emit changes;",
+                                    "ann", catalog)
+    assert first.subscription.id == again.subscription.id  # the same query, spelt differently
+    assert first.rows == [{"SYM": "a", "peak": 50.0}] and first.batch_id == 1
+
+    out = step(spark, warehouse, table, manager, [{"SYM": "b", "CPU": 30.0}, {"SYM": "c", "CPU": 5.0}])
+    assert out[first.subscription.id] == [(2, [{"SYM": "b", "peak": 30.0, "_change": "upsert"}])]
+
+    restarted = QueryManager(spark, {"peaks": (table, "peaks")}, warehouse, registry=Registry())
+    later = step(spark, warehouse, table, restarted, [{"SYM": "c", "CPU": 99.0}])
+    assert later[first.subscription.id] == [(3, [{"SYM": "c", "peak": 99.0, "_change": "upsert"}])]
+    with pytest.raises(AnalyticsError, match="a push query ends with EMIT CHANGES"):
+        manager.subscribe_query("SELECT sym FROM peaks", "ann", catalog)
+    with pytest.raises(AnalyticsError, match="unknown column cpu in peaks"):
+        manager.subscribe_query("SELECT cpu FROM peaks EMIT CHANGES", "ann", catalog)

@@ -170,9 +170,10 @@ def test_sessions_grow_merge_and_close():
     feeder = SessionFeeder(sp.session("ts", "1min", grace="2min"), total=sp.sum_("x"))
     assert feeder.feed(events(("a", "00:00:00", 1), ("a", "00:00:30", 2), ("a", "00:02:00", 4))) == [
         ("a", "00:00:00", "00:00:30", 3, "update"), ("a", "00:02:00", "00:02:00", 4, "update")]
-    # 00:01:15 is within a minute of both sessions: they merge, the later one's row is deleted
+    # 00:01:15 is within a minute of both sessions: they merge. As in ksqlDB, the absorbed
+    # session's tombstone (its start and end) comes before the merged session's row
     assert feeder.feed(events(("a", "00:01:15", 8))) == [
-        ("a", "00:00:00", "00:02:00", 15, "update"), ("a", "00:02:00", None, None, "delete")]
+        ("a", "00:02:00", "00:02:00", None, "delete"), ("a", "00:00:00", "00:02:00", 15, "update")]
 
 
 def test_session_final_and_late_records(caplog):

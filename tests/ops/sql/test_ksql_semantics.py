@@ -1,0 +1,253 @@
+"""ksqlDB's rules for what ``sp.sql`` accepts, checked batch by batch against hand-computed
+rows: the compiled pipeline's operators run over explicit batches with state kept in memory
+(the Spark tests in ``test_state_tables`` cover the same statements end to end, with a
+restart)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+import ops as sp
+from ops import BatchScope, SqlError
+from state import PipelineLayout, StateStore
+
+ORDERS = {"ID": "string", "TITLE": "string", "PRICE": "double", "QTY": "long", "NOTE": "string"}
+
+
+def orders(schema=ORDERS):
+    return sp.read.from_callback("orders", schema=schema)
+
+
+class Run:
+    """Applies a compiled pipeline's operators to batches, in order, state in memory."""
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+        self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+        self.batch = 0
+
+    def feed(self, *rows, **columns):
+        self.batch += 1
+        frame = pd.DataFrame(list(rows)) if rows else pd.DataFrame(columns)
+        scope = BatchScope("p", self.batch, (), self.store)
+        for op in self.pipeline.stream.operators:
+            frame = op.apply(scope, frame)
+        return frame.reset_index(drop=True)
+
+
+def values(frame, *columns):
+    """The rows as tuples of plain Python values (nulls as None)."""
+    return [tuple(None if pd.isna(v) else v for v in row)
+            for row in frame[list(columns)].astype(object).itertuples(index=False)]
+
+
+def table(statement, schema=ORDERS, **options):
+    return Run(sp.sql(statement, streams={"orders": orders(schema)}, catalog=sp.Catalog(),
+                      **options))
+
+
+def test_lower_case_identifiers_read_upper_case_columns_and_quoted_ones_must_match():
+    run = table("create table by_title as select title, count(*) as n, sum(qty) as units "
+                "from Orders group by title")
+    out = run.feed({"TITLE": "Heat", "QTY": 2}, {"TITLE": "Heat", "QTY": 3})
+    assert values(out, "TITLE", "n", "units") == [("Heat", 2, 5)]
+    with pytest.raises(SqlError, match=r'unknown column title in orders'):
+        sp.sql('CREATE TABLE t AS SELECT "title", COUNT(*) FROM orders GROUP BY "title"',
+               streams={"orders": orders()}, catalog=sp.Catalog())
+
+
+def test_count_star_count_one_count_column_and_group_by_an_expression():
+    run = table("CREATE TABLE t AS SELECT UCASE(title) AS upper_title, COUNT(*) AS star, "
+                "COUNT(1) AS one, COUNT(note) AS notes FROM orders GROUP BY UCASE(title)")
+    out = run.feed({"TITLE": "heat", "NOTE": None}, {"TITLE": "Heat", "NOTE": "x"},
+                   {"TITLE": "up", "NOTE": None})
+    assert values(out, "upper_title", "star", "one", "notes") == [("HEAT", 2, 2, 1), ("UP", 1, 1, 0)]
+    assert run.pipeline.sinks[0].keys == ("upper_title",)
+
+
+def test_a_group_by_expression_without_a_name_is_ksql_col_n():
+    run = table("CREATE TABLE t AS SELECT COUNT(*) AS n FROM orders GROUP BY LCASE(title)")
+    assert values(run.feed({"TITLE": "A"}, {"TITLE": "a"}), "KSQL_COL_0", "n") == [("a", 2)]
+
+
+def test_expressions_over_aggregates_and_having_on_an_aggregate_not_selected():
+    run = table("CREATE TABLE t AS SELECT title, SUM(price * qty) / SUM(qty) AS unit_price, "
+                "SUM(qty) / COUNT(*) AS per_order, ROUND(AVG(price), 1) AS mean "
+                "FROM orders GROUP BY title HAVING MAX(qty) >= 2")
+    first = run.feed({"TITLE": "A", "PRICE": 10.0, "QTY": 1}, {"TITLE": "B", "PRICE": 4.0, "QTY": 3})
+    # A's largest quantity is 1: HAVING hides it. B: 12/3 = 4.0; 3 // 1 = 3 (integer division)
+    assert values(first, "TITLE", "unit_price", "per_order", "mean", "_change") == [
+        ("B", 4.0, 3, 4.0, "insert")]
+    assert "MAX" not in " ".join(first.columns) and not any(c.startswith("_agg") for c in first.columns)
+    second = run.feed({"TITLE": "A", "PRICE": 20.0, "QTY": 2}, {"TITLE": "B", "PRICE": 1.0, "QTY": 2})
+    # A: (10 + 40) / 3 = 16.66…; 3 // 2 = 1. B: (12 + 2) / 5 = 2.8; 5 // 2 = 2; avg(4, 1) = 2.5
+    assert values(second, "TITLE", "per_order", "mean", "_change") == [
+        ("A", 1, 15.0, "insert"), ("B", 2, 2.5, "update")]
+    assert second["unit_price"].round(4).tolist() == [16.6667, 2.8]
+    # the changelog's old values are the projected columns the table showed
+    assert json.loads(second["_old"][1]) == {"unit_price": 4.0, "per_order": 3, "mean": 4.0}
+
+
+def test_scalar_functions_and_operators():
+    run = Run(sp.sql(
+        """CREATE STREAM shown AS SELECT id,
+             CASE WHEN qty > 2 THEN 'bulk' ELSE 'single' END AS size,
+             CAST(qty AS VARCHAR) AS qty_text, UPPER(title) AS up, LOWER(title) AS low,
+             CONCAT(title, '-', note) AS label, SUBSTRING(title, 2, 3) AS middle,
+             LEN(title) AS length, COALESCE(note, 'none') AS note_or, IFNULL(qty, 0) AS qty_or,
+             ROUND(price, 1) AS rounded, ABS(qty - 5) AS distance, qty / 2 AS halves,
+             price / 4 AS quarter
+           FROM orders WHERE price IS NOT NULL""",
+        streams={"orders": orders()}, catalog=sp.Catalog()))
+    out = run.feed({"ID": "1", "TITLE": "Heat", "PRICE": 10.26, "QTY": 3, "NOTE": None},
+                   {"ID": "2", "TITLE": "Up", "PRICE": 3.0, "QTY": None, "NOTE": "gift"},
+                   {"ID": "3", "TITLE": "Gone", "PRICE": None, "QTY": 1, "NOTE": None})
+    assert values(out, "ID", "size", "qty_text", "up", "low", "label", "middle", "length",
+                  "note_or", "qty_or", "rounded", "distance", "halves", "quarter") == [
+        ("1", "bulk", "3", "HEAT", "heat", "Heat-", "eat", 4, "none", 3, 10.3, 2, 1, 2.565),
+        ("2", "single", None, "UP", "up", "Up-gift", "p", 2, "gift", 0, 3.0, None, None, 0.75)]
+
+
+def test_create_stream_projects_and_filters_every_row():
+    pipeline = sp.sql("CREATE STREAM big_orders AS SELECT id, price * qty AS total FROM orders "
+                      "WHERE price * qty > 10 EMIT CHANGES;",
+                      streams={"orders": orders()}, catalog=sp.Catalog())
+    assert pipeline.name == "big_orders" and pipeline.sinks[0].name == "big_orders"
+    out = Run(pipeline).feed({"ID": "a", "PRICE": 5.0, "QTY": 3}, {"ID": "b", "PRICE": 5.0, "QTY": 1})
+    assert values(out, "ID", "total") == [("a", 15.0)]  # a column keeps the source's name
+
+
+def test_latest_by_offset_ignore_nulls_false_keeps_a_null():
+    run = table("CREATE TABLE t AS SELECT title, LATEST_BY_OFFSET(note) AS kept, "
+                "LATEST_BY_OFFSET(note, false) AS last FROM orders GROUP BY title")
+    assert values(run.feed({"TITLE": "A", "NOTE": "x"}, {"TITLE": "A", "NOTE": None}),
+                  "kept", "last") == [("x", None)]
+    assert run.feed({"TITLE": "A", "NOTE": None}).empty  # nothing the table shows changed
+    assert values(run.feed({"TITLE": "A", "NOTE": "y"}), "kept", "last") == [("y", "y")]
+
+
+def test_avg_ignores_nulls_in_its_sum_and_its_count():
+    run = table("CREATE TABLE t AS SELECT title, AVG(price) AS mean, COUNT(price) AS priced, "
+                "COUNT(*) AS n FROM orders GROUP BY title")
+    assert values(run.feed({"TITLE": "A", "PRICE": None}), "mean", "priced", "n") == [(None, 0, 1)]
+    assert values(run.feed({"TITLE": "A", "PRICE": 4.0}, {"TITLE": "A", "PRICE": None},
+                           {"TITLE": "A", "PRICE": 2.0}), "mean", "priced", "n") == [(3.0, 2, 4)]
+
+
+def test_a_first_batch_of_nulls_still_types_computed_columns():
+    run = table("CREATE TABLE t AS SELECT title, SUM(qty * 2) AS doubled, MAX(UPPER(note)) AS top "
+                "FROM orders GROUP BY title")
+    out = run.feed({"TITLE": "A", "QTY": None, "NOTE": None})
+    assert values(out, "doubled", "top") == [(None, None)]
+    assert (str(out["doubled"].dtype), str(out["top"].dtype)) == ("Int64", "string")
+
+
+WINDOWED = {"PAGE": "string", "TS": "timestamp", "X": "long"}
+
+
+def at(seconds):
+    return pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=seconds)
+
+
+def test_windowstart_windowend_and_having_with_a_window():
+    run = table("CREATE TABLE t AS SELECT page, WINDOWSTART AS ws, WINDOWEND AS we, COUNT(*) AS n "
+                "FROM orders WINDOW TUMBLING (SIZE 10 SECONDS) GROUP BY page HAVING COUNT(*) > 1",
+                schema=WINDOWED, timestamp="ts")
+    out = run.feed({"PAGE": "a", "TS": at(1), "X": 1}, {"PAGE": "a", "TS": at(2), "X": 1},
+                   {"PAGE": "b", "TS": at(3), "X": 1})
+    assert values(out, "PAGE", "ws", "we", "n") == [("a", at(0), at(10), 2)]
+    assert out.columns.tolist()[:3] == ["PAGE", "window_start", "window_end"]
+
+
+def test_hopping_windows_starting_before_the_epoch_are_not_created():
+    run = Run(sp.sql("CREATE TABLE t AS SELECT page, COUNT(*) AS n FROM orders "
+                     "WINDOW HOPPING (SIZE 10 SECONDS, ADVANCE BY 5 SECONDS) GROUP BY page",
+                     streams={"orders": orders(WINDOWED)}, catalog=sp.Catalog(), timestamp="TS"))
+    epoch = pd.Timestamp(0, tz="UTC")
+    out = run.feed({"PAGE": "a", "TS": epoch + pd.Timedelta(seconds=7), "X": 1})
+    assert [start - epoch for start in out["window_start"]] == [pd.Timedelta(0), pd.Timedelta("5s")]
+
+
+def test_a_window_without_grace_period_gets_ksqldb_default_of_24_hours():
+    pipeline = sp.sql("CREATE TABLE t AS SELECT page, COUNT(*) AS n FROM orders "
+                      "WINDOW TUMBLING (SIZE 1 MINUTE) GROUP BY page EMIT FINAL",
+                      streams={"orders": orders(WINDOWED)}, catalog=sp.Catalog(), timestamp="TS")
+    assert pipeline.stream.operators[-1].window.grace == pd.Timedelta("24h")
+    run = Run(pipeline)
+    assert run.feed({"PAGE": "a", "TS": at(10), "X": 1}, {"PAGE": "a", "TS": at(4000), "X": 1}).empty
+    late_but_in_grace = run.feed({"PAGE": "a", "TS": at(20), "X": 1},
+                                 {"PAGE": "b", "TS": at(10 + 86400 + 60), "X": 1})
+    assert values(late_but_in_grace, "PAGE", "n") == [("a", 2)]  # closed a day after its end
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE TABLE t AS SELECT title, COUNT(*) FROM orders WHERE pirce > 1 GROUP BY title",
+     r"WHERE: unknown column pirce in orders; its columns: \['ID', 'TITLE', 'PRICE', 'QTY', "
+     r"'NOTE'\] \(line 1, column 60\)"),
+    ("CREATE TABLE t AS\n  SELECT title, price, COUNT(*) FROM orders GROUP BY title",
+     r"SELECT: PRICE must be in GROUP BY or inside an aggregate \(line 2, column 17\)\n"
+     r"    SELECT title, price, COUNT\(\*\) FROM orders GROUP BY title\n                  \^"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) FROM orders GROUP BY title HAVING SUM(",
+     r"syntax error at line 1, column 79"),
+    ("CREATE TABLE t AS SELECT title, MEDIAN(qty) FROM orders GROUP BY title",
+     r"SELECT: unsupported aggregate MEDIAN; use COUNT"),
+    ("CREATE TABLE t AS SELECT title, SUM(COUNT(*)) FROM orders GROUP BY title",
+     r"an aggregate inside an aggregate"),
+    ("CREATE TABLE t AS SELECT title, COUNT(*) AS n, SUM(qty) AS n FROM orders GROUP BY title",
+     r"column name\(s\) \['n'\] used twice"),
+    ("CREATE TABLE t AS SELECT title, FROB(qty) AS f, COUNT(*) FROM orders GROUP BY title",
+     r"SELECT: unknown function FROB \(line 1, column 33\)"),
+    ("CREATE TABLE t AS SELECT title, WINDOWSTART AS ws, COUNT(*) FROM orders GROUP BY title",
+     r"SELECT: WINDOWSTART needs a WINDOW"),
+    ("CREATE STREAM s AS SELECT title, COUNT(*) FROM orders",
+     r"SELECT: aggregates need CREATE TABLE … GROUP BY"),
+    ("CREATE TABLE t AS SELECT x.title, COUNT(*) FROM orders GROUP BY x.title",
+     r"no source x in this query"),
+])
+def test_refused_statements_name_the_clause_and_the_position(statement, message):
+    with pytest.raises(SqlError, match=message) as caught:
+        sp.sql(statement, streams={"orders": orders()}, catalog=sp.Catalog())
+    assert "<class" not in str(caught.value) and "sqlglot" not in str(caught.value)
+
+
+USERS = {"ID": "string", "REGION": "string", "SCORE": "long"}
+
+
+def users_table(statement):
+    catalog = sp.Catalog()
+    catalog.register("users", sp.read.from_callback("users", schema=USERS), primary_key="id")
+    return Run(sp.sql(statement, catalog=catalog))
+
+
+def test_aggregating_a_table_retracts_the_old_row_before_adding_the_new_one():
+    run = users_table("CREATE TABLE by_region AS SELECT region, COUNT(*) AS n, SUM(score) AS total, "
+                      "AVG(score) AS mean FROM users GROUP BY region")
+    first = run.feed({"ID": "u1", "REGION": "east", "SCORE": 10}, {"ID": "u2", "REGION": "east", "SCORE": 20},
+                     {"ID": "u3", "REGION": "west", "SCORE": 5})
+    assert values(first, "REGION", "n", "total", "mean") == [("east", 2, 30, 15.0), ("west", 1, 5, 5.0)]
+    # u1 moves: both groups change, the one it left first
+    moved = run.feed({"ID": "u1", "REGION": "west", "SCORE": 12})
+    assert values(moved, "REGION", "n", "total", "mean", "_change") == [
+        ("east", 1, 20, 20.0, "update"), ("west", 2, 17, 8.5, "update")]
+    # a tombstone (nulls besides the key) only retracts
+    assert values(run.feed({"ID": "u3", "REGION": None, "SCORE": None}), "REGION", "n", "total") == [
+        ("west", 1, 12)]
+    # a count that falls to 0 stays, at 0 (SUM of nothing left is 0, AVG null)
+    assert values(run.feed({"ID": "u2", "REGION": None, "SCORE": None}),
+                  "REGION", "n", "total", "mean", "_change") == [("east", 0, 0, None, "update")]
+    # an update that changes nothing a group shows still retracts and re-adds: no visible change
+    assert run.feed({"ID": "u1", "REGION": "west", "SCORE": 12}).empty
+
+
+def test_having_removes_a_table_group_whose_count_falls_to_zero():
+    run = users_table("CREATE TABLE busy AS SELECT region, COUNT(*) AS n FROM users "
+                      "GROUP BY region HAVING COUNT(*) > 0")
+    run.feed({"ID": "u1", "REGION": "east", "SCORE": 1})
+    assert values(run.feed({"ID": "u1", "REGION": "west", "SCORE": 1}), "REGION", "n", "_change") == [
+        ("east", None, "delete"), ("west", 1, "insert")]
+
+
+def test_aggregates_that_cannot_take_a_row_back_are_refused_on_a_table():
+    with pytest.raises(sp.PipelineDefinitionError, match=r"\['max'\] cannot, so they apply to a stream only"):
+        users_table("CREATE TABLE t AS SELECT region, MAX(score) AS top FROM users GROUP BY region")
