@@ -119,7 +119,17 @@ class QueryManager:
             if target is None:
                 target = query.table.table
                 self._targets[target] = (query.table.pipeline, query.table.table)
+                self._start_at_latest(target)
         return self.subscribe(SQL_ANALYTIC + query.sql, {}, target, user)
+
+    def _start_at_latest(self, target: str) -> None:
+        """A target added while the manager runs starts at its latest batch (recorded, so a
+        restart does not publish its past batches to subscribers whose snapshot holds them)."""
+        changelog, _ = self._changelog(target)
+        row = None if changelog is None else changelog.agg(F.max(BATCH_COLUMN)).first()
+        latest = None if row is None else row[0]
+        if latest is not None and latest > self._published.get(target, 0):
+            self._publish_batch(target, int(latest), pd.DataFrame(), {})
 
     def _analytic(self, name: str) -> Analytic:
         """The registered analytic ``name``; a push query's is made from its name on first use

@@ -245,7 +245,8 @@ class Writer:
         if keys is None:
             raise PipelineDefinitionError("to_table needs an aggregation right before it: "
                                           "stream.group_by(...).agg(...).write.to_table(name)")
-        return self._with(TableSink(name=name, keys=keys))
+        coalesced = all(op.one_change_per_key for op in operators)
+        return self._with(TableSink(name=name, keys=keys, coalesced=coalesced))
 
     def _with(self, sink: Sink) -> Pipeline:
         if any(existing.name == sink.name for existing in self.pipeline.sinks):
@@ -414,13 +415,15 @@ class GroupedStream:
         return WindowedStream(self.stream, self.keys, window)
 
     def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
-            **aggs: Agg) -> Stream:
-        """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``."""
+            per_record: bool = False, **aggs: Agg) -> Stream:
+        """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``: one
+        change per key a batch changed, or with ``per_record`` one per input row (ksqlDB's
+        ``EMIT CHANGES`` without its record cache)."""
         _check_aggs(aggs)
         retracting = any(isinstance(op, ChangesAsRows) for op in self.stream.operators)
         op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
                             keys=self.keys, aggs=self.stream.typed(aggs), having=having,
-                            retracting=retracting)
+                            retracting=retracting, per_record=per_record)
         return self.stream.via(op)
 
 
@@ -433,13 +436,16 @@ class WindowedStream:
     window: Window | Session
 
     def agg(self, emit: str = "changes", name: str | None = None,
-            having: Callable[[pd.DataFrame], Any] | None = None, **aggs: Agg) -> Stream:
+            having: Callable[[pd.DataFrame], Any] | None = None, per_record: bool = False,
+            **aggs: Agg) -> Stream:
         """Aggregates per key and window; ``emit="final"`` emits each window once, closed;
-        ``having`` hides windows that fail it (not for sessions)."""
+        ``having`` hides windows that fail it; ``per_record`` emits a change per input row
+        (``changes`` mode). Sessions take neither ``having`` nor ``per_record``."""
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
-                  window=self.window, aggs=self.stream.typed(aggs), emit=emit, having=having)
+                  window=self.window, aggs=self.stream.typed(aggs), emit=emit, having=having,
+                  per_record=per_record)
         return self.stream.via(op)
 
 

@@ -67,6 +67,22 @@ class Agg:
         # user aggregate: the group's values (in order), folded into the accumulator in combine
         return values.agg(lambda s: [to_python(v) for v in s])
 
+    def record_partial(self, value: Any, missing: bool, sign: int = 1) -> Any:
+        """What one record contributes, in the shape of a batch partial (``missing``: its
+        value is null; ``sign`` -1: a table's row taken back, see :meth:`signed_partial`)."""
+        value = to_python(value)
+        if self.kind == "count":
+            return 0 if missing else sign
+        if self.kind == "avg":
+            return (None, 0) if missing else (value * sign, sign)
+        if self.kind == "collect_list":
+            return [] if missing else [value]
+        if self.kind == "udf":
+            return [value]
+        if self.kind == "sum" and not missing:
+            return value * sign
+        return None if missing else value
+
     def signed_partial(self, frame: pd.DataFrame, by: list[str], sign: str) -> pd.Series:
         """:meth:`partial` of rows added (``frame[sign]`` +1) and taken back (-1), for the
         aggregates that can undo a row (:data:`UNDOABLE`): COUNT adds the signs of its rows,

@@ -127,6 +127,12 @@ class Operator(ABC):
         its output is a plain stream."""
         return None
 
+    @property
+    def one_change_per_key(self) -> bool:
+        """Whether a batch's table changes hold at most one row per key (what a state table's
+        upsert can apply as it is); ``False`` for per-record emission."""
+        return True
+
     def state_key(self, values: tuple[Any, ...]) -> Any:
         """The key this operator keeps a row's state under, from the values of its declared
         key columns (Python scalars): the value itself for one column, else the tuple.

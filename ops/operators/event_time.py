@@ -49,10 +49,19 @@ class EventTimeAggregate(Operator):
     emit: str = "changes"
     #: hides windows whose values fail it (ksqlDB's HAVING), as ``GroupAggregate``'s does
     having: Callable[[pd.DataFrame], Any] | None = None
+    #: ``changes`` mode: a change per input row, not per window per batch (see GroupAggregate)
+    per_record: bool = False
+
+    @property
+    def one_change_per_key(self) -> bool:
+        return not self.per_record
 
     def __post_init__(self) -> None:
         if self.emit not in ("changes", "final"):
             raise PipelineDefinitionError(f"emit must be 'changes' or 'final', not {self.emit!r}")
+        if self.per_record and self.emit == "final":
+            raise PipelineDefinitionError("per-record emission goes with emit='changes': 'final' "
+                                          "emits each window once")
 
     @property
     def table_keys(self) -> tuple[str, ...]:

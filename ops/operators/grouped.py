@@ -21,7 +21,7 @@ import pandas as pd
 from ..columns import CHANGE_COLUMN, OLD_COLUMN, SIGN_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
-from .aggregates import UNDOABLE, Agg
+from .aggregates import UNDOABLE, Agg, to_python
 from .base import TableOperator
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,13 @@ class GroupAggregate(TableOperator):
     aggs: tuple[tuple[str, Agg], ...]
     having: Callable[[pd.DataFrame], Any] | None = None
     retracting: bool = False
+    #: one change row per input row that touches a key, in input order, even when the value
+    #: does not change (ksqlDB without its record cache), instead of one per key per batch
+    per_record: bool = False
+
+    @property
+    def one_change_per_key(self) -> bool:
+        return not self.per_record
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -60,11 +67,12 @@ class GroupAggregate(TableOperator):
                 f"AVG); {undoable} cannot, so they apply to a stream only (as in ksqlDB)")
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        if self.per_record:
+            return self.changes(*self.fold_records(scope, frame), keep_unchanged=True)
         return self.changes(*self.fold(scope, frame))
 
-    def fold(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
-        """Fold the batch into the state: the group keys it touched, and per key ``(old values
-        or None, new values, visible)``."""
+    def _keyed(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows with a group key (the others are dropped and counted in the log)."""
         missing = [c for c in self.keys + tuple(a.column for _, a in self.aggs if a.column)
                    if c not in frame.columns]
         if missing:
@@ -73,6 +81,48 @@ class GroupAggregate(TableOperator):
         if len(keyed) < len(frame):
             log.warning("%s.%s batch %d: %d row(s) with a null group key dropped", scope.pipeline,
                         self.name, scope.batch_id, len(frame) - len(keyed))
+        return keyed
+
+    def fold_records(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
+        """:meth:`fold` record by record: per input row (in order), its group key and
+        ``(old values or None, new values, visible)`` just before and after it."""
+        keyed = self._keyed(scope, frame)
+        if keyed.empty:
+            return [], []
+        row_keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
+                    for row in keyed[list(self.keys)].itertuples(index=False)]
+        store = scope.store.operator(self.name, initial=None)
+        unique = list(dict.fromkeys(row_keys))
+        stored = {key: old or {"acc": {}, "visible": False}
+                  for key, old in zip(unique, store.get_values(unique))}
+        accs = {key: dict(state["acc"]) for key, state in stored.items()}
+        signs = keyed[SIGN_COLUMN].tolist() if self.retracting else [1] * len(keyed)
+        inputs = {name: keyed[agg.column].tolist() if agg.column else None
+                  for name, agg in self.aggs}
+        afters = []
+        for position, key in enumerate(row_keys):
+            acc = accs[key]
+            for name, agg in self.aggs:
+                column = inputs[name]
+                value = None if column is None else column[position]
+                missing = column is not None and _missing_value(value)
+                acc[name] = agg.combine(acc.get(name),
+                                        agg.record_partial(value, missing, signs[position]))
+            afters.append(self._values(dict(acc)))
+        visible = self._passes(scope, row_keys, afters)  # HAVING, row by row
+        shown = {key: bool(state.get("visible")) for key, state in stored.items()}
+        values = {key: self._values(state["acc"]) for key, state in stored.items()}
+        befores = []
+        for key, after, seen in zip(row_keys, afters, visible):
+            befores.append(values[key] if shown[key] else None)
+            shown[key], values[key] = bool(seen), after
+        store.set_values(unique, [{"acc": accs[key], "visible": shown[key]} for key in unique])
+        return row_keys, list(zip(befores, afters, visible))
+
+    def fold(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
+        """Fold the batch into the state: the group keys it touched, and per key ``(old values
+        or None, new values, visible)``."""
+        keyed = self._keyed(scope, frame)
         if keyed.empty:
             return [], []
         if self.retracting:
@@ -141,12 +191,14 @@ class GroupAggregate(TableOperator):
             raise OperatorError(
                 f"{scope.where(self.name)}: HAVING failed: {type(exc).__name__}: {exc}") from exc
 
-    def changes(self, keys: list, folded: list[tuple]) -> pd.DataFrame:
-        """The change rows of a :meth:`fold`: one per key whose visible value changed, with key
-        columns, new values, ``_change`` and ``_old``."""
+    def changes(self, keys: list, folded: list[tuple], keep_unchanged: bool = False) -> pd.DataFrame:
+        """The change rows of a :meth:`fold`: one per key whose visible value changed (with
+        ``keep_unchanged``, also those whose value did not), with key columns, new values,
+        ``_change`` and ``_old``."""
         kept = [(key, old, new, shown) for key, (old, new, shown) in zip(keys, folded)
                 # hidden before and after, or shown and unchanged: nothing a reader could see
-                if not (old is None and not shown) and not (shown and old == new)]
+                if not (old is None and not shown)
+                and (keep_unchanged or not (shown and old == new))]
         frame = self._rows([key for key, *_ in kept],
                            [new if shown else None for _, _, new, shown in kept])
         frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
@@ -177,6 +229,10 @@ class GroupAggregate(TableOperator):
 
 
 _DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest", "latest_nulls"})
+
+
+def _missing_value(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
 def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:

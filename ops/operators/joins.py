@@ -87,7 +87,8 @@ class TableTableJoin(TableOperator):
 
     Keeps each side's latest row per key in state and emits a change of the joined table
     whenever either side changes: ``inner`` shows a key while both sides have it, ``left`` while
-    the left side has it (right columns null until the right side arrives).
+    the left side has it (right columns null until the right side arrives), ``outer`` while
+    either side has it (the other side's columns null).
     """
 
     name: str
@@ -97,8 +98,9 @@ class TableTableJoin(TableOperator):
     how: str = "inner"
 
     def __post_init__(self) -> None:
-        if self.how not in ("inner", "left"):
-            raise PipelineDefinitionError(f"table join how must be 'inner' or 'left', not {self.how!r}")
+        if self.how not in ("inner", "left", "outer"):
+            raise PipelineDefinitionError(
+                f"table join how must be 'inner', 'left' or 'outer', not {self.how!r}")
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         sides = {self.left[0]: ("left", self.left[1]), self.right[0]: ("right", self.right[1])}
@@ -135,6 +137,9 @@ class TableTableJoin(TableOperator):
 
     def _joined(self, sides: dict) -> dict | None:
         left, right = sides.get("left"), sides.get("right")
-        if left is None or (right is None and self.how == "inner"):
+        if left is None and (self.how != "outer" or right is None):
             return None
-        return {**left, **(right or {c: None for c in self.right[1]})}
+        if right is None and self.how == "inner":
+            return None
+        return {**(left or {c: None for c in self.left[1]}),
+                **(right or {c: None for c in self.right[1]})}

@@ -12,7 +12,7 @@ from state import OperatorState
 from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
-from .aggregates import Agg, to_python
+from .aggregates import to_python
 from .event_time import END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
 from .grouped import nullable_array, without_nulls
 
@@ -50,8 +50,9 @@ class SessionAggregate(EventTimeAggregate):
         super().__post_init__()
         if any(agg.kind == "udf" for _, agg in self.aggs):
             raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
-        if self.having is not None:
-            raise PipelineDefinitionError("HAVING is not supported with session windows")
+        if self.having is not None or self.per_record:
+            raise PipelineDefinitionError("HAVING and per-record emission are not supported with "
+                                          "session windows")
 
     def state_key(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(values)  # a key's sessions are kept under the tuple of its key columns
@@ -105,7 +106,7 @@ class SessionAggregate(EventTimeAggregate):
         for name, agg in self.aggs:
             value = row.get(agg.column) if agg.column else None
             missing = agg.column is not None and (value is None or value != value)
-            part = _one_record_partial(agg, value, missing)
+            part = agg.record_partial(value, missing)
             out[name] = agg.combine(acc.get(name), part)
         return out
 
@@ -148,14 +149,3 @@ class SessionAggregate(EventTimeAggregate):
                                  **self._values(sess[2]), CHANGE_COLUMN: "insert", OLD_COLUMN: None})
         return rows
 
-
-def _one_record_partial(agg: Agg, value: Any, missing: bool) -> Any:
-    """What one record contributes, in the shape of a batch partial."""
-    value = to_python(value)
-    if agg.kind == "count":
-        return 0 if missing else 1
-    if agg.kind == "avg":
-        return (None, 0) if missing else (value, 1)
-    if agg.kind == "collect_list":
-        return [] if missing else [value]
-    return None if missing else value

@@ -71,15 +71,17 @@ class WindowAggregate(EventTimeAggregate):
         before, stream_time = self.stream_times(scope, events, ms, clock)
         rows, late = self._assign(events, ms, before)
         inner = GroupAggregate(name=self.name, keys=self.table_keys, aggs=self.aggs,
-                               having=self.having)
-        touched, folded = inner.fold(scope, rows)
+                               having=self.having, per_record=self.per_record)
+        per_record = inner.apply(scope, rows) if self.per_record else None
+        touched, folded = inner.fold(scope, rows) if per_record is None else ([], [])
         wait = to_ms(self.window.size) + to_ms(self.window.grace)
         closed = sorted(key for key in self.open_keys(store)
                         if stream_time is not None and key[-1] + wait <= stream_time)
         finals = self._close(store, inner, closed)
         self.tick(scope, store, clock, stream_time, late)
         # in final mode the per-window change rows would only be thrown away
-        out = inner.changes(touched, folded) if self.emit == "changes" else finals
+        out = finals if self.emit == "final" else (
+            per_record if per_record is not None else inner.changes(touched, folded))
         return self._with_bounds(out)
 
     def owner(self, state_key: tuple) -> Any:

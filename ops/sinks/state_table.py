@@ -45,6 +45,9 @@ class TableSink(StoredSink):
 
     name: str
     keys: tuple[str, ...]
+    #: whether a batch holds at most one change per key; per-record emission holds several,
+    #: and the table takes the last of each key's (the changelog keeps them all)
+    coalesced: bool = True
 
     def location(self, layout: PipelineLayout) -> str:
         return layout.table(self.name)
@@ -66,6 +69,10 @@ class TableSink(StoredSink):
         changes = _typed_like(ctx.spark, rows, self.changelog(ctx.layout))
         tables.append(changes, self.changelog(ctx.layout),
                       txn=ctx.txn(f"table/{self.name}", batch_id))
+        if not self.coalesced:
+            last = Window.partitionBy(*self.keys).orderBy(F.col(ROW_COLUMN).desc())
+            changes = (changes.withColumn("_rank", F.row_number().over(last))
+                       .where("_rank = 1").drop("_rank"))
         self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))
 
     def _upsert(self, spark: SparkSession, layout: PipelineLayout, changes: DataFrame) -> None:

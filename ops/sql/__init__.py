@@ -37,7 +37,8 @@ def register(name: str, stream: Stream, timestamp: str | None = None, *,
 
 
 def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: str | None = None,
-        *, catalog: Catalog | None = None, warehouse: str | None = None) -> Pipeline:
+        *, catalog: Catalog | None = None, warehouse: str | None = None,
+        emit_changes: str = "per_batch") -> Pipeline:
     """Compile ``CREATE TABLE <name> AS SELECT … FROM <stream> … GROUP BY …`` to a pipeline named
     ``<name>`` whose sink is the state table ``<name>`` (or ``CREATE STREAM <name> AS SELECT …``
     to one appending to the Delta table ``<name>``).
@@ -45,7 +46,11 @@ def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: 
     ``FROM`` reads ``streams`` (name -> stream) or else ``catalog`` (default:
     :data:`DEFAULT_CATALOG`): a stream, a TABLE of updates, or a table an earlier statement
     created (read from its changelog under ``warehouse``). See
-    :func:`ops.sql.compile.compile_statement` for WINDOW and EMIT.
+    :func:`ops.sql.compile.compile_statement` for WINDOW and EMIT. ``emit_changes``: how a
+    table's ``EMIT CHANGES`` reaches its changelog: ``"per_batch"`` (the default, cheaper: one
+    change per key a micro-batch changed, like ksqlDB's record cache) or ``"per_record"`` (one
+    per input row that touches a key, even when its value did not change, like ksqlDB with
+    ``cache.max.bytes.buffering=0``).
 
     >>> import ops as sp
     >>> catalog = sp.Catalog()
@@ -55,7 +60,8 @@ def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: 
     >>> tickets.name, tickets.sinks[0].keys
     ('sold', ('title',))
     """
-    return compile_statement(statement, catalog or DEFAULT_CATALOG, streams, timestamp, warehouse)
+    return compile_statement(statement, catalog or DEFAULT_CATALOG, streams, timestamp, warehouse,
+                             emit_changes)
 
 
 def query(spark: SparkSession, statement: str, *, catalog: Catalog | None = None,

@@ -83,6 +83,10 @@ class Catalog:
     def has_table(self, name: str) -> bool:
         return name.lower() in self._tables
 
+    def tables(self) -> list[str]:
+        """Every registered table's name, sorted."""
+        return sorted(self._tables)
+
     def table(self, name: str) -> TableEntry:
         """The state table registered as ``name``; the error lists the tables there are."""
         entry = self._tables.get(name.lower())

@@ -16,6 +16,7 @@ when it is more than the keys and the aggregates). Every expression is evaluated
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,13 +37,13 @@ from ..sinks import TableSink
 from .catalog import Catalog, TableEntry
 from .clauses import split_clauses, window_of
 from .engine import Expressions, known_function
-from .names import Columns, located, snippet
+from .names import Columns, Scope, Side, located, snippet
 
 _AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
     exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
     exp.Avg: aggregates.avg}
 _NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST")
-_UNSUPPORTED_CLAUSES = {"joins": "JOIN", "order": "ORDER BY", "limit": "LIMIT",
+_UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
                         "offset": "OFFSET", "distinct": "DISTINCT", "qualify": "QUALIFY",
                         "with": "WITH", "windows": "WINDOW", "laterals": "LATERAL"}
 _WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
@@ -65,7 +66,8 @@ class Statement:
 
 
 def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, Stream] | None = None,
-                      timestamp: str | None = None, warehouse: str | None = None) -> Pipeline:
+                      timestamp: str | None = None, warehouse: str | None = None,
+                      emit_changes: str = "per_batch") -> Pipeline:
     """Compile a ``CREATE TABLE … AS SELECT …`` or ``CREATE STREAM … AS SELECT …`` statement to
     a pipeline named after what it creates. ``FROM`` names a stream in ``streams`` or, failing
     that, in ``catalog``; a table it creates is registered in ``catalog`` for pull queries.
@@ -76,6 +78,8 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
     registered; a windowed table read by another window: its ``window_start``); ``EMIT FINAL``
     needs a window. A table read ``FROM`` is read from its changelog under ``warehouse``.
     """
+    if emit_changes not in ("per_batch", "per_record"):
+        raise SqlError(f"emit_changes={emit_changes!r}: use 'per_batch' or 'per_record'")
     parsed = parse(statement)
     local = Catalog()
     for name, given in (streams or {}).items():
@@ -87,7 +91,14 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
                            "stream (CREATE TABLE … AS SELECT aggregates a table)")
         return _stream_query(parsed, source.stream, source.columns)
     time = timestamp or source.timestamp
-    pipeline, columns = _table_query(parsed, source, time and (source.columns.find(time) or time))
+    time = time and (source.columns.find(time) or time)
+    if source.joined and not parsed.select.args.get("group"):
+        pipeline, columns = _joined_table_query(parsed, source)
+    else:
+        if source.joined:  # aggregate the joined table: its changes as rows to take back
+            source = dataclasses.replace(source, stream=source.stream.changes_as_rows(
+                name=f"{parsed.name}_changes"))
+        pipeline, columns = _table_query(parsed, source, time, emit_changes == "per_record")
     final = any(isinstance(op, EventTimeAggregate) and op.emit == "final"
                 for op in pipeline.stream.operators)
     catalog.register_table(parsed.name, pipeline, columns, final)
@@ -128,17 +139,44 @@ def syntax_error(text: str, exc: ParseError) -> SqlError:
 
 @dataclass(frozen=True)
 class _Source:
-    """What ``FROM`` reads: its rows as a stream, their event time, their columns, and whether
-    they are a table's changes (an aggregation takes rows back)."""
+    """What ``FROM`` reads: its rows as a stream, their event time, their columns (one source,
+    or two joined), and whether they are a table's changes (an aggregation takes rows back;
+    ``joined``: the changes of a table–table join, keyed by the join key)."""
 
     stream: Stream
     timestamp: str | None
-    columns: Columns
+    columns: Scope
     table: bool = False
+    joined: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A name ``FROM`` or ``JOIN`` reads, looked up: a stream (with its event time and, for a
+    stream of updates, its primary key) or a table an earlier statement created."""
+
+    name: str
+    alias: str | None
+    stream: Stream | None = None
+    timestamp: str | None = None
+    primary_key: tuple[str, ...] = ()
+    table: TableEntry | None = None
+
+    def columns(self) -> Columns:
+        if self.table is not None:
+            return Columns(self.table.table, self.table.columns)
+        assert self.stream is not None
+        known = self.stream.source.columns() if _columns_kept(self.stream) else None
+        return Columns(self.name, known)
+
+    def scope(self, renamed: tuple[tuple[str, str], ...] = ()) -> Scope:
+        return Scope((Side(self.columns(), tuple(n.lower() for n in (self.name, self.alias) if n),
+                           renamed),))
 
 
 def _source(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> _Source:
-    """What ``FROM`` names, from the first catalog that has it (see :class:`_Source`)."""
+    """What ``FROM`` (and ``JOIN``) read, from the first catalog that has each name (see
+    :class:`_Source`)."""
     select = parsed.select
     for arg, clause in _UNSUPPORTED_CLAUSES.items():
         if select.args.get(arg):
@@ -147,41 +185,158 @@ def _source(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> _So
                                f"{snippet(part)}")
     origin = select.args.get("from_") or select.args.get("from")
     if origin is None or not isinstance(origin.this, exp.Table):
-        raise parsed.error(origin, "FROM", "FROM must name one registered stream")
-    name = origin.this.name
+        raise parsed.error(origin, "FROM", "FROM must name one registered stream or table")
+    left = _lookup(parsed, origin.this, catalogs)
+    joins = select.args.get("joins") or []
+    if len(joins) > 1:
+        raise parsed.error(joins[1], "JOIN", "one JOIN per statement; chain statements instead")
+    if not joins:
+        return _read(parsed, left, warehouse)
+    join = joins[0]
+    if not isinstance(join.this, exp.Table):
+        raise parsed.error(join, "JOIN", "JOIN must name a registered stream or table")
+    right = _lookup(parsed, join.this, catalogs)
+    if left.table is None and right.table is not None and not left.primary_key:
+        return _stream_table_join(parsed, left, right, join, warehouse)
+    if left.table is not None and right.table is not None:
+        return _table_table_join(parsed, left, right, join, warehouse)
+    raise parsed.error(join, "JOIN", "stream–stream joins (WITHIN) are not supported; join a "
+                       "stream to a table (CREATE TABLE … AS SELECT over the other stream "
+                       "first), or two tables")
+
+
+def _lookup(parsed: Statement, table: exp.Table, catalogs: tuple[Catalog, ...]) -> _Named:
+    name, alias = table.name, table.alias or None
     for catalog in catalogs:
         if name in catalog:
             entry = catalog.lookup(name)
-            known = entry.stream.source.columns() if _columns_kept(entry.stream) else None
-            if not entry.primary_key:
-                return _Source(entry.stream, entry.timestamp, Columns(name, known))
-            columns = Columns(name, known)
-            key = [columns.find(column) or column for column in entry.primary_key]
-            rows = entry.stream.as_table(*key, name=f"{name}_rows")
-            return _Source(rows.changes_as_rows(name=f"{name}_changes"), entry.timestamp, columns,
-                           table=True)
+            return _Named(name, alias, entry.stream, entry.timestamp, entry.primary_key)
         if catalog.has_table(name):
-            return _table_source(parsed, catalog.table(name), warehouse)
-    known_names = sorted({known for catalog in catalogs for known in catalog.names()})
-    raise parsed.error(origin.this, "FROM", f"no such stream {name}; registered: {known_names}")
+            return _Named(name, alias, table=catalog.table(name))
+    known = sorted({known for catalog in catalogs for known in catalog.names()}
+                   | {t for catalog in catalogs for t in catalog.tables()})
+    raise parsed.error(table, "FROM", f"no such stream or table {name}; registered: {known}")
 
 
-def _table_source(parsed: Statement, entry: TableEntry, warehouse: str | None) -> _Source:
-    """A table an earlier statement created, read from its changelog: as a table (its rows'
-    changes) or, by a WINDOW, as the stream of its final windows."""
+def _read(parsed: Statement, named: _Named, warehouse: str | None) -> _Source:
+    """One source's rows: a stream as it is, a stream of updates as a table's changes, a
+    table from its changelog."""
+    if named.table is not None:
+        return _table_source(parsed, named, warehouse)
+    assert named.stream is not None
+    if not named.primary_key:
+        return _Source(named.stream, named.timestamp, named.scope())
+    columns = named.columns()
+    key = [columns.find(column) or column for column in named.primary_key]
+    rows = named.stream.as_table(*key, name=f"{named.name}_rows")
+    return _Source(rows.changes_as_rows(name=f"{named.name}_changes"), named.timestamp,
+                   named.scope(), table=True)
+
+
+def _changelog(entry: TableEntry, warehouse: str | None) -> Stream:
     sink = entry.pipeline.sink(entry.table)
     assert isinstance(sink, TableSink)  # the catalog registers state tables only
-    changelog = sp_read.from_delta(sink.changelog(entry.pipeline.layout(warehouse)),
-                                   name=entry.table, order_by=(BATCH_COLUMN, ROW_COLUMN))
-    columns = Columns(entry.table, entry.columns)
+    return sp_read.from_delta(sink.changelog(entry.pipeline.layout(warehouse)),
+                              name=entry.table, order_by=(BATCH_COLUMN, ROW_COLUMN))
+
+
+def _table_source(parsed: Statement, named: _Named, warehouse: str | None) -> _Source:
+    """A table an earlier statement created, read from its changelog: as a table (its rows'
+    changes) or, by a WINDOW, as the stream of its final windows."""
+    entry = named.table
+    assert entry is not None
+    changelog = _changelog(entry, warehouse)
     if parsed.window is None:
-        return _Source(changelog.changes_as_rows(name=f"{entry.table}_changes"), None, columns,
-                       table=True)
+        return _Source(changelog.changes_as_rows(name=f"{entry.table}_changes"), None,
+                       named.scope(), table=True)
     if not entry.final:
         raise SqlError(f"WINDOW over table {entry.table}: its rows change as it updates; a "
                        "window reads each row once, so window a stream, or make "
                        f"{entry.table} a windowed table with EMIT FINAL")
-    return _Source(changelog, START if START in entry.columns else None, columns)
+    return _Source(changelog, START if START in entry.columns else None, named.scope())
+
+
+def _join_columns(parsed: Statement, join: exp.Join, left: _Named,
+                  right: _Named) -> tuple[str, str]:
+    """The columns of ``ON left.a = right.b``: (a, b), each resolved in its own side."""
+    on = join.args.get("on")
+    if not isinstance(on, exp.EQ) or not all(isinstance(side, exp.Column)
+                                             for side in (on.this, on.expression)):
+        raise parsed.error(on or join, "JOIN", "a join needs ON <column> = <column>")
+    sides = (left.scope(), right.scope())
+    ends: dict[int, str] = {}
+    for column in (on.this, on.expression):
+        owner = next((i for i, scope in enumerate(sides)
+                      if column.table and column.table.lower() in scope.sides[0].qualifiers), None)
+        if owner is None:  # unqualified: the side that has it
+            owner = 0 if sides[0].find(column.name) and 0 not in ends else 1
+        ends[owner] = sides[owner].resolve(column, parsed.text, "JOIN")
+    if len(ends) != 2:
+        raise parsed.error(on, "JOIN", "ON must compare a column of each side")
+    return ends[0], ends[1]
+
+
+def _stream_table_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join,
+                       warehouse: str | None) -> _Source:
+    """``stream [LEFT] JOIN table ON stream.col = table.key``: each row enriched with the
+    table's row for its key, as of the batch's plan."""
+    table = right.table
+    assert table is not None and left.stream is not None
+    how = {"": "inner", "INNER": "inner", "LEFT": "left"}.get(join.side or join.kind or "")
+    if how is None:
+        raise parsed.error(join, "JOIN", f"a stream–table join is JOIN or LEFT JOIN, not "
+                           f"{join.side or join.kind} JOIN")
+    stream_column, table_column = _join_columns(parsed, join, left, right)
+    if table.keys != (table_column,):
+        raise parsed.error(join.args["on"], "JOIN", f"a stream–table join is ON the table's key "
+                           f"{list(table.keys)}, not {table_column}")
+    stream_columns = left.columns().names or ()
+    stream = left.stream
+    if stream_column != table_column:
+        if table_column in stream_columns:
+            raise parsed.error(join.args["on"], "JOIN", f"the stream has a column {table_column} "
+                               "other than the join key; rename it in a CREATE STREAM first")
+        copy = Expressions.of([(table_column, exp.column(stream_column, quoted=True))])
+        stream = stream.map(copy.append_to, name=f"{table.table}_key")
+    values = tuple(c for c in table.columns if c != table_column)
+    renamed = tuple((c, f"{c}_table") for c in values if c in stream_columns)
+    path = table.pipeline.table_path(table.table, warehouse)
+    joined = stream.join_table(path, on=table_column, columns=values, how=how,
+                               name=f"join_{table.table}")
+    scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
+    return _Source(joined, left.timestamp, scope)
+
+
+def _table_table_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join,
+                      warehouse: str | None) -> _Source:
+    """``table [LEFT|FULL OUTER] JOIN table ON a.key = b.key``: a table of the two, changed
+    whenever either side changes (see :class:`TableTableJoin`)."""
+    assert left.table is not None and right.table is not None
+    how = {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"}.get(
+        join.side or join.kind or "")
+    if how is None:
+        raise parsed.error(join, "JOIN", "a table–table join is JOIN, LEFT JOIN or FULL OUTER JOIN")
+    left_key, right_key = _join_columns(parsed, join, left, right)
+    if left.table.keys != (left_key,) or right.table.keys != (right_key,):
+        raise parsed.error(join.args["on"], "JOIN", "a table–table join is ON both tables' keys "
+                           f"({list(left.table.keys)}, {list(right.table.keys)})")
+    if left_key != right_key:
+        raise parsed.error(join.args["on"], "JOIN", f"the keys are named {left_key} and "
+                           f"{right_key}: name them alike (as in the statements that made them)")
+    left_values = tuple(c for c in left.table.columns if c != left_key)
+    right_values = tuple(c for c in right.table.columns if c != right_key)
+    clash = sorted(set(left_values) & set(right_values))
+    if clash:
+        raise parsed.error(join, "JOIN", f"both tables have columns {clash}; name them apart in "
+                           "the statements that made them")
+    if parsed.window is not None:
+        raise SqlError("WINDOW: a table–table join has no window")
+    merged = _changelog(left.table, warehouse).merge(_changelog(right.table, warehouse))
+    joined = merged.join_tables(on=left_key, left=(left.table.table, left_values),
+                                right=(right.table.table, right_values), how=how,
+                                name=f"join_{left.table.table}_{right.table.table}")
+    scope = Scope((*left.scope().sides, *right.scope().sides))
+    return _Source(joined, None, scope, table=True, joined=(left_key,))
 
 
 def _first(value: Any) -> exp.Expression:
@@ -195,7 +350,7 @@ def _columns_kept(stream: Stream) -> bool:
 
 # -- CREATE STREAM -------------------------------------------------------------------------
 
-def _stream_query(parsed: Statement, stream: Stream, columns: Columns) -> Pipeline:
+def _stream_query(parsed: Statement, stream: Stream, columns: Scope) -> Pipeline:
     select = parsed.select
     for arg, clause in (("group", "GROUP BY"), ("having", "HAVING")):
         if select.args.get(arg):
@@ -238,8 +393,8 @@ class _Aggregates:
     arguments: list[tuple[str, exp.Expression]] = field(default_factory=list)
 
 
-def _table_query(parsed: Statement, source: _Source,
-                 time: str | None) -> tuple[Pipeline, tuple[str, ...]]:
+def _table_query(parsed: Statement, source: _Source, time: str | None,
+                 per_record: bool) -> tuple[Pipeline, tuple[str, ...]]:
     """The pipeline of a CREATE TABLE, and the columns of its table."""
     select = parsed.select
     stream, columns = source.stream, source.columns
@@ -276,15 +431,17 @@ def _table_query(parsed: Statement, source: _Source,
     if not windowed:
         if parsed.emit == "FINAL":
             raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
-        changes = grouped.agg(having=having_fn, name=f"{parsed.name}_aggregate", **aggs)
+        changes = grouped.agg(having=having_fn, name=f"{parsed.name}_aggregate",
+                              per_record=per_record, **aggs)
         table_keys = tuple(keys)
     else:
         window = window_of(parsed.window or [], time or "")  # the clause's errors come first
         if time is None:
             raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
                            "sp.register(name, stream, timestamp='ts')")
-        changes = grouped.window(window).agg(emit=parsed.emit.lower(), having=having_fn,
-                                             name=f"{parsed.name}_window", **aggs)
+        changes = grouped.window(window).agg(
+            emit=parsed.emit.lower(), having=having_fn, name=f"{parsed.name}_window",
+            per_record=per_record and parsed.emit == "CHANGES", **aggs)
         table_keys = (*keys, START)
     outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
     # the aggregation's own columns are the table's when the SELECT list is the aggregates,
@@ -296,6 +453,31 @@ def _table_query(parsed: Statement, source: _Source,
             project=Expressions.of(outputs).evaluate))
     table_columns = (*table_keys, *((END,) if windowed else ()), *(name for name, _ in outputs))
     return changes.write.to_table(parsed.name).named(parsed.name), table_columns
+
+
+def _joined_table_query(parsed: Statement, source: _Source) -> tuple[Pipeline, tuple[str, ...]]:
+    """``CREATE TABLE … AS SELECT … FROM a JOIN b ON …`` (no GROUP BY): the joined table,
+    keyed by the join key, its columns the SELECT list."""
+    select = parsed.select
+    for arg, clause in (("where", "WHERE"), ("having", "HAVING")):
+        if select.args.get(arg):
+            raise parsed.error(select.args[arg], clause, f"{clause} on a table–table join is not "
+                               "supported; filter the tables in the statements that make them")
+    if parsed.window is not None or parsed.emit == "FINAL":
+        raise SqlError("WINDOW/EMIT FINAL: a table–table join has no window")
+    resolver = _Resolver(parsed, source.columns)
+    items = _items(parsed, resolver)
+    for _, node in items:
+        if _aggregates_in(node):
+            raise parsed.error(_aggregates_in(node)[0], "SELECT", "aggregates need GROUP BY")
+    keys = source.joined
+    outputs = [(name, node) for name, node in items if name not in keys]
+    values = tuple(c for c in source.columns.names or () if c not in keys)
+    changes = source.stream.via(TableProjection(
+        name=f"{parsed.name}_select", keys=keys, values=values,
+        project=Expressions.of(outputs).evaluate))
+    return (changes.write.to_table(parsed.name).named(parsed.name),
+            (*keys, *(name for name, _ in outputs)))
 
 
 def _where(parsed: Statement, stream: Stream, resolver: _Resolver) -> Stream:
@@ -471,11 +653,11 @@ def _check_distinct(parsed: Statement, names: list[str]) -> None:
 
 @dataclass(frozen=True)
 class _Resolver:
-    """Resolves the columns of a statement's expressions to the source's (case-insensitively);
-    ``WINDOWSTART``/``WINDOWEND`` to the window bounds."""
+    """Resolves the columns of a statement's expressions to the sources' (case-insensitively,
+    see :class:`Scope`); ``WINDOWSTART``/``WINDOWEND`` to the window bounds."""
 
     parsed: Statement
-    columns: Columns
+    scope: Scope
 
     def expression(self, node: exp.Expression, clause: str,
                    aliases: Mapping[str, exp.Expression] | None = None) -> exp.Expression:
@@ -487,24 +669,21 @@ class _Resolver:
                 raise self.parsed.error(part, clause, f"unknown function {part.name.upper()}")
             if not isinstance(part, exp.Column):
                 return part
-            if part.table and part.table.lower() != self.columns.source.lower():
-                raise self.parsed.error(part, clause, f"no source {part.table} in this query "
-                                        f"(it reads {self.columns.source})")
             identifier = part.this
-            if not identifier.quoted and identifier.name.upper() in _WINDOW_BOUNDS \
-                    and self.columns.find(identifier.name) is None:
+            if not identifier.quoted and not part.table \
+                    and identifier.name.upper() in _WINDOW_BOUNDS \
+                    and self.scope.find(identifier.name) is None:
                 bound = exp.column(_WINDOW_BOUNDS[identifier.name.upper()], quoted=True)
                 bound.this.meta.update(identifier.meta)
                 return bound
-            if aliases and self.columns.find(identifier.name) is None:
+            if aliases and not part.table and self.scope.find(identifier.name) is None:
                 named = next((item for name, item in aliases.items()
                               if name == identifier.name or (not identifier.quoted
                                                              and name.lower() == identifier.name.lower())),
                              None)
                 if named is not None:
                     return named.copy()
-            resolved = exp.column(self.columns.resolve(identifier, self.parsed.text, clause),
-                                  quoted=True)
+            resolved = exp.column(self.scope.resolve(part, self.parsed.text, clause), quoted=True)
             resolved.this.meta.update(identifier.meta)  # errors still point at the user's text
             return resolved
         return node.copy().transform(visit)

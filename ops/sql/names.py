@@ -87,3 +87,88 @@ class Columns:
             return name
         matches = [c for c in self.names if c.lower() == name.lower()]
         return matches[0] if len(matches) == 1 else None
+
+
+@dataclass(frozen=True)
+class Side:
+    """One source of a query: its columns, the names that qualify them (``orders``, ``o``),
+    and the columns a join renamed in the rows (a table column clashing with the stream's)."""
+
+    columns: Columns
+    qualifiers: tuple[str, ...]
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    def output(self, name: str) -> str:
+        """What the column ``name`` is called in the query's rows."""
+        return dict(self.renamed).get(name, name)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The sources a query reads (one, or two joined) and how its column references resolve:
+    ``o.title`` in the side qualified ``o``; ``title`` in whichever side has it (the join key
+    may be in both), refused as ambiguous otherwise.
+
+    >>> scope = Scope.of("orders", ("ID", "TITLE"))
+    >>> scope.resolve(exp.column("title", table="orders"), "", "SELECT")
+    'TITLE'
+    """
+
+    sides: tuple[Side, ...]
+
+    @classmethod
+    def of(cls, source: str, names: tuple[str, ...] | None, alias: str | None = None) -> Scope:
+        return cls((Side(Columns(source, names), _qualifiers(source, alias)),))
+
+    @property
+    def source(self) -> str:
+        return " JOIN ".join(side.columns.source for side in self.sides)
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        """The columns of the query's rows, when every side's are known."""
+        if any(side.columns.names is None for side in self.sides):
+            return None
+        return tuple(dict.fromkeys(side.output(name) for side in self.sides
+                                   for name in side.columns.names or ()))
+
+    def find(self, name: str) -> str | None:
+        """The row column an unqualified, unquoted ``name`` reads, if exactly one does."""
+        found = {side.output(hit) for side in self.sides
+                 if (hit := side.columns.find(name)) is not None}
+        return found.pop() if len(found) == 1 else None
+
+    def resolve(self, column: exp.Column, text: str, clause: str) -> str:
+        """The row column ``column`` reads (see the class docstring)."""
+        identifier = column.this
+        if column.table:
+            side = next((s for s in self.sides if column.table.lower() in s.qualifiers), None)
+            if side is None:
+                raise located(text, identifier, clause, f"no source {column.table} in this query "
+                              f"(it reads {self.source})")
+            return side.output(side.columns.resolve(identifier, text, clause))
+        if len(self.sides) == 1:
+            side = self.sides[0]
+            return side.output(side.columns.resolve(identifier, text, clause))
+        hits = {side.output(side.columns.resolve(identifier, text, clause)) for side in self.sides
+                if side.columns.names is None or _has(side.columns, identifier)}
+        if len(hits) == 1:
+            return hits.pop()
+        if hits:
+            raise located(text, identifier, clause, f"{identifier.name} is in more than one "
+                          f"source ({self.source}); qualify it")
+        raise located(text, identifier, clause, f"unknown column {identifier.name} in "
+                      f"{self.source}; columns: " + "; ".join(
+                          f"{side.columns.source} {list(side.columns.names or [])}"
+                          for side in self.sides))
+
+
+def _qualifiers(source: str, alias: str | None) -> tuple[str, ...]:
+    return tuple(name.lower() for name in (source, alias) if name)
+
+
+def _has(columns: Columns, identifier: exp.Identifier) -> bool:
+    names = columns.names or ()
+    if identifier.quoted:
+        return identifier.name in names
+    return columns.find(identifier.name) is not None

@@ -52,8 +52,9 @@ def pushed_rows(sql: str, keys: tuple[str, ...], changed: pd.DataFrame) -> pd.Da
     kept = run_query(sql, changed[~deleted].drop(columns=[CHANGE_COLUMN, BATCH_COLUMN],
                                                  errors="ignore"))
     gone = changed.loc[deleted, [k for k in keys if k in changed.columns]]
-    return pd.concat([kept.assign(**{CHANGE_COLUMN: "upsert"}),
-                      gone.assign(**{CHANGE_COLUMN: "delete"})], ignore_index=True)
+    parts = [part for part in (kept.assign(**{CHANGE_COLUMN: "upsert"}),
+                               gone.assign(**{CHANGE_COLUMN: "delete"})) if len(part)]
+    return pd.concat(parts, ignore_index=True) if parts else kept.assign(**{CHANGE_COLUMN: None})
 
 
 def compile_query(statement: str, catalog: Catalog) -> TableQuery:

@@ -251,3 +251,19 @@ def test_having_removes_a_table_group_whose_count_falls_to_zero():
 def test_aggregates_that_cannot_take_a_row_back_are_refused_on_a_table():
     with pytest.raises(sp.PipelineDefinitionError, match=r"\['max'\] cannot, so they apply to a stream only"):
         users_table("CREATE TABLE t AS SELECT region, MAX(score) AS top FROM users GROUP BY region")
+
+
+def test_emit_changes_per_record_emits_a_row_per_input_even_unchanged():
+    statement = "CREATE TABLE t AS SELECT title, MAX(qty) AS top, COUNT(*) AS n FROM orders GROUP BY title"
+    rows = ({"TITLE": "A", "QTY": 5}, {"TITLE": "B", "QTY": 1}, {"TITLE": "A", "QTY": 2})
+    per_record = table(statement, emit_changes="per_record")
+    assert values(per_record.feed(*rows), "TITLE", "top", "n", "_change") == [
+        ("A", 5, 1, "insert"), ("B", 1, 1, "insert"), ("A", 5, 2, "update")]
+    assert per_record.pipeline.sinks[0].coalesced is False
+    assert values(table(statement).feed(*rows), "TITLE", "top", "n", "_change") == [
+        ("A", 5, 2, "insert"), ("B", 1, 1, "insert")]
+    windowed = table("CREATE TABLE w AS SELECT page, MAX(x) AS top FROM orders "
+                     "WINDOW TUMBLING (SIZE 10 SECONDS) GROUP BY page", schema=WINDOWED,
+                     timestamp="TS", emit_changes="per_record")
+    out = windowed.feed({"PAGE": "a", "TS": at(1), "X": 3}, {"PAGE": "a", "TS": at(2), "X": 1})
+    assert values(out, "PAGE", "top", "_change") == [("a", 3, "insert"), ("a", 3, "update")]

@@ -253,3 +253,52 @@ def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse):
     assert hits(1, 2, 6) == []                 # no 5 s window closed yet
     assert hits(11) == []                      # [0,5) and [5,10) closed; [0,10) waits for a start >= 10
     assert hits(16) == [(0, 3)]                # [10,15) closed upstream: its start closes [0,10)
+
+
+def test_sql_joins_stream_table_and_table_table(spark, warehouse):
+    catalog = sp.Catalog()
+    catalog.register("user_updates", sp.read.from_callback(
+        "user_updates", schema={"id": "string", "name": "string"}))
+    catalog.register("orders", sp.read.from_callback(
+        "orders", schema={"order_id": "string", "user_id": "string", "amount": "long"}))
+    names = sp.sql("CREATE TABLE user_names AS SELECT id, LATEST_BY_OFFSET(name) AS name "
+                   "FROM user_updates GROUP BY id", catalog=catalog)
+    totals = sp.sql("CREATE TABLE user_totals AS SELECT user_id AS id, SUM(amount) AS total "
+                    "FROM orders GROUP BY user_id", catalog=catalog)
+    names.publish(spark, [{"id": "u1", "name": "Ann"}, {"id": "u2", "name": "Bob"}], warehouse)
+    names.run_once(spark, warehouse)  # a table must exist before a stream joins it, as in ksqlDB
+
+    enriched = sp.sql("CREATE STREAM enriched AS SELECT o.order_id, u.name, o.amount FROM orders o "
+                      "LEFT JOIN user_names u ON o.user_id = u.id", catalog=catalog, warehouse=warehouse)
+    spend = sp.sql("CREATE TABLE spend AS SELECT u.name, SUM(o.amount) AS spent FROM orders o "
+                   "JOIN user_names u ON o.user_id = u.id GROUP BY u.name",
+                   catalog=catalog, warehouse=warehouse)
+    both = sp.sql("CREATE TABLE user_spend AS SELECT id, name, total FROM user_names "
+                  "FULL OUTER JOIN user_totals ON user_names.id = user_totals.id",
+                  catalog=catalog, warehouse=warehouse)
+    orders = [{"order_id": "o1", "user_id": "u1", "amount": 10},
+              {"order_id": "o2", "user_id": "u2", "amount": 5},
+              {"order_id": "o3", "user_id": "u3", "amount": 7}]
+    for pipeline in (enriched, spend, totals):
+        pipeline.publish(spark, orders, warehouse)
+        pipeline.run_once(spark, warehouse)
+    both.run_once(spark, warehouse)
+    out = enriched.read_sink(spark, "enriched", warehouse)
+    assert [tuple(None if pd.isna(v) else v for v in row)
+            for row in out[["order_id", "name", "amount"]].itertuples(index=False)] == [
+        ("o1", "Ann", 10), ("o2", "Bob", 5), ("o3", None, 7)]
+    assert table_rows(spark, spend, warehouse, "spend") == [("Ann", 10), ("Bob", 5)]
+    assert table_rows(spark, both, warehouse, "user_spend") == [
+        ("u1", "Ann", 10), ("u2", "Bob", 5), ("u3", None, 7)]
+
+    names.publish(spark, [{"id": "u3", "name": "Cid"}], warehouse)
+    names.run_once(spark, warehouse)
+    both.run_once(spark, warehouse)
+    assert table_rows(spark, both, warehouse, "user_spend")[-1] == ("u3", "Cid", 7)
+
+    with pytest.raises(SqlError, match="stream–stream joins"):
+        sp.sql("CREATE STREAM s AS SELECT * FROM orders a JOIN user_updates b ON a.user_id = b.id",
+               catalog=catalog)
+    with pytest.raises(SqlError, match=r"ON the table's key \['id'\], not name"):
+        sp.sql("CREATE STREAM s AS SELECT o.order_id FROM orders o JOIN user_names u "
+               "ON o.user_id = u.name", catalog=catalog)
