@@ -419,6 +419,12 @@ class GroupedStream:
         """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``: one
         change per key a batch changed, or with ``per_record`` one per input row (ksqlDB's
         ``EMIT CHANGES`` without its record cache)."""
+        return self.aggregate(aggs, having=having, name=name, per_record=per_record)
+
+    def aggregate(self, aggs: Mapping[str, Agg], *, having: Callable[[pd.DataFrame], Any] | None = None,
+                  name: str | None = None, per_record: bool = False) -> Stream:
+        """:meth:`agg` with the aggregates in a mapping, so an output may be called ``name``
+        (what SQL's aliases need)."""
         _check_aggs(aggs)
         retracting = any(isinstance(op, ChangesAsRows) for op in self.stream.operators)
         op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
@@ -441,6 +447,12 @@ class WindowedStream:
         """Aggregates per key and window; ``emit="final"`` emits each window once, closed;
         ``having`` hides windows that fail it; ``per_record`` emits a change per input row
         (``changes`` mode). Sessions take neither ``having`` nor ``per_record``."""
+        return self.aggregate(aggs, emit=emit, name=name, having=having, per_record=per_record)
+
+    def aggregate(self, aggs: Mapping[str, Agg], *, emit: str = "changes", name: str | None = None,
+                  having: Callable[[pd.DataFrame], Any] | None = None,
+                  per_record: bool = False) -> Stream:
+        """:meth:`agg` with the aggregates in a mapping (see :meth:`GroupedStream.aggregate`)."""
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,

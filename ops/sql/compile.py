@@ -431,17 +431,17 @@ def _table_query(parsed: Statement, source: _Source, time: str | None,
     if not windowed:
         if parsed.emit == "FINAL":
             raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
-        changes = grouped.agg(having=having_fn, name=f"{parsed.name}_aggregate",
-                              per_record=per_record, **aggs)
+        changes = grouped.aggregate(aggs, having=having_fn, name=f"{parsed.name}_aggregate",
+                                    per_record=per_record)
         table_keys = tuple(keys)
     else:
         window = window_of(parsed.window or [], time or "")  # the clause's errors come first
         if time is None:
             raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
                            "sp.register(name, stream, timestamp='ts')")
-        changes = grouped.window(window).agg(
-            emit=parsed.emit.lower(), having=having_fn, name=f"{parsed.name}_window",
-            per_record=per_record and parsed.emit == "CHANGES", **aggs)
+        changes = grouped.window(window).aggregate(
+            aggs, emit=parsed.emit.lower(), having=having_fn, name=f"{parsed.name}_window",
+            per_record=per_record and parsed.emit == "CHANGES")
         table_keys = (*keys, START)
     outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
     # the aggregation's own columns are the table's when the SELECT list is the aggregates,
@@ -619,6 +619,9 @@ def _replacer(parsed: Statement, keys: list[str], groups: list[exp.Expression],
             if text in by_group:
                 return exp.column(by_group[text], quoted=True)
             if isinstance(part, exp.Column) and part.name in _WINDOW_BOUNDS.values():
+                if clause == "HAVING":
+                    raise parsed.error(part, clause, "WINDOWSTART/WINDOWEND in HAVING are not "
+                                       "supported; filter the table's rows when you read them")
                 if not windowed:
                     raise parsed.error(part, clause, f"{part.name.upper().replace('_', '')} "
                                        "needs a WINDOW")
