@@ -25,11 +25,17 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from ops import BATCH_COLUMN, OLD_COLUMN, ROW_COLUMN, Pipeline, TableSink
-from ops.errors import SqlError
-from ops.sql import DEFAULT_CATALOG, Catalog, compile_query
-from ops.sql.engine import run_query
-from ops.sql.queries import pushed_rows
+from ops import (
+    BATCH_COLUMN,
+    OLD_COLUMN,
+    ROW_COLUMN,
+    Catalog,
+    Pipeline,
+    SqlError,
+    TableQuery,
+    TableSink,
+    compile_query,
+)
 from state import resolve_warehouse, tables
 
 from .registry import Analytic, AnalyticsError, Registry, Subscription, canonical, default_registry
@@ -106,19 +112,20 @@ class QueryManager:
         keys it deleted). The table is one ``sp.sql`` created (``catalog``: where it was
         registered, by default ``sp.sql``'s); it becomes a target if it is not one yet."""
         try:
-            query = compile_query(statement, catalog or DEFAULT_CATALOG)
+            query = compile_query(statement, catalog)
         except SqlError as exc:
             raise AnalyticsError(str(exc)) from None
         if not query.push:
             raise AnalyticsError("a push query ends with EMIT CHANGES; for the rows as they are "
                                  "now, run it as a pull query (sp.query)")
         with self._lock:
+            read = query.table
+            assert read is not None  # a compiled query names its table
             target = next((name for name, (pipeline, table) in self._targets.items()
-                           if pipeline.name == query.table.pipeline.name
-                           and table == query.table.table), None)
+                           if pipeline.name == read.pipeline.name and table == read.table), None)
             if target is None:
-                target = query.table.table
-                self._targets[target] = (query.table.pipeline, query.table.table)
+                target = read.table
+                self._targets[target] = (read.pipeline, read.table)
                 self._start_at_latest(target)
         return self.subscribe(SQL_ANALYTIC + query.sql, {}, target, user)
 
@@ -136,11 +143,12 @@ class QueryManager:
         (also after a restart, for the subscriptions stored)."""
         if name.startswith(SQL_ANALYTIC) and name not in self.registry.registered():
             sql = name[len(SQL_ANALYTIC):]
+
+            def query(sub: Subscription) -> TableQuery:
+                return TableQuery(sql, self.table_keys(sub.target), push=True)
             return self.registry.register(
-                name, params={},
-                snapshot=lambda sub, table: run_query(sql, table.drop(
-                    columns=[BATCH_COLUMN], errors="ignore")) if len(table) else table,
-                delta=lambda sub, changes: pushed_rows(sql, self.table_keys(sub.target), changes))
+                name, params={}, snapshot=lambda sub, table: query(sub).apply(table),
+                delta=lambda sub, changes: query(sub).pushed(changes))
         return self.registry.get(name)
 
     def unsubscribe(self, client: str, user: str) -> bool:

@@ -74,7 +74,7 @@ from .runtime import BatchReport, RunReport, run_pipeline
 from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, DeltaTableSource, FileSource, MergedSource, PublishReport, Source
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
-from .sql import Catalog, query, register, sql
+from .sql import Catalog, TableQuery, compile_query, query, register, sql
 
 __all__ = [
     # the state API and pipeline builder
@@ -86,7 +86,7 @@ __all__ = [
     "Agg", "aggregate", "avg", "collect_list", "count", "latest_by_offset", "max_", "min_", "sum_",
     "Window", "Session", "hopping", "session", "tumbling",
     # SQL
-    "Catalog", "query", "register", "sql",
+    "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
     # running and operating
     "run_pipeline", "BatchReport", "RunReport", "recover", "replay", "reset_to_checkpoint",
     "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag", "source_lag",

@@ -4,6 +4,7 @@ them into one session: in an empty folder, with the default warehouse (``./wareh
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import ops as sp
@@ -35,6 +36,13 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     tickets = namespace["tickets"].read_sink(spark, "movie_tickets_sold")
     assert tickets[["title", "tickets_sold"]].values.tolist() == [["Aliens", 2], ["Heat", 1]]
     assert (tmp_path / "warehouse" / "sums_by_y" / "_state").is_dir()
+    # the SQL block: an expression over aggregates, a pull query, a table over a table, a join
+    pulled = sp.query(spark, "SELECT title, unit_price FROM priced")
+    assert pulled.values.tolist() == [["HEAT", 6.0]]
+    regions = namespace["regions"].read_sink(spark, "region_users")
+    assert regions[["region", "users"]].values.tolist() == [["east", 0], ["west", 1]]
+    visits = namespace["visits"].read_sink(spark, "visits_enriched")
+    assert visits["users"].tolist()[0] == 1 and pd.isna(visits["users"].tolist()[1])
     ended = namespace["sessions"].read_sink(spark, "sessions")  # the timers example
     assert ended[["user", "total"]].values.tolist() == [["ann", 2]]
     stored = sp.read_state(spark, namespace["sessions"], "__global__")

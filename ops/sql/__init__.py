@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 from ..pipeline import Pipeline, Stream
 from .catalog import Catalog
 from .compile import compile_statement
-from .queries import TableQuery, compile_query, pull
+from .queries import TableQuery, pull
+from .queries import compile_query as _compile_query
 
 __all__ = ["DEFAULT_CATALOG", "Catalog", "TableQuery", "compile_query", "query", "register", "sql"]
 
@@ -72,3 +73,10 @@ def query(spark: SparkSession, statement: str, *, catalog: Catalog | None = None
     :data:`DEFAULT_CATALOG`.
     """
     return pull(spark, statement, catalog or DEFAULT_CATALOG, warehouse)
+
+
+def compile_query(statement: str, catalog: Catalog | None = None) -> TableQuery:
+    """``SELECT … FROM <state table> [WHERE …] [EMIT CHANGES]`` compiled against ``catalog``
+    (default :data:`DEFAULT_CATALOG`): what :func:`query` runs, and what the analytics server
+    serves for a push query."""
+    return _compile_query(statement, catalog or DEFAULT_CATALOG)

@@ -30,31 +30,40 @@ from .names import Columns, located, snippet
 @dataclass(frozen=True)
 class TableQuery:
     """A compiled ``SELECT … FROM <state table> …``: ``sql`` is DuckDB's text over a frame of
-    the table's rows; ``push`` tells a push query (``EMIT CHANGES``) from a pull query."""
+    the table's rows, ``keys`` the table's key columns; ``push`` tells a push query (``EMIT
+    CHANGES``) from a pull query. ``sql`` and ``keys`` are all it needs to run, so a server
+    can rebuild it from what it stored.
 
-    table: TableEntry
+    >>> query = TableQuery("SELECT k, v * 2 AS v2 FROM batch WHERE v > 1", keys=("k",), push=True)
+    >>> changed = pd.DataFrame({"k": ["a", "b", "c"], "v": [5, 1, 7],
+    ...                         "_change": ["update", "update", "delete"]})
+    >>> query.pushed(changed).values.tolist()
+    [['a', 10, 'upsert'], ['c', <NA>, 'delete']]
+    """
+
     sql: str
+    keys: tuple[str, ...]
     push: bool
+    table: TableEntry | None = None
 
     def apply(self, rows: pd.DataFrame) -> pd.DataFrame:
-        """The query's rows over ``rows`` (the table's, or a batch's changed ones)."""
+        """The query's rows over ``rows`` (the table's current ones)."""
+        if rows.empty and not len(rows.columns):
+            return rows
         return run_query(self.sql, rows.drop(columns=[BATCH_COLUMN], errors="ignore"))
 
-
-
-def pushed_rows(sql: str, keys: tuple[str, ...], changed: pd.DataFrame) -> pd.DataFrame:
-    """Of a batch's change rows of a table keyed by ``keys``, what a push query's subscriber
-    receives: the changed rows its ``sql`` (a :attr:`TableQuery.sql`) selects, and the keys of
-    the deleted ones (a client drops a key it showed), with ``_change`` ``upsert``/``delete``.
-    A row that changed so it no longer matches is not sent: like ksqlDB's push queries, this
-    is a stream of matching changes, not a maintained view."""
-    deleted = (changed[CHANGE_COLUMN] == "delete").to_numpy()
-    kept = run_query(sql, changed[~deleted].drop(columns=[CHANGE_COLUMN, BATCH_COLUMN],
-                                                 errors="ignore"))
-    gone = changed.loc[deleted, [k for k in keys if k in changed.columns]]
-    parts = [part for part in (kept.assign(**{CHANGE_COLUMN: "upsert"}),
-                               gone.assign(**{CHANGE_COLUMN: "delete"})) if len(part)]
-    return pd.concat(parts, ignore_index=True) if parts else kept.assign(**{CHANGE_COLUMN: None})
+    def pushed(self, changed: pd.DataFrame) -> pd.DataFrame:
+        """Of a batch's change rows, what a push query's subscriber receives: the changed rows
+        it selects, then the keys of the deleted ones (a client drops a key it showed), with
+        ``_change`` ``upsert``/``delete``. A row that changed so it no longer matches is not
+        sent: like ksqlDB's push queries, this is a stream of matching changes, not a
+        maintained view."""
+        deleted = (changed[CHANGE_COLUMN] == "delete").to_numpy()
+        kept = self.apply(changed[~deleted].drop(columns=[CHANGE_COLUMN]))
+        gone = changed.loc[deleted, [k for k in self.keys if k in changed.columns]]
+        parts = [part for part in (kept.assign(**{CHANGE_COLUMN: "upsert"}),
+                                   gone.assign(**{CHANGE_COLUMN: "delete"})) if len(part)]
+        return pd.concat(parts, ignore_index=True) if parts else kept.assign(**{CHANGE_COLUMN: None})
 
 
 def compile_query(statement: str, catalog: Catalog) -> TableQuery:
@@ -93,7 +102,7 @@ def compile_query(statement: str, catalog: Catalog) -> TableQuery:
                           "aggregate in CREATE TABLE")
         return part
     resolved = select.copy().transform(resolve)
-    return TableQuery(entry, duckdb_sql(resolved), push=emit is not None)
+    return TableQuery(duckdb_sql(resolved), entry.keys, push=emit is not None, table=entry)
 
 
 def pull(spark: SparkSession, statement: str, catalog: Catalog,
@@ -103,7 +112,9 @@ def pull(spark: SparkSession, statement: str, catalog: Catalog,
     if query.push:
         raise SqlError("EMIT CHANGES makes a push query: subscribe to it through the analytics "
                        "server (analytics.QueryManager.subscribe_query), not sp.query")
-    rows = query.table.pipeline.read_sink(spark, query.table.table, warehouse)
+    table = query.table
+    assert table is not None  # compile_query names the table it reads
+    rows = table.pipeline.read_sink(spark, table.table, warehouse)
     if rows.empty:  # no table yet: no rows, but the query's columns
-        rows = pd.DataFrame(columns=list(query.table.columns))
+        rows = pd.DataFrame(columns=list(table.columns))
     return query.apply(rows)

@@ -24,7 +24,7 @@ def test_two_catalogs_resolve_the_same_name_to_their_own_stream():
 def test_a_name_in_one_catalog_is_unknown_to_another_and_to_the_default():
     mine = sp.Catalog()
     mine.register("only_here", sales("inbox"))
-    with pytest.raises(SqlError, match=r"FROM: no such stream only_here; registered: \[\]"):
+    with pytest.raises(SqlError, match=r"FROM: no such stream or table only_here; registered: \[\]"):
         sp.sql(STATEMENT.replace("sales", "only_here"), catalog=sp.Catalog())
     assert "only_here" not in DEFAULT_CATALOG
 
