@@ -1,10 +1,11 @@
 """ksqlDB-style SQL: ``sp.sql("CREATE TABLE|STREAM … AS SELECT …")`` over registered streams,
 and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it made.
 
-``catalog`` holds the names ``FROM`` reads; ``clauses`` reads ksqlDB's WINDOW and EMIT;
-``names`` resolves columns and points errors at the text; ``engine`` evaluates expressions
-with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull
-queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
+``catalog`` holds the names ``FROM`` reads; ``statement`` parses a statement and
+``clauses`` reads ksqlDB's WINDOW and EMIT; ``names`` resolves columns and points errors at
+the text; ``sources`` turns ``FROM``/``JOIN`` into a stream; ``engine`` evaluates expressions
+with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull and
+push queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
 another.
 """
 

@@ -22,9 +22,9 @@ from ..columns import BATCH_COLUMN, CHANGE_COLUMN
 from ..errors import SqlError
 from .catalog import Catalog, TableEntry
 from .clauses import split_clauses
-from .compile import syntax_error
 from .engine import duckdb_sql, run_query
 from .names import Columns, located, snippet
+from .statement import syntax_error
 
 
 @dataclass(frozen=True)

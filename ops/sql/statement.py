@@ -1,0 +1,63 @@
+"""A ksqlDB statement read: ``CREATE TABLE|STREAM <name> AS SELECT …`` parsed with sqlglot,
+ksqlDB's own clauses (WINDOW, EMIT) set aside, and errors that point at the user's text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+from sqlglot.tokens import Tokenizer
+
+from ..errors import SqlError
+from .clauses import split_clauses
+from .names import located, snippet
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A parsed ``CREATE TABLE|STREAM <name> AS SELECT …``: ``text`` is the user's statement
+    (positions in errors refer to it), ``window`` the WINDOW clause's tokens."""
+
+    text: str
+    kind: str
+    name: str
+    select: exp.Select
+    window: list | None
+    emit: str
+
+    def error(self, node: exp.Expression | None, clause: str, message: str) -> SqlError:
+        return located(self.text, node, clause, message)
+
+
+def parse(statement: str) -> Statement:
+    """The statement read with sqlglot, ksqlDB's own clauses set aside (see ``clauses``)."""
+    body, window, emit = split_clauses(statement)
+    words = [t for t in Tokenizer().tokenize(body)][:3]
+    kind = words[1].text.upper() if len(words) > 1 and words[0].text.upper() == "CREATE" else ""
+    if kind == "STREAM":  # sqlglot knows CREATE TABLE only: same length, so positions hold
+        body = body[:words[1].start] + "TABLE " + body[words[1].end + 1:]
+    try:
+        create = sqlglot.parse_one(body)
+    except ParseError as exc:
+        raise syntax_error(statement, exc) from None
+    if not isinstance(create, exp.Create) or kind not in ("TABLE", "STREAM") \
+            or not isinstance(create.expression, exp.Select):
+        raise SqlError("expected CREATE TABLE <name> AS SELECT … or CREATE STREAM <name> AS "
+                       f"SELECT …, got: {snippet(create)} (for a pull query use sp.query)")
+    name = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
+    return Statement(statement, kind, name, create.expression, window, emit or "CHANGES")
+
+
+def syntax_error(text: str, exc: ParseError) -> SqlError:
+    """Where the parser stopped, in the user's text, and what it expected (without the
+    parser's internal names)."""
+    first = exc.errors[0] if exc.errors else {}
+    description = str(first.get("description") or "invalid syntax")
+    if "<class" in description or "missing for" in description:
+        description = "incomplete expression"
+    line, column = int(first.get("line") or 1), int(first.get("col") or 1)
+    shown = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+    return SqlError(f"syntax error at line {line}, column {column}: {description}\n  {shown}\n"
+                    f"  {' ' * max(column - 1, 0)}^")
