@@ -110,7 +110,7 @@ class Agg:
             total, count = acc or (None, 0)
             batch_total, batch_count = part
             batch_total = to_python(batch_total)
-            if _missing(batch_total):  # nulls only (a net count of 0 may still move the total)
+            if is_missing(batch_total):  # nulls only (a net count of 0 may still move the total)
                 return [total, count]
             return [batch_total if total is None else total + batch_total, count + int(batch_count)]
         if kind == "udf":
@@ -118,8 +118,8 @@ class Agg:
                 raise PipelineDefinitionError("a user aggregate needs its function: sp.aggregate(...)")
             return self.fn(copy.deepcopy(self.initial) if acc is None else acc, pd.Series(part))
         if kind == "latest_nulls":
-            return None if _missing(part) else part
-        if _missing(part):
+            return None if is_missing(part) else part
+        if is_missing(part):
             return acc
         if acc is None:
             return part
@@ -150,7 +150,8 @@ _RESULT_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boo
                   "timestamp": "datetime64[ns, UTC]"}
 
 
-def _missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """Whether ``value`` is null: ``None``, pandas' ``NA`` or a float NaN."""
     return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 

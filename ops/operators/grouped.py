@@ -21,7 +21,7 @@ import pandas as pd
 from ..columns import CHANGE_COLUMN, OLD_COLUMN, SIGN_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
-from .aggregates import UNDOABLE, Agg, to_python
+from .aggregates import UNDOABLE, Agg, is_missing, to_python
 from .base import TableOperator
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,7 @@ class GroupAggregate(TableOperator):
         keyed = self._keyed(scope, frame)
         if keyed.empty:
             return [], []
-        row_keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
-                    for row in keyed[list(self.keys)].itertuples(index=False)]
+        row_keys = row_keys_of(keyed, self.keys)
         store = scope.store.operator(self.name, initial=None)
         unique = list(dict.fromkeys(row_keys))
         stored = {key: old or {"acc": {}, "visible": False}
@@ -105,7 +104,7 @@ class GroupAggregate(TableOperator):
             for name, agg in self.aggs:
                 column = inputs[name]
                 value = None if column is None else column[position]
-                missing = column is not None and _missing_value(value)
+                missing = column is not None and is_missing(value)
                 acc[name] = agg.combine(acc.get(name),
                                         agg.record_partial(value, missing, signs[position]))
             afters.append(self._values(dict(acc)))
@@ -231,8 +230,10 @@ class GroupAggregate(TableOperator):
 _DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest", "latest_nulls"})
 
 
-def _missing_value(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+def row_keys_of(frame: pd.DataFrame, keys: tuple[str, ...]) -> list:
+    """Each row's key as Python values: the value for one key column, else the tuple."""
+    return [tuple(to_python(v) for v in row) if len(keys) > 1 else to_python(row[0])
+            for row in frame[list(keys)].itertuples(index=False)]
 
 
 def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
@@ -245,8 +246,7 @@ def without_nulls(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
 def _without_nan(values: list) -> list:
     """Partials with NaN or NA (a group whose values were all null) as None, as combine()
     gives."""
-    return [None if value is pd.NA or (isinstance(value, float) and value != value) else value
-            for value in values]
+    return [None if is_missing(value) else value for value in values]
 
 
 # Dtypes fixed by the aggregate's kind; other kinds take the dtype their values infer.

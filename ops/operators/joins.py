@@ -137,9 +137,9 @@ class TableTableJoin(TableOperator):
 
     def _joined(self, sides: dict) -> dict | None:
         left, right = sides.get("left"), sides.get("right")
-        if left is None and (self.how != "outer" or right is None):
-            return None
-        if right is None and self.how == "inner":
+        shown = {"inner": left is not None and right is not None, "left": left is not None,
+                 "outer": left is not None or right is not None}[self.how]
+        if not shown:
             return None
         return {**(left or {c: None for c in self.left[1]}),
                 **(right or {c: None for c in self.right[1]})}

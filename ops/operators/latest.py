@@ -12,7 +12,7 @@ from ..context import BatchScope
 from ..errors import OperatorError
 from .aggregates import to_python
 from .base import TableOperator
-from .grouped import without_nulls
+from .grouped import row_keys_of, without_nulls
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,7 @@ class LatestByKey(TableOperator):
             raise OperatorError(f"{scope.where(self.name)}: key column(s) {missing} are not in the data")
         values = [c for c in frame.columns if c not in self.keys and not c.startswith("_")]
         latest = without_nulls(frame, self.keys).drop_duplicates(list(self.keys), keep="last")
-        keys = [tuple(to_python(v) for v in row) if len(self.keys) > 1 else to_python(row[0])
-                for row in latest[list(self.keys)].itertuples(index=False)]
+        keys = row_keys_of(latest, self.keys)
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_values(keys)
         rows = []

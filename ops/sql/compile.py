@@ -96,21 +96,11 @@ def _stream_query(parsed: Statement, stream: Stream, columns: Scope) -> Pipeline
         raise SqlError("EMIT FINAL: a stream query emits every row (EMIT CHANGES)")
     resolver = _Resolver(parsed, columns)
     stream = _where(parsed, stream, resolver)
-    outputs: list[tuple[str, exp.Expression]] = []
-    for position, item in enumerate(select.expressions):
-        node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
-        if isinstance(node, exp.Star):
-            if columns.names is None:
-                raise parsed.error(item, "SELECT", f"SELECT * needs the columns of "
-                                   f"{columns.source} to be known (declare its schema)")
-            outputs += [(name, exp.column(name, quoted=True)) for name in columns.names]
-            continue
+    outputs = _items(parsed, resolver, star=True)
+    for _, node in outputs:
         if _aggregates_in(node):
             raise parsed.error(node, "SELECT", "aggregates need CREATE TABLE … GROUP BY: "
                                f"{snippet(node)}")
-        resolved = resolver.expression(node, "SELECT")
-        outputs.append((alias or _default_name(resolved, position), resolved))
-    _check_distinct(parsed, [name for name, _ in outputs])
     projection = Expressions.of(outputs, _declared(stream))
     return stream.map(projection.evaluate, name="select").write.to_delta(parsed.name).named(parsed.name)
 
@@ -227,18 +217,31 @@ def _where(parsed: Statement, stream: Stream, resolver: _Resolver) -> Stream:
                          name="where")
 
 
-def _items(parsed: Statement, resolver: _Resolver) -> list[tuple[str, exp.Expression]]:
-    """The SELECT list as (output name, resolved expression)."""
-    items = []
+def _items(parsed: Statement, resolver: _Resolver,
+           star: bool = False) -> list[tuple[str, exp.Expression]]:
+    """The SELECT list as (output name, resolved expression); ``star``: ``*`` stands for
+    every column of the source (a stream query), else it is refused."""
+    items: list[tuple[str, exp.Expression]] = []
     for position, item in enumerate(parsed.select.expressions):
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
         if isinstance(node, exp.Star):
-            raise parsed.error(item, "SELECT", "SELECT * is not supported in a table query; "
-                               "name the group columns and the aggregates")
+            items += _star(parsed, item, resolver.scope, star)
+            continue
         resolved = resolver.expression(node, "SELECT")
         items.append((alias or _default_name(resolved, position), resolved))
     _check_distinct(parsed, [name for name, _ in items])
     return items
+
+
+def _star(parsed: Statement, item: exp.Expression, scope: Scope,
+          allowed: bool) -> list[tuple[str, exp.Expression]]:
+    if not allowed:
+        raise parsed.error(item, "SELECT", "SELECT * is not supported in a table query; "
+                           "name the group columns and the aggregates")
+    if scope.names is None:
+        raise parsed.error(item, "SELECT", f"SELECT * needs the columns of {scope.source} to be "
+                           "known (declare its schema)")
+    return [(name, exp.column(name, quoted=True)) for name in scope.names]
 
 
 def _key_names(items: list[tuple[str, exp.Expression]], groups: list[exp.Expression]) -> list[str]:
