@@ -42,8 +42,8 @@ def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[P
 
 
 def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]:
-    """``recover``, ``reset_to_checkpoint``, ``replay``, ``compact``, ``vacuum`` and ``describe``
-    over ``pipelines``, each a one-op job with typed config."""
+    """``recover``, ``reset_to_checkpoint``, ``replay``, ``discard_plans``, ``compact``, ``vacuum``
+    and ``describe`` over ``pipelines``, each a one-op job with typed config."""
 
     @dg.op(name="recover_op",
            description="Recovery only: restore the last checkpoint, truncate global tables.")
@@ -72,6 +72,19 @@ def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]
         context.log.info(f"{pipeline.name}: replayed {len(report.batches)} batch(es), "
                          f"{report.rows_in} rows, now at checkpoint {report.checkpoint_id}")
 
+    @dg.op(name="discard_plans_op",
+           description="Discard the batch plans recorded after the last checkpoint (never "
+                       "checkpointed: nothing is lost); the next run plans again from it.")
+    def discard_plans(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
+                      warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        try:
+            report = ops.discard_plans(spark.session(), pipeline, warehouse.root)
+        except ops.StreamError as exc:  # nothing to discard, say: the message, no stack trace
+            raise dg.Failure(str(exc)) from exc
+        context.log.info(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
+                         f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
+
     @dg.op(name="compact_op",
            description="Rewrite state changelogs to the latest value per key.")
     def compact(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
@@ -99,7 +112,8 @@ def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]
                 print(line, flush=True)
             context.log.info("\n".join(lines))
 
-    return [_job(op) for op in (recover, reset_to_checkpoint, replay, compact, vacuum, describe)]
+    return [_job(op) for op in (recover, reset_to_checkpoint, replay, discard_plans, compact, vacuum,
+                                 describe)]
 
 
 def _job(op: dg.OpDefinition) -> dg.JobDefinition:

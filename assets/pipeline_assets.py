@@ -81,7 +81,10 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[dg.AssetsDefinitio
         context.log.info(f"{name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         metadata = run_metadata(pipeline, report, warehouse.root)
-        metadata["source_lag"] = ops.describe_lag(session, pipeline, warehouse.root)
+        lag = ops.describe_lag_by_part(session, pipeline, warehouse.root)
+        metadata["source_lag"] = sum(lag.values())
+        if len(lag) > 1 or pipeline.source.name not in lag:  # per partition (Kafka)
+            metadata["source_lag_by_partition"] = dg.MetadataValue.json(lag)
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
         for table in state_tables:
             yield dg.MaterializeResult(

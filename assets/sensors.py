@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 
 from ops import Pipeline
-from state import wake_time
+from state import PipelineLayout, checkpointed_offsets, wake_time
 
 from .resources import WarehouseResource
 
@@ -29,6 +29,9 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
     the cursor moves only to a position that was requested; and while a run of the pipeline is
     queued or in progress the sensor waits (the cursor stays, so the data is requested after
     that run). Local sources and checkpoints are read from the file system, with no Spark session.
+    A source that can say how much input is past the last checkpoint's position without Spark
+    (Kafka: any partition whose read-committed end passed the checkpoint's offset) is asked
+    that instead of comparing positions with the cursor.
     """
 
     name = pipeline.id
@@ -42,8 +45,10 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
         if position is None:
             return dg.SkipReason(f"{name}: its source has no input yet")
         layout = pipeline.layout(warehouse.root)
-        wake = wake_time(layout) if position == context.cursor else None
-        if position == context.cursor and (wake is None or wake > time.time() * 1000):
+        unread = _unread(pipeline, layout)
+        fresh = position != context.cursor if unread is None else bool(unread)
+        wake = wake_time(layout) if not fresh else None
+        if not fresh and (wake is None or wake > time.time() * 1000):
             return dg.SkipReason(f"no new input (source at {position})" + (
                 f"; next timer due at {wake} (epoch ms)" if wake is not None else ""))
         in_flight = context.instance.get_run_records(
@@ -55,7 +60,19 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
             return dg.RunRequest(run_key=f"{name}:{position}:timers@{wake}",
                                  tags={PIPELINE_TAG: name, "lakestream/timers_due": str(wake)})
         context.update_cursor(position)
-        return dg.RunRequest(run_key=f"{name}:{position}",
-                             tags={PIPELINE_TAG: name, "lakestream/position": position})
+        tags = {PIPELINE_TAG: name, "lakestream/position": position[:200]}
+        if unread:
+            tags["lakestream/unread"] = ",".join(f"{p}+{n}" for p, n in sorted(unread.items()))[:200]
+        return dg.RunRequest(run_key=f"{name}:{position}", tags=tags)
 
     return _sensor
+
+
+def _unread(pipeline: Pipeline, layout: PipelineLayout) -> dict[str, int] | None:
+    """The parts of the source with input past the last checkpoint (``None``: the source or
+    the checkpoint cannot tell; the sensor compares positions with its cursor instead)."""
+    offsets = checkpointed_offsets(layout)
+    if offsets is None:
+        return None
+    unread = pipeline.source.unread(offsets.get(pipeline.source.name))
+    return None if unread is None else {part: n for part, n in unread.items() if n > 0}

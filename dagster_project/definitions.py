@@ -14,7 +14,7 @@ from assets import (
     resources_for_deployment,
 )
 
-from .pipelines import EXAMPLES, SEED_ROWS
+from .pipelines import EXAMPLES, SEED_ROWS, item_totals
 
 
 @dg.asset(group_name="pipelines", kinds={"delta"},
@@ -31,7 +31,13 @@ def running_sum_seed(context: dg.AssetExecutionContext, spark: SparkResource,
 pipeline_assets = {p.name: make_pipeline_asset(p, deps=[running_sum_seed]) for p in EXAMPLES}
 pipeline_jobs = [make_pipeline_job(p, pipeline_assets[p.name]) for p in EXAMPLES]
 sensors = [make_pipeline_sensor(p, job) for p, job in zip(EXAMPLES, pipeline_jobs)]
-operation_jobs = make_operation_jobs(EXAMPLES)
+
+# The Kafka example (python -m dagster_project.kafka_example): a state table over a topic, run
+# by its own job, and by a sensor on the topic's offsets when that is turned on.
+kafka_asset = make_pipeline_asset(item_totals)
+kafka_orders_job = make_pipeline_job(item_totals, kafka_asset)  # run_item_totals
+sensors.append(make_pipeline_sensor(item_totals, kafka_orders_job))
+operation_jobs = make_operation_jobs((*EXAMPLES, item_totals))
 
 running_sum_job = dg.define_asset_job(
     "running_sum_job", selection=[running_sum_seed, *pipeline_assets.values()],
@@ -40,8 +46,8 @@ running_sum_job = dg.define_asset_job(
     executor_def=dg.in_process_executor)
 
 defs = dg.Definitions(
-    assets=[running_sum_seed, *pipeline_assets.values()],
-    jobs=[running_sum_job, *pipeline_jobs, *operation_jobs],
+    assets=[running_sum_seed, *pipeline_assets.values(), kafka_asset],
+    jobs=[running_sum_job, *pipeline_jobs, kafka_orders_job, *operation_jobs],
     sensors=sensors,
     schedules=make_maintenance_schedules(operation_jobs),
     resources=resources_for_deployment(),

@@ -1,5 +1,7 @@
-"""The example pipelines: the KX documentation's running sum, keyed on ``y`` and unkeyed."""
+"""The example pipelines: the KX documentation's running sum, keyed on ``y`` and unkeyed; and a
+ksqlDB state table over a Kafka topic."""
 
+import os
 
 import pandas as pd
 
@@ -28,3 +30,19 @@ running_sum_unkeyed = (sp.read.from_callback("publish", schema=SCHEMA)
                        .write.to_delta("sums")).named("running_sum_unkeyed")
 
 EXAMPLES = (running_sum_keyed, running_sum_unkeyed)
+
+# ksqlDB's CREATE TABLE … AS SELECT … FROM <stream over a topic>: orders arrive on the Kafka topic
+# 'orders' (JSON values); item_totals keeps, per item, the orders, quantity and revenue, exactly
+# once, with its changelog. Run it with `python -m dagster_project.kafka_example`.
+BOOTSTRAP = os.environ.get("LAKESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+TOPIC = "orders"
+ORDERS = [{"item": item, "qty": qty, "price": price} for item, qty, price in [
+    ("tea", 2, 3.5), ("coffee", 1, 4.0), ("tea", 1, 3.5), ("cake", 3, 2.25), ("coffee", 2, 4.0)]]
+
+orders = sp.read.from_kafka(TOPIC, bootstrap=BOOTSTRAP, name="orders",
+                            schema={"item": "string", "qty": "long", "price": "double"})
+item_totals = sp.sql("""CREATE TABLE item_totals AS
+    SELECT item, COUNT(*) AS orders, SUM(qty) AS qty, SUM(qty * price) AS revenue
+    FROM orders GROUP BY item EMIT CHANGES""", streams={"orders": orders})
+
+

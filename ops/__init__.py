@@ -30,18 +30,35 @@ from state import (
 from .api import Metadata, Op, clear_timer, get, set, set_timer  # noqa: A004 - KX's names
 from .columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, SOURCE_COLUMN
 from .context import BatchScope, RunContext
-from .errors import BadRecordError, ConfigError, OperatorError, PipelineDefinitionError, SqlError
+from .errors import (
+    BadRecordError,
+    ConfigError,
+    OperatorError,
+    PipelineDefinitionError,
+    SinkError,
+    SourceError,
+    SqlError,
+)
 from .inspection import (
     PipelineStatus,
     changed_keys,
     checkpoint_problems,
     describe,
     describe_lag,
+    describe_lag_by_part,
     global_table_problems,
     read_state,
     source_lag,
 )
-from .operations import DEFAULT_RETENTION_HOURS, compact, recover, replay, reset_to_checkpoint, vacuum
+from .operations import (
+    DEFAULT_RETENTION_HOURS,
+    compact,
+    discard_plans,
+    recover,
+    replay,
+    reset_to_checkpoint,
+    vacuum,
+)
 from .operators import (
     Agg,
     GroupAggregate,
@@ -71,8 +88,16 @@ from .operators import (
 from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
 from .readers import read
 from .runtime import BatchReport, RunReport, run_pipeline
-from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
-from .sources import CallbackSource, DeltaTableSource, FileSource, MergedSource, PublishReport, Source
+from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
+from .sources import (
+    CallbackSource,
+    DeltaTableSource,
+    FileSource,
+    KafkaSource,
+    MergedSource,
+    PublishReport,
+    Source,
+)
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import Catalog, TableQuery, compile_query, query, register, sql
 
@@ -89,17 +114,19 @@ __all__ = [
     "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
     # running and operating
     "run_pipeline", "BatchReport", "RunReport", "recover", "replay", "reset_to_checkpoint",
-    "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag", "source_lag",
+    "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",
+    "describe_lag_by_part", "source_lag",
     "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",
     "spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
     # interfaces to extend, and the implementations shipped
-    "Source", "CallbackSource", "DeltaTableSource", "FileSource", "MergedSource", "PublishReport",
+    "Source", "CallbackSource", "DeltaTableSource", "FileSource", "KafkaSource", "MergedSource",
+    "PublishReport",
     "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext",
     "GroupAggregate", "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
-    "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "TableSink",
+    "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
     # columns lakestream adds
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
     # errors
     "StreamError", "BadRecordError", "CheckpointConflict", "ConfigError", "EncodingError",
-    "OperatorError", "PipelineDefinitionError", "SqlError",
+    "OperatorError", "PipelineDefinitionError", "SinkError", "SourceError", "SqlError",
 ]

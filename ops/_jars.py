@@ -1,43 +1,92 @@
-"""Delta Lake jars for a pip-installed PySpark.
+"""Jars from Maven Central, fetched once into a project-local folder.
 
-The ``delta-spark`` wheel carries Python code only. Rather than resolving the jars through Ivy at
-every session start, they are fetched once with Maven into a project-local folder and handed to
-Spark through ``spark.jars``. Without Maven on the machine we fall back to ``spark.jars.packages``.
+The ``delta-spark`` wheel carries Python code only, and PySpark ships no Kafka connector. Rather
+than resolving jars through Ivy at every session start, each :class:`JarBundle` is fetched once
+with Maven into its own folder under ``.jars/`` and handed to Spark through ``spark.jars`` (the
+broker's bundle is a classpath of its own: see :mod:`ops.broker`). Without Maven on the machine,
+Spark's jars fall back to ``spark.jars.packages``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 
 from .errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>lakestream</groupId><artifactId>delta-jars</artifactId><version>1</version>
+  <groupId>lakestream</groupId><artifactId>{name}-jars</artifactId><version>1</version>
   <dependencies>
-    <dependency><groupId>io.delta</groupId><artifactId>{artifact}</artifactId><version>{version}</version>
-      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
-    </dependency>
-    <dependency><groupId>io.delta</groupId><artifactId>delta-storage</artifactId><version>{version}</version>
-      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
-    </dependency>
+{dependencies}
   </dependencies>
 </project>
 """
+_DEPENDENCY = ("    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+               "<version>{version}</version>{exclusions}</dependency>")
+_NO_TRANSITIVE = ("<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion>"
+                  "</exclusions>")
+
+#: The Kafka release the embedded broker runs (KRaft mode, no ZooKeeper).
+KAFKA_BROKER_VERSION = "4.1.1"
 
 
-def delta_coordinates() -> tuple[str, str]:
-    """Maven artifact id and version of the Delta jar matching the installed pyspark and delta-spark."""
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    return f"delta-spark_{spark_minor}_2.13", importlib.metadata.version("delta-spark")
+@dataclass(frozen=True)
+class Artifact:
+    """A Maven coordinate; ``transitive`` also fetches what it depends on at runtime."""
+
+    group: str
+    name: str
+    version: str
+    transitive: bool = False
+
+    @property
+    def jar(self) -> str:
+        return f"{self.name}-{self.version}.jar"
+
+    @property
+    def coordinate(self) -> str:
+        return f"{self.group}:{self.name}:{self.version}"
+
+
+@dataclass(frozen=True)
+class JarBundle:
+    """Jars fetched together into ``.jars/<folder>`` (``""``: ``.jars`` itself)."""
+
+    name: str
+    folder: str
+    artifacts: tuple[Artifact, ...]
+
+    def path(self) -> Path:
+        return jars_dir() / self.folder if self.folder else jars_dir()
+
+    def jars(self) -> list[Path]:
+        """The bundle's jars, fetched with Maven first if any is missing (and Maven is there);
+        empty when they are missing and cannot be fetched."""
+        wanted = [self.path() / artifact.jar for artifact in self.artifacts]
+        if not all(jar.exists() for jar in wanted) and shutil.which("mvn"):
+            log.info("fetching the %s jars with Maven into %s", self.name, self.path())
+            _fetch_with_maven(self)
+        return wanted if all(jar.exists() for jar in wanted) else []
+
+    def classpath(self) -> str:
+        """Every jar of the folder (with what transitive artifacts brought), for ``java -cp``."""
+        if not self.jars():
+            raise ConfigError(f"the {self.name} jars are not in {self.path()} and Maven ('mvn') "
+                              f"is not on PATH to fetch them: install Maven or copy "
+                              f"{', '.join(a.coordinate for a in self.artifacts)} there")
+        return os.pathsep.join(str(jar) for jar in sorted(self.path().glob("*.jar")))
 
 
 def jars_dir() -> Path:
@@ -45,39 +94,76 @@ def jars_dir() -> Path:
     return Path(os.environ.get("LAKESTREAM_JARS_DIR", _PROJECT_ROOT / ".jars"))
 
 
-def _expected_jars(folder: Path) -> list[Path]:
-    artifact, version = delta_coordinates()
-    return [folder / f"{artifact}-{version}.jar", folder / f"delta-storage-{version}.jar"]
+def delta_bundle() -> JarBundle:
+    """The Delta jar matching the installed pyspark and delta-spark."""
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    version = importlib.metadata.version("delta-spark")
+    return JarBundle("Delta Lake", "", (Artifact("io.delta", f"delta-spark_{spark_minor}_2.13", version),
+                                         Artifact("io.delta", "delta-storage", version)))
 
 
-def _fetch_with_maven(folder: Path) -> None:
-    artifact, version = delta_coordinates()
+def spark_kafka_bundle() -> JarBundle:
+    """Spark's own Kafka source and sink, with the versions its pom names (kafka-clients,
+    commons-pool2); the rest they need ships with PySpark."""
+    spark = pyspark.__version__
+    return JarBundle("Spark Kafka connector", "spark-kafka", (
+        Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark),
+        Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", spark),
+        Artifact("org.apache.kafka", "kafka-clients", "3.9.2"),
+        Artifact("org.apache.commons", "commons-pool2", "2.13.1")))
+
+
+def kafka_broker_bundle() -> JarBundle:
+    """A Kafka broker with everything it runs on, and a log4j binding for its logs."""
+    return JarBundle("Kafka broker", f"kafka-broker-{KAFKA_BROKER_VERSION}", (
+        Artifact("org.apache.kafka", "kafka_2.13", KAFKA_BROKER_VERSION, transitive=True),
+        Artifact("org.apache.logging.log4j", "log4j-slf4j2-impl", "2.24.3", transitive=True),
+        # kafka_2.13 brings slf4j 1.7, which the log4j 2 binding (slf4j 2) cannot serve
+        Artifact("org.slf4j", "slf4j-api", "2.0.17")))
+
+
+def _fetch_with_maven(bundle: JarBundle) -> None:
+    folder = bundle.path()
+    dependencies = "\n".join(
+        _DEPENDENCY.format(group=a.group, artifact=a.name, version=a.version,
+                           exclusions="" if a.transitive else _NO_TRANSITIVE)
+        for a in bundle.artifacts)
     with tempfile.TemporaryDirectory() as tmp:
         pom = Path(tmp) / "pom.xml"
-        pom.write_text(_POM.format(artifact=artifact, version=version))
+        pom.write_text(_POM.format(name=bundle.folder or "delta", dependencies=dependencies))
         staging = Path(tmp) / "jars"
         cmd = ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-               f"-DoutputDirectory={staging}"]
+               "-DincludeScope=runtime", f"-DoutputDirectory={staging}"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise ConfigError(
-                f"could not fetch io.delta:{artifact}:{version} with Maven into {folder}: "
+                f"could not fetch the {bundle.name} jars "
+                f"({', '.join(a.coordinate for a in bundle.artifacts)}) with Maven into {folder}: "
                 f"{(done.stdout + done.stderr).strip()[-2000:]}")
+        pinned = {a.name for a in bundle.artifacts}
         folder.mkdir(parents=True, exist_ok=True)
         for jar in staging.glob("*.jar"):
+            if _older_copy_of_pinned(jar.name, pinned, bundle):
+                continue
             # copy then rename, so a concurrent reader never sees half a jar
             part = folder / (jar.name + ".part")
             shutil.copyfile(jar, part)
             part.replace(folder / jar.name)
 
 
-def delta_jar_conf() -> dict[str, str]:
-    """Spark config entries that put the Delta jars on the classpath, fetching them if needed."""
-    folder = jars_dir()
-    wanted = _expected_jars(folder)
-    if not all(jar.exists() for jar in wanted) and shutil.which("mvn"):
-        _fetch_with_maven(folder)
-    if all(jar.exists() for jar in wanted):
-        return {"spark.jars": ",".join(str(jar) for jar in wanted)}
-    artifact, version = delta_coordinates()
-    return {"spark.jars.packages": f"io.delta:{artifact}:{version}"}
+def _older_copy_of_pinned(jar: str, pinned: set[str], bundle: JarBundle) -> bool:
+    """Whether ``jar`` is another version of an artifact the bundle pins (Maven copies both
+    when a transitive dependency names an older one)."""
+    wanted = {a.jar for a in bundle.artifacts}
+    return jar not in wanted and any(jar.startswith(name + "-") and jar[len(name) + 1:][:1].isdigit()
+                                     for name in pinned)
+
+
+def spark_jar_conf() -> dict[str, str]:
+    """Spark config entries that put the Delta and Kafka connector jars on the classpath,
+    fetching them if needed (``spark.jars``; else ``spark.jars.packages`` for Spark to resolve)."""
+    bundles = [delta_bundle(), spark_kafka_bundle()]
+    fetched = [bundle.jars() for bundle in bundles]
+    if all(fetched):
+        return {"spark.jars": ",".join(str(jar) for jars in fetched for jar in jars)}
+    return {"spark.jars.packages": ",".join(a.coordinate for b in bundles for a in b.artifacts)}

@@ -16,6 +16,11 @@ OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelo
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
 
+#: What every row read from Kafka carries besides its value's fields; ``_key`` (the record's
+#: key as text) keys the stream unless the source names other key fields.
+KAFKA_KEY = "_key"
+KAFKA_COLUMNS = (KAFKA_KEY, "_topic", "_partition", "_offset", "_timestamp")
+
 #: Distributed mode: a row's place in its batch, carried through the stages (internal).
 ORDER_COLUMN = "__order"
 #: Ordinals of source rows start here, so no operator's own 0, 1, 2… index is taken for them.

@@ -6,7 +6,8 @@ because settings are checked on both sides.
 
 from state import ConfigError, StreamError
 
-__all__ = ["BadRecordError", "ConfigError", "OperatorError", "PipelineDefinitionError", "SqlError"]
+__all__ = ["BadRecordError", "ConfigError", "OperatorError", "PipelineDefinitionError", "SinkError",
+           "SourceError", "SqlError", "StreamError"]
 
 
 class PipelineDefinitionError(StreamError):
@@ -23,3 +24,13 @@ class OperatorError(StreamError):
 
 class SqlError(StreamError):
     """A SQL statement uses something unsupported or malformed; the message quotes that part."""
+
+
+class SourceError(StreamError):
+    """A source cannot be read now (unreachable, missing, or its records are gone); names the
+    source, what is missing and what to do. Nothing of the batch is recorded or written."""
+
+
+class SinkError(StreamError):
+    """A sink cannot take a batch's output; names the sink and batch. The checkpoint is not
+    taken, so the batch is written again by the next run."""

@@ -102,9 +102,25 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
 
 
 def describe_lag(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:
-    """How far the pipeline's source is ahead of its last checkpoint."""
+    """How far the pipeline's source is ahead of its last checkpoint (per partition of a Kafka
+    source: :func:`describe_lag_by_part`)."""
     layout = pipeline.layout(warehouse)
     return _lag(spark, pipeline, layout, _last_checkpoint(spark, layout))
+
+
+def describe_lag_by_part(spark: SparkSession, pipeline: Pipeline,
+                         warehouse: str | None = None) -> dict[str, int]:
+    """:func:`describe_lag` per part of the source: ``{"<topic>:<partition>": offsets}`` for
+    Kafka, ``{source name: lag}`` for the others (empty when the input is missing)."""
+    layout = pipeline.layout(warehouse)
+    last = _last_checkpoint(spark, layout)
+    ctx = RunContext(spark, layout, last.epoch if last else 0, run_id="describe")
+    source = pipeline.source
+    try:
+        return source.lag_by_part(ctx, (last.offsets if last else {}).get(source.name))
+    except Exception as exc:  # the input is missing or unreachable: nothing to report
+        log.debug("%s: no source lag (%s)", pipeline.name, exc)
+        return {}
 
 
 def _last_checkpoint(spark: SparkSession, layout: PipelineLayout) -> Checkpoint | None:

@@ -1,4 +1,5 @@
-"""Operating a pipeline from outside its runs: recover, reset, replay, compact, vacuum.
+"""Operating a pipeline from outside its runs: recover, reset, replay, discard plans, compact,
+vacuum.
 
 Each is what the Dagster operations jobs call; all are safe to repeat. Reading a pipeline's
 status and state is in :mod:`ops.inspection`.
@@ -52,6 +53,25 @@ def replay(spark: SparkSession, pipeline: Pipeline, checkpoint_id: int,
     """Reprocess everything after ``checkpoint_id``: reset to it, then run until drained."""
     reset_to_checkpoint(spark, pipeline, checkpoint_id, warehouse)
     return pipeline.run_once(spark, warehouse, max_batches=max_batches)
+
+
+def discard_plans(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> RunReport:
+    """Discard the batch plans recorded after the last checkpoint: the next run plans again from
+    the checkpoint's position, with the source as it is then.
+
+    For a plan that can never be read (recorded before sources checked their plans: a Delta
+    table's change data feed turned on too late). Those batches were never checkpointed, so
+    nothing is lost: it is a reset to the last checkpoint (a new epoch; see
+    :func:`reset_to_checkpoint`), and the recovery that follows removes whatever the discarded
+    batches wrote to sinks. Safe to repeat: with no plan to discard it raises
+    :class:`state.StateError` saying so; after a crash midway it finishes the discard.
+    """
+    layout = pipeline.layout(warehouse)
+    reset = state.discard_plans(spark, layout, run_id=uuid.uuid4().hex,
+                                key_groups=pipeline.key_groups)
+    log.info("%s: batch plans after batch %d discarded (checkpoint %d, epoch %d)", pipeline.name,
+             reset.batch_id, reset.checkpoint_id, reset.epoch)
+    return recover(spark, pipeline, warehouse)
 
 
 def compact(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:

@@ -26,6 +26,7 @@ from state import (
 )
 
 from .errors import PipelineDefinitionError
+from .kafka import DEFAULT_TIMEOUT, connection
 from .operators import (
     STATELESS,
     Agg,
@@ -45,7 +46,7 @@ from .operators import (
     WindowAggregate,
 )
 from .runtime import BatchReport, RunReport, check_mode, run_pipeline
-from .sinks import ConsoleSink, DeltaSink, Sink, StoredSink, TableSink
+from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, MergedSource, PublishReport, Source
 
 
@@ -247,6 +248,21 @@ class Writer:
                                           "stream.group_by(...).agg(...).write.to_table(name)")
         coalesced = all(op.one_change_per_key for op in operators)
         return self._with(TableSink(name=name, keys=keys, coalesced=coalesced))
+
+    def to_kafka(self, topic: str, *, bootstrap: str, key: str | None = None,
+                 value_format: str = "json", delivery: str = "exactly_once",
+                 options: Mapping[str, str] | None = None, name: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> Pipeline:
+        """Send each batch's rows to Kafka ``topic``: exactly once by default (one transaction
+        per batch, committed before the checkpoint; a replay sends nothing twice), or
+        ``delivery="at_least_once"`` through Spark's Kafka writer. Values are the rows as JSON
+        objects (``value_format="string"``: column ``value``); ``key`` names the key column.
+        Consumers must read with ``isolation.level=read_committed`` to see each row once."""
+        sink_name = name or f"kafka_{topic}".replace(".", "_").replace("-", "_")
+        check_name("sink", sink_name)
+        return self._with(KafkaSink(name=sink_name, topic=topic,
+                                    connection=connection(bootstrap, options, timeout), key=key,
+                                    value_format=value_format, delivery=delivery))
 
     def _with(self, sink: Sink) -> Pipeline:
         if any(existing.name == sink.name for existing in self.pipeline.sinks):

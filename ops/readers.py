@@ -3,10 +3,14 @@ a :class:`~ops.pipeline.Stream` to build on."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from .columns import KAFKA_KEY
+from .errors import PipelineDefinitionError
+from .kafka import DEFAULT_TIMEOUT, connection, part_id
 from .pipeline import Stream
-from .sources import CallbackSource, DeltaTableSource, FileSource, RecordSchema
+from .sources import CallbackSource, DeltaTableSource, FileSource, KafkaSource, RecordSchema, kafka_schema
 
 
 class Readers:
@@ -47,6 +51,58 @@ class Readers:
                             schema=RecordSchema(dict(schema or {}), key), max_files=max_files,
                             options=tuple(sorted((options or {}).items())))
         return Stream(source=source)
+
+    @staticmethod
+    def from_kafka(topics: str | Sequence[str], *, bootstrap: str,
+                   key: str | tuple[str, ...] | None = KAFKA_KEY, value_format: str = "json",
+                   schema: Mapping[str, str] | None = None,
+                   starting: str | Mapping[Any, int] = "earliest", max_records: int | None = None,
+                   on_missing: str = "fail", options: Mapping[str, str] | None = None,
+                   name: str = "kafka", timeout: float = DEFAULT_TIMEOUT) -> Stream:
+        """A stream of the records of Kafka ``topics`` (one name or several), read committed.
+
+        ``value_format``: ``"json"`` (an object per record, checked against ``schema``, which
+        it needs) or ``"string"`` (the text in column ``value``). Rows also carry ``_key``,
+        ``_topic``, ``_partition``, ``_offset`` and ``_timestamp``; ``key`` keys the stream
+        (the record key by default; ``None``: unkeyed; or value fields). ``starting``:
+        ``"earliest"``, ``"latest"`` or offsets by partition (``{0: 42}`` for one topic, else
+        ``{"orders:0": 42}``). ``max_records`` bounds a batch; ``on_missing="skip"`` reads on
+        past offsets deleted by retention (recorded in dead letters). ``options`` go to the
+        Kafka clients as they are (``security.protocol``, ``sasl.*``…).
+
+        >>> stream = sp.read.from_kafka("orders", bootstrap="127.0.0.1:9092",   # doctest: +SKIP
+        ...                             schema={"item": "string", "qty": "long"})
+        """
+        names = (topics,) if isinstance(topics, str) else tuple(topics)
+        if value_format == "json" and not schema:
+            raise PipelineDefinitionError(
+                f"source {name!r}: value_format='json' needs a schema (field -> type), so every "
+                "batch has the same columns on the driver and on executors; use "
+                "value_format='string' to take the text as it is")
+        source = KafkaSource(name=name, topics=names, connection=connection(bootstrap, options, timeout),
+                             schema=kafka_schema(schema, value_format, key), value_format=value_format,
+                             starting=_starting_offsets(starting, names, name),
+                             max_records=max_records, on_missing=on_missing)
+        return Stream(source=source)
+
+
+def _starting_offsets(starting: str | Mapping[Any, int], topics: tuple[str, ...],
+                      name: str) -> str | tuple[tuple[str, int], ...]:
+    """``starting`` as the source keeps it: a word, or sorted ``("<topic>:<partition>", offset)``."""
+    if isinstance(starting, str):
+        return starting
+    offsets = []
+    for part, offset in starting.items():
+        if isinstance(part, int) and len(topics) == 1:
+            part = part_id(topics[0], part)
+        topic, _, partition = str(part).rpartition(":")
+        if topic not in topics or not partition.isdigit() or not isinstance(offset, int) or offset < 0:
+            raise PipelineDefinitionError(
+                f"source {name!r}: starting offset {part!r}: {offset!r} is not "
+                "'<topic>:<partition>': offset >= 0 for one of its topics (a bare partition "
+                "number is enough with one topic)")
+        offsets.append((str(part), offset))
+    return tuple(sorted(offsets))
 
 
 #: ``sp.read``

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from ._jars import delta_jar_conf
+from ._jars import spark_jar_conf
 from .errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 _LOG4J = Path(__file__).with_name("log4j2.properties")
+#: Settings that are comma-separated lists: a user's entries join lakestream's (Delta and the
+#: Kafka connector stay on the classpath) instead of replacing them.
+_LISTS = ("spark.jars", "spark.jars.packages", "spark.sql.extensions")
+#: Settings a running session cannot change: asking for other values gets a warning.
+_FIXED_AT_START = ("spark.master", "spark.jars", "spark.jars.packages", "spark.sql.extensions",
+                   "spark.driver.extraJavaOptions")
 
 CONNECT_UNSUPPORTED = (
     "Spark Connect (sc://…) is not supported: lakestream uses Delta's table API (MERGE, DELETE, "
@@ -73,13 +83,18 @@ class SparkConfig:
             conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
         elif self.master.startswith("spark://"):
             conf["spark.driver.host"] = os.environ.get("LAKESTREAM_DRIVER_HOST", "127.0.0.1")
-        conf.update(delta_jar_conf())
-        conf.update(self.extra)
+        conf.update(spark_jar_conf())
+        for key, value in self.extra.items():
+            conf[key] = _merged(conf[key], value) if key in _LISTS and key in conf else value
         return conf
 
 
 def spark_session(config: SparkConfig | None = None) -> SparkSession:
     """Return the (shared) Spark session for ``config``, or for the environment when omitted.
+
+    A process has one Spark session: when one is running already, it is returned, and any
+    setting of ``config`` that it was started with otherwise (the master, jars, extensions) is
+    named in a warning, since it cannot take effect until that session stops.
 
     >>> spark = spark_session()              # local[*], Delta configured, jars fetched once
     """
@@ -89,9 +104,32 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf = config.to_spark_conf()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # what getOrCreate() would hand back: the process's session, from whichever thread made it
+    running = SparkSession._instantiatedSession
+    if running is not None and running.sparkContext._jsc is not None:
+        _warn_if_started_otherwise(running, {"spark.master": config.master, **conf})
     builder = SparkSession.builder.appName(config.app_name).master(config.master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _merged(ours: str, theirs: str) -> str:
+    """Two comma-separated lists as one, ours first, without repeats."""
+    items = [item.strip() for item in f"{ours},{theirs}".split(",") if item.strip()]
+    return ",".join(dict.fromkeys(items))
+
+
+def _warn_if_started_otherwise(spark: SparkSession, wanted: dict[str, str]) -> None:
+    """Warn when the running session was started with other values of settings it cannot change."""
+    differing = [f"{key}={wanted[key]!r} (running: {spark.conf.get(key, None)!r})"
+                 for key in _FIXED_AT_START
+                 if key in wanted and spark.conf.get(key, None) != wanted[key]]
+    if differing:
+        message = ("a Spark session is running already and is returned as it is; these settings "
+                   "differ from the ones asked for and cannot change until it stops "
+                   f"(spark.stop()): {'; '.join(differing)}")
+        log.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -9,6 +9,7 @@ from .checkpoint import (
     STATE_SCHEMA,
     Checkpoint,
     CheckpointLog,
+    checkpointed_offsets,
     new_checkpoint,
     wake_time,
 )
@@ -28,7 +29,7 @@ from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_grou
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
-from .rollback import reset_checkpoint
+from .rollback import discard_plans, reset_checkpoint
 from .store import OperatorState, StateStore, stored_values
 from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
 from .tracking import Tracked, restore_all, save_all, track
@@ -37,11 +38,12 @@ from .warmup import TransactionWarmer, warming
 __all__ = [
     "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
     "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
-    "CheckpointConflict", "CheckpointLog", "ConfigError", "CorruptStateError", "EncodingError", "GlobalTable",
+    "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
+    "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
     "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
-    "codec_named", "compact", "decode_key", "encode_key", "fault_point",
+    "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "track", "wake_time", "warming",
 ]

@@ -2,30 +2,46 @@
 
 Commits that only appended files to a local table are read straight from those Parquet files
 with pyarrow: half a million rows take a few hundredths of a second, where Spark's change data
-feed plus the transfer to pandas took about a second. Anything else (an update, delete or merge,
-a schema change, deletion vectors, partition columns, column mapping, types pandas would see
-differently, a table not on the local file system) is read through the change data feed, which
-the table must then have enabled. Both ways give the same rows with the same dtypes.
+feed plus the transfer to pandas took about a second. Commits that insert no row by what they are
+(an update, a delete, a merge that counted no insert, compaction, a metadata change) are read from
+their log entry alone: they add nothing. Anything else (a merge that inserted rows, an overwrite,
+deletion vectors, partition columns, column mapping, types pandas would see differently, a table
+not on the local file system) is read through the change data feed, which Delta serves from a
+version only if the feed was on at that version. Both ways give the same rows with the same dtypes.
+
+:func:`readings` tells, from the log alone, which way each commit of a range can be read, so a
+source can refuse a range before planning it rather than fail reading it.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .tables import local_path
+from .tables import local_commit_versions, local_path
 
 VERSION = "_commit_version"
+#: The table property that turns the change data feed on.
+FEED_PROPERTY = "delta.enableChangeDataFeed"
+#: Delta's error class for a range of versions the change data feed holds nothing for.
+MISSING_CHANGE_DATA = "DELTA_MISSING_CHANGE_DATA"
+
+# Operations that insert no row, whatever files they rewrite: the change data feed shows their
+# rows as update images or deletions, never as inserts, which are all a reader of inserts takes.
+_INSERT_NOTHING = frozenset({"UPDATE", "DELETE"})
 
 # Spark types whose Parquet form pyarrow turns into the pandas dtype Spark's toPandas gives.
 _SAME_IN_PANDAS: dict[type[T.DataType], Callable[[pa.DataType], bool]] = {
@@ -44,12 +60,17 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     commit version in column ``_commit_version``, sorted by version then ``order_by`` (default:
     every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
     """
-    schema = spark.read.format("delta").load(path).schema
+    table = spark.read.format("delta").load(path)
+    schema = table.schema
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
     rows = _from_files(path, first, last, schema, time_zone)
     if rows is None:
         rows = _from_change_feed(spark, path, first, last)
+    elif rows.empty:  # commits that inserted nothing: Spark gives the empty frame its dtypes
+        empty: pd.DataFrame = table.limit(0).toPandas()
+        empty.insert(0, VERSION, pd.Series([], dtype="int64"))
+        rows = empty
     keys = [VERSION, *(order_by or schema.names)]
     if not _in_order(rows, keys):
         rows = rows.sort_values(keys, kind="stable", na_position="first")
@@ -77,19 +98,46 @@ def _in_order(rows: pd.DataFrame, keys: list[str]) -> bool:
 
 
 def _from_change_feed(spark: SparkSession, path: str, first: int, last: int) -> pd.DataFrame:
-    changes = (spark.read.format("delta").option("readChangeFeed", "true")
-               .option("startingVersion", first).option("endingVersion", last).load(path)
-               .where(F.col("_change_type") == "insert"))
+    changes = _change_feed(spark, path, first, last).where(F.col("_change_type") == "insert")
     columns = [c for c in changes.columns if not c.startswith("_")]
     return changes.select(F.col(VERSION).cast("long"), *columns).toPandas()  # sorted by the caller
 
 
+def _change_feed(spark: SparkSession, path: str, first: int, last: int) -> DataFrame:
+    return (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", first).option("endingVersion", last).load(path))
+
+
+def feed_error(spark: SparkSession, path: str, first: int, last: int) -> str | None:
+    """Why the change data feed cannot give commits ``first..last`` (Delta's own words), or
+    ``None`` when it can. Delta finds out while planning the read, so no data is read."""
+    try:
+        _change_feed(spark, path, first, last)._jdf.queryExecution().executedPlan()
+    except Exception as exc:
+        reason = missing_change_data(exc)
+        if reason is None:
+            raise
+        return reason
+    return None
+
+
+def missing_change_data(error: BaseException) -> str | None:
+    """Delta's first sentence when ``error`` says the change feed holds nothing for a version
+    (``[DELTA_MISSING_CHANGE_DATA] … was not recorded for version [v].``), else ``None``."""
+    text = " ".join(str(error).split())
+    if MISSING_CHANGE_DATA not in text:
+        return None
+    end = text.find("].")
+    return text[:end + 2] if end >= 0 else text[:300]
+
+
 def _from_files(path: str, first: int, last: int, schema: T.StructType,
                 time_zone: str) -> pd.DataFrame | None:
-    """The rows read from the files the commits added; ``None`` when a commit is not a plain
-    append or a file's columns are not exactly the table's."""
+    """The rows read from the files the commits added (none for commits that insert nothing);
+    ``None`` when a commit is neither a plain append nor one of those, or a file's columns are
+    not exactly the table's."""
     local = local_path(path)
-    if local is None or not all(type(f.dataType) in _SAME_IN_PANDAS for f in schema.fields):
+    if local is None or not _plain_columns(schema):
         return None
     parts = []
     for version in range(first, last + 1):
@@ -107,7 +155,7 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
                 return None
             parts.append(table.add_column(0, VERSION, pa.array([version] * len(table), pa.int64())))
     if not parts:
-        return None  # nothing to read: let Spark give the empty frame its dtypes
+        return pd.DataFrame()  # nothing inserted: the caller has Spark give it dtypes
     rows = pa.concat_tables(parts).to_pandas()
     for field in schema.fields:
         if isinstance(field.dataType, T.TimestampType):  # Spark: naive, in the session time zone
@@ -121,26 +169,195 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
     return rows
 
 
+def _plain_columns(schema: T.StructType) -> bool:
+    """Whether every column's Parquet form reads into pandas as Spark's ``toPandas`` gives it."""
+    return all(type(f.dataType) in _SAME_IN_PANDAS for f in schema.fields)
+
+
 def _added_files(local: str, version: int) -> list[str] | None:
-    """Absolute paths of the data files commit ``version`` added, when all it changed was to add
-    files to an unpartitioned table without deletion vectors; else ``None``. Schema changes pass:
-    every file is checked against the table's columns when read."""
+    """Absolute paths of the data files holding the rows commit ``version`` inserted, when its
+    log entry alone tells (see :func:`_inserted_files`); else ``None``."""
+    actions = _actions(os.path.join(local, "_delta_log"), version)
+    return None if actions is None else _inserted_files(local, actions)
+
+
+def _actions(log: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` in the log folder ``log``; ``None`` when its JSON file
+    is gone (cleaned up by log retention: only Spark can still read that version)."""
     try:
-        handle = open(os.path.join(local, "_delta_log", f"{version:020d}.json"))
+        with open(os.path.join(log, f"{version:020d}.json")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
     except FileNotFoundError:
-        return None  # cleaned up by log retention: only Spark can still read this version
+        return None
+
+
+def _inserted_files(local: str, actions: list[dict[str, Any]]) -> list[str] | None:
+    """Absolute paths of the data files holding the rows one commit (its ``actions``) inserted:
+    none for a commit that inserts nothing by what it is, the files it added when all it changed
+    was to add files to an unpartitioned table without deletion vectors; else ``None``. Schema
+    changes pass: every file is checked against the table's columns when read."""
+    if _inserts_nothing(actions):
+        return []
     files = []
-    with handle:
-        for line in handle:
-            action = json.loads(line)
-            remove = action.get("remove")
-            if "cdc" in action or (remove is not None and remove.get("dataChange", True)):
-                return None  # rows changed or deleted: only the change feed tells which
-            add = action.get("add")
-            if add is None or not add.get("dataChange", True):
-                continue  # commit info, metadata, transaction ids; compaction rewrites
-            absolute = urlparse(add["path"]).scheme  # a URI, not a path in the table folder
-            if add.get("partitionValues") or add.get("deletionVector") or absolute:
-                return None  # partition values and deleted rows live in the log, not the file
-            files.append(os.path.join(local, unquote(add["path"])))
+    for action in actions:
+        remove = action.get("remove")
+        if "cdc" in action or (remove is not None and remove.get("dataChange", True)):
+            return None  # rows changed or deleted: only the change feed tells which
+        add = action.get("add")
+        if add is None or not add.get("dataChange", True):
+            continue  # commit info, metadata, transaction ids; compaction rewrites
+        absolute = urlparse(add["path"]).scheme  # a URI, not a path in the table folder
+        if add.get("partitionValues") or add.get("deletionVector") or absolute:
+            return None  # partition values and deleted rows live in the log, not the file
+        files.append(os.path.join(local, unquote(add["path"])))
     return files
+
+
+def _inserts_nothing(actions: list[dict[str, Any]]) -> bool:
+    """Whether the commit inserted no row, by its operation: an update or a delete (which the
+    change feed shows as update images and deletions), or a merge whose own metrics count no
+    inserted row. A commit without that record is not assumed to be one."""
+    info = _commit_info(actions)
+    operation = info.get("operation")
+    metrics = info.get("operationMetrics") or {}
+    return operation in _INSERT_NOTHING or (
+        operation == "MERGE" and str(metrics.get("numTargetRowsInserted")) == "0")
+
+
+@dataclass(frozen=True)
+class CommitReading:
+    """How the rows commit ``version`` inserted can be read (see :func:`readings`)."""
+
+    version: int
+    operation: str  # what the commit did, as its log records it ("WRITE", "MERGE", ...; "" if not)
+    appended: bool  # all it did was add files (an append), whether or not they can be read directly
+    from_files: bool  # from its log entry and the files it added, without the change feed
+    from_feed: bool  # through the change data feed: it was on at this version
+
+    @property
+    def ways(self) -> frozenset[str]:
+        """``"files"`` and/or ``"feed"``: the reads that can give this commit's rows."""
+        return frozenset(way for way, can in (("files", self.from_files), ("feed", self.from_feed))
+                         if can)
+
+
+def readings(path: str, first: int, last: int) -> list[CommitReading] | None:
+    """How each of commits ``first..last`` of the table at ``path`` can be read, from its
+    ``_delta_log`` alone (no Spark); ``None`` when the log cannot tell: the table is not on the
+    local file system, or its metadata before ``first`` is in no JSON commit or Parquet
+    checkpoint any more. A commit whose JSON file is gone counts as readable through the feed:
+    only Delta can say, and the read will."""
+    local = local_path(path)
+    if local is None:
+        return None
+    log = os.path.join(local, "_delta_log")
+    metadata = _metadata_at(log, first - 1) if first > 0 else {}
+    if metadata is None:
+        return None
+    commits = []
+    for version in range(first, last + 1):
+        actions = _actions(log, version)
+        # a commit's own metaData applies to it: Delta reads the feed from a version whose
+        # snapshot has it on, so turning it on makes that very commit readable
+        metadata = _last_metadata(actions or []) or metadata
+        commits.append((version, actions, _feed_on(metadata) or actions is None))
+    plain = _plain_columns(_schema(metadata))  # the reader checks the table's columns: the newest
+    return [_reading(local, version, actions, feed, plain) for version, actions, feed in commits]
+
+
+def _reading(local: str, version: int, actions: list[dict[str, Any]] | None, feed: bool,
+             plain: bool) -> CommitReading:
+    """How commit ``version`` (its ``actions``; ``None``: its JSON is gone) can be read, the feed
+    being on for it or not, the table's columns being ``plain`` (read from files as Spark would)
+    or not."""
+    files = None if actions is None or not plain else _inserted_files(local, actions)
+    appended = actions is not None and not any(
+        "cdc" in a or ("remove" in a and a["remove"].get("dataChange", True)) for a in actions)
+    operation = str(_commit_info(actions or []).get("operation") or "")
+    return CommitReading(version, operation, appended, files is not None, feed)
+
+
+def readable_runs(commits: list[CommitReading]) -> tuple[list[int], CommitReading | None]:
+    """Where to cut ``commits`` (consecutive, oldest first) so that one read serves each part:
+    :func:`inserted_rows` reads a range from files when every commit allows it, else through
+    the change feed, which must then hold every commit of the range. Returns the last version
+    of each part, and the first commit no read can give (``None`` when there is none; the parts
+    then end before it)."""
+    ends: list[int] = []
+    ways: frozenset[str] = frozenset()
+    for commit in commits:
+        if not commit.ways:
+            if ways:
+                ends.append(commit.version - 1)
+            return ends, commit
+        if ways and not ways & commit.ways:
+            ends.append(commit.version - 1)
+            ways = commit.ways
+        else:
+            ways = (ways & commit.ways) if ways else commit.ways
+    if ways:
+        ends.append(commits[-1].version)
+    return ends, None
+
+
+def feed_on(path: str) -> bool | None:
+    """Whether the change data feed of the local table at ``path`` is on now (from its log);
+    ``None`` when the log cannot tell or the table is not local."""
+    local = local_path(path)
+    versions = local_commit_versions(path)
+    if local is None or not versions:
+        return None
+    metadata = _metadata_at(os.path.join(local, "_delta_log"), versions[-1])
+    return None if metadata is None else _feed_on(metadata)
+
+
+def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The commit's ``commitInfo`` action (what it did and its metrics); empty when it has none."""
+    found: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    return found
+
+
+def _feed_on(metadata: dict[str, Any]) -> bool:
+    configuration = dict(metadata.get("configuration") or {})  # a map: pairs, from a checkpoint
+    return str(configuration.get(FEED_PROPERTY, "false")).lower() == "true"
+
+
+def _schema(metadata: dict[str, Any]) -> T.StructType:
+    text = metadata.get("schemaString")
+    return T.StructType.fromJson(json.loads(text)) if text else T.StructType([])
+
+
+def _last_metadata(actions: list[dict[str, Any]]) -> dict[str, Any] | None:
+    found = [action["metaData"] for action in actions if "metaData" in action]
+    return found[-1] if found else None
+
+
+def _metadata_at(log: str, version: int) -> dict[str, Any] | None:
+    """The table's ``metaData`` as of ``version``: the newest one at or before it, from the JSON
+    commits back to the newest Parquet checkpoint (Delta writes one every ten commits, so this
+    reads a few small files); ``None`` when neither holds it any more."""
+    checkpoints = {int(name[:20]) for name in os.listdir(log)
+                   if name[:20].isdigit() and ".checkpoint" in name and name.endswith(".parquet")}
+    for earlier in range(version, -1, -1):
+        if earlier in checkpoints:
+            return _checkpoint_metadata(log, earlier)
+        actions = _actions(log, earlier)
+        if actions is None:
+            return None
+        metadata = _last_metadata(actions)
+        if metadata is not None:
+            return metadata
+    return None
+
+
+def _checkpoint_metadata(log: str, version: int) -> dict[str, Any] | None:
+    """The ``metaData`` of the Delta checkpoint at ``version`` (one file or several parts)."""
+    for name in sorted(glob.glob(os.path.join(log, f"{version:020d}.checkpoint*.parquet"))):
+        try:
+            rows = pq.read_table(name, columns=["metaData"]).column("metaData").to_pylist()
+        except (OSError, KeyError, pa.ArrowInvalid):
+            return None
+        found = [row for row in rows if row is not None]
+        if found:
+            return dict(found[0])
+    return None

@@ -174,7 +174,7 @@ class CheckpointLog:
         # and a reset racing a run is caught like two runs racing.
         app_id = f"{self._layout.pipeline}/checkpoint"
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id,
-                            "wake_at": checkpoint.wake_at})
+                            "wake_at": checkpoint.wake_at, "offsets": checkpoint.offsets})
         # the first checkpoint creates the table; a table from before key groups gains the column
         tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
                       partition_by=("operator",), user_metadata=stamp,
@@ -193,12 +193,26 @@ class CheckpointLog:
 def wake_time(layout: PipelineLayout, spark: SparkSession | None = None) -> int | None:
     """The ``wake_at`` of the pipeline's latest checkpoint (``None``: no timer held), read from
     the commit log's metadata: for a local warehouse no Spark session is needed (sensors)."""
+    stamp = _latest_stamp(layout, spark)
+    return None if stamp is None else stamp.get("wake_at")
+
+
+def checkpointed_offsets(layout: PipelineLayout, spark: SparkSession | None = None
+                         ) -> dict[str, Any] | None:
+    """The source positions of the pipeline's latest checkpoint, read like :func:`wake_time`
+    (``None``: no checkpoint yet, or one from before checkpoints stamped their offsets)."""
+    stamp = _latest_stamp(layout, spark)
+    return None if stamp is None else stamp.get("offsets")
+
+
+def _latest_stamp(layout: PipelineLayout, spark: SparkSession | None) -> dict[str, Any] | None:
+    """What the latest checkpoint's commit says of it in its metadata (``None``: none found)."""
     if tables.local_path(layout.state) is None and spark is None:
         raise ValueError(f"reading {layout.state} needs a Spark session (it is not a local path)")
     for stamp in tables.recent_metadata(spark, layout.state):  # type: ignore[arg-type]
         fields = json.loads(stamp)
         if "checkpoint_id" in fields:  # not a compaction's or a reset's commit
-            return fields.get("wake_at")
+            return dict(fields)
     return None
 
 

@@ -5,6 +5,9 @@ put every key back to its value at the target checkpoint, and whose record copie
 offsets, tracked variables and hook markers. It opens a new epoch, so the batches that follow
 use idempotency ids the abandoned timeline never used, and it carries ``reset_to_batch`` until
 the executor has removed the abandoned batches' sink rows (see ``ops.executor``).
+
+Discarding the batch plans recorded after the latest checkpoint is a reset to that checkpoint:
+the new epoch's runs read no plan of the old one and plan again from the checkpoint's position.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pyspark.sql import functions as F
 from .checkpoint import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog
 from .errors import StateError
 from .layout import PipelineLayout
+from .plans import BatchPlans
 from .queries import changelog_as_of
 from .store import latest_per_key
 
@@ -57,11 +61,44 @@ def reset_checkpoint(spark: SparkSession, layout: PipelineLayout, checkpoint_id:
         raise StateError(
             f"pipeline {layout.pipeline!r}: checkpoint {checkpoint_id} was abandoned by an earlier "
             f"reset (its sink output is gone); reset to one of {sorted(lineage)}")
-    rows = revert_rows(spark, layout, checkpoint_id)
+    # back to the latest itself (plans discarded): no state to put back, no need to compare
+    rows = pd.DataFrame() if checkpoint_id == latest.checkpoint_id else revert_rows(
+        spark, layout, checkpoint_id)
     reset = Checkpoint(checkpoint_id=latest.checkpoint_id + 1, batch_id=target.batch_id,
                        offsets=target.offsets, tracked=target.tracked, markers=target.markers,
                        epoch=latest.epoch + 1, run_id=run_id, created_at=time.time(),
                        reset_to_batch=target.batch_id, resumed_from=checkpoint_id,
-                       key_groups=latest.key_groups)
+                       key_groups=latest.key_groups, wake_at=target.wake_at)  # its timers are back
     log.commit(reset, rows)
+    return reset
+
+
+def discard_plans(spark: SparkSession, layout: PipelineLayout, run_id: str,
+                  key_groups: int) -> Checkpoint:
+    """Abandon the batch plans recorded after the latest checkpoint (no checkpoint covers their
+    batches, so nothing durable depends on them); return the checkpoint the next run starts from.
+
+    With a checkpoint, this is a reset to it (:func:`reset_checkpoint`): a new epoch, whose runs
+    read no plan of the old one and write under new idempotency ids, and whose recovery removes
+    what the abandoned batches wrote to sinks. A pipeline that never checkpointed gets a first
+    checkpoint that resets it to before its first batch (``key_groups`` as it would have fixed).
+    A reset still to be finished is returned as it is: recovery finishes it. Raises
+    :class:`StateError` when no plan is recorded after the latest checkpoint.
+    """
+    log = CheckpointLog(spark, layout)
+    latest = log.latest()
+    if latest is not None and latest.reset_to_batch is not None:
+        return latest  # a reset (or an earlier discard) whose cleanup a crash interrupted
+    batch_id, epoch = (latest.batch_id, latest.epoch) if latest else (0, 0)
+    if not BatchPlans(spark, layout).after(batch_id, epoch):
+        where = (f"after checkpoint {latest.checkpoint_id} (batch {batch_id}, epoch {epoch})"
+                 if latest else "and it has no checkpoint")
+        raise StateError(f"pipeline {layout.pipeline!r}: no batch plan is recorded {where}, so "
+                         "there is nothing to discard: the next run plans from "
+                         f"{'that checkpoint' if latest else 'the start'}")
+    if latest is not None:
+        return reset_checkpoint(spark, layout, latest.checkpoint_id, run_id)
+    reset = Checkpoint(checkpoint_id=1, batch_id=0, epoch=1, run_id=run_id, created_at=time.time(),
+                       reset_to_batch=0, key_groups=key_groups)
+    log.commit(reset, pd.DataFrame())
     return reset

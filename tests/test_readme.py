@@ -1,6 +1,7 @@
 """Every Python block of the README runs, in order, in one namespace, as a new user would paste
 them into one session: in an empty folder, with the default warehouse (``./warehouse``)."""
 
+import json
 import re
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
+from tests.helpers import dead_letters
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -24,12 +26,16 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     namespace: dict = {}
     found = blocks()
     assert len(found) >= 6
-    for line, code in found:
-        try:
-            exec(compile(code, f"README.md, the block at line {line}", "exec"), namespace)
-        except Exception as exc:
-            pytest.fail(f"README.md, the Python block at line {line} fails: "
-                        f"{type(exc).__name__}: {exc}")
+    try:
+        for line, code in found:
+            try:
+                exec(compile(code, f"README.md, the block at line {line}", "exec"), namespace)
+            except Exception as exc:
+                pytest.fail(f"README.md, the Python block at line {line} fails: "
+                            f"{type(exc).__name__}: {exc}")
+    finally:
+        if "kafka" in namespace:  # the Kafka block's broker, even when a block failed
+            namespace["kafka"].stop()
     # what the blocks did is real: the quick start's sums and the SQL state table are in Delta
     sums = namespace["pipeline"].read_sink(spark, "sums")
     assert sums["total"].tolist() == [1, 3, 1]
@@ -43,6 +49,10 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     assert regions[["region", "users"]].values.tolist() == [["east", 0], ["west", 1]]
     visits = namespace["visits"].read_sink(spark, "visits_enriched")
     assert visits["users"].tolist()[0] == 1 and pd.isna(visits["users"].tolist()[1])
+    totals = sorted(json.loads(value)["total"] for value in namespace["totals"])  # Kafka, exactly once
+    assert totals == [1, 2, 4]
+    letters = dead_letters(spark, namespace["clicks"], str(tmp_path / "warehouse"))
+    assert letters["reason"].tolist() == ["field 'n' 'x' is not an integer; expected long"]
     ended = namespace["sessions"].read_sink(spark, "sessions")  # the timers example
     assert ended[["user", "total"]].values.tolist() == [["ann", 2]]
     stored = sp.read_state(spark, namespace["sessions"], "__global__")

@@ -452,6 +452,17 @@ class _Run:
                 if failure is not error:  # an encoding error reaches both threads
                     log.exception("%s: writes under way failed too", self.pipeline.name)
 
+    def close_sinks(self) -> None:
+        """The run is over: each sink releases what it held (after the writer threads were
+        told to stop: a write still under way fails, and its batch is replayed)."""
+        if not hasattr(self, "ctx"):
+            return  # recovery failed before the run's context existed: no sink was used
+        for sink in self.pipeline.sinks:
+            try:
+                sink.close(self.ctx)
+            except Exception:
+                log.exception("%s: closing sink %s failed", self.pipeline.name, sink.name)
+
     def call_hooks_quietly(self, method: str, *args: Any) -> None:
         """``on_error``/``on_teardown``: one failing hook must neither stop the others nor hide
         the run's own error, so failures are logged, not raised."""
@@ -492,6 +503,7 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
             run.sink_lane.shutdown(wait=False)
             run.commit_lane.shutdown(wait=False)
             run.encoder.shutdown(wait=False)
+            run.close_sinks()
             run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
     report.last_batch_id = run.batch_id

@@ -3,6 +3,7 @@
 from .base import Sink, StoredSink
 from .console import ConsoleSink
 from .delta import DeltaSink
+from .kafka import KafkaSink
 from .state_table import TableSink
 
-__all__ = ["ConsoleSink", "DeltaSink", "Sink", "StoredSink", "TableSink"]
+__all__ = ["ConsoleSink", "DeltaSink", "KafkaSink", "Sink", "StoredSink", "TableSink"]

@@ -6,6 +6,9 @@ batch's ``write`` returned and before the checkpoint covering the batch commits.
 crashed is written again on replay with identical rows, so a ``write`` must be idempotent by
 batch id: a second call for the same batch adds nothing.
 
+``close(ctx)`` is called once when the run ends, however it ends, to release what the sink
+held for it (connections, producers).
+
 ``discard_after(ctx, batch_id)`` is called during recovery after a reset to an older
 checkpoint, before any batch runs, and may be called again if that recovery crashes.
 
@@ -41,6 +44,9 @@ class Sink(ABC):
         the rows to the driver; sinks that can write from executors override it."""
         rows: pd.DataFrame = frame.toPandas()
         self.write(ctx, batch_id, rows.sort_values(ROW_COLUMN).drop(columns=[ROW_COLUMN]))
+
+    def close(self, ctx: RunContext) -> None:  # noqa: B027 - optional
+        """The run is over: release what was held for it."""
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:  # noqa: B027 - optional
         """Remove what batches after ``batch_id`` wrote (a reset abandoned them); a sink that

@@ -7,7 +7,9 @@ What the runtime calls, in order:
 2. ``plan(ctx, after, limit)`` when the run needs new batches: up to ``limit`` consecutive
    ``(start, end]`` slices after position ``after``. The runtime records them in the batch plans
    before reading any, so a slice never changes once planned. Not called for a batch whose plan
-   a crashed run left behind: that plan is reused.
+   a crashed run left behind: that plan is reused. So a slice the source could not read must be
+   refused here (raise, or plan only the slices before it), not at ``read``: a recorded plan
+   fails every later run until ``ops.discard_plans`` discards it.
 3. ``read(ctx, start, end)`` (``read_frame`` in distributed mode) once per batch attempt:
    exactly the records of ``(start, end]``, in the same order every time (a replay reads the
    same slice again), split into good rows and rejected ones with reasons (dead letters).
@@ -112,6 +114,17 @@ class Source(ABC):
     @abstractmethod
     def lag(self, ctx: RunContext, after: Any) -> int:
         """How far the input is ahead of position ``after`` (versions or files not processed)."""
+
+    def lag_by_part(self, ctx: RunContext, after: Any) -> dict[str, int]:
+        """:meth:`lag` per part of the input (a Kafka source: per partition); one part, the
+        source itself, unless a source says otherwise."""
+        return {self.name: self.lag(ctx, after)}
+
+    def unread(self, after: Any) -> dict[str, int] | None:
+        """Per part, how much input is past position ``after`` (a checkpoint's), asked by
+        sensors without Spark; ``None`` when the source cannot tell that way (the sensor then
+        compares :meth:`probe` tokens)."""
+        return None
 
     @abstractmethod
     def probe(self, layout: PipelineLayout, spark: SparkSession | None = None) -> str | None:

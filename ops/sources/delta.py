@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,23 +14,31 @@ from state import PipelineLayout, appended, tables
 
 from ..columns import FIRST_ORDINAL, ORDER_COLUMN
 from ..context import RunContext
-from ..errors import BadRecordError
+from ..errors import BadRecordError, ConfigError
 from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source, version_slices
 from .records import RecordSchema
+
+log = logging.getLogger(__name__)
 
 _BEFORE_FIRST_VERSION = -1  # a new pipeline reads a Delta source from its version 0
 
 
 @dataclass(frozen=True)
 class DeltaTableSource(Source):
-    """An existing Delta table read incrementally by version through its change data feed.
+    """An existing Delta table read incrementally by version.
 
-    The table must have ``delta.enableChangeDataFeed=true`` (set when the table is created, or
-    with ``ALTER TABLE … SET TBLPROPERTIES``). Rows inserted by commits ``(start, end]`` form a
-    batch, ordered by commit version then ``order_by`` (default: every column), so a replay sees
-    the same order; name a unique column in ``order_by`` when rows may tie. Plain appends are
-    read straight from their files (see :mod:`state.appended`). Columns are already typed; rows
-    with a null key go to dead letters.
+    Rows inserted by commits ``(start, end]`` form a batch, ordered by commit version then
+    ``order_by`` (default: every column), so a replay sees the same order; name a unique column
+    in ``order_by`` when rows may tie. Columns are already typed; rows with a null key go to
+    dead letters.
+
+    Plain appends to a local table are read straight from their files, and updates and deletes
+    insert nothing (see :mod:`state.appended`); any other commit (a merge that inserts, an
+    overwrite, a partitioned or remote table) is read through the table's change data feed,
+    which Delta holds only for commits made while ``delta.enableChangeDataFeed=true``. So turn
+    the feed on when the table is created. A commit that no read can give is refused when it
+    would be planned, before anything is recorded: the batches before it run, then the run stops
+    with a :class:`~ops.errors.ConfigError` that names the version and says what to run.
     """
 
     name: str
@@ -45,11 +54,77 @@ class DeltaTableSource(Source):
     def setup(self, ctx: RunContext) -> None:
         if not tables.exists(ctx.spark, self.path):
             raise BadRecordError(f"source {self.name!r}: no Delta table at {self.path}")
+        # Readable so far; say so before it stops being. Info, not a warning: a table that is
+        # only appended to (a SQL table's changelog) never needs the feed.
+        if appended.feed_on(self.path) is False:
+            log.info("pipeline %r, source %r: the Delta table %s has no change data feed. Its "
+                     "appends, updates and deletes are read without it, but a merge that inserts "
+                     "rows or an overwrite made while it is off could never be read. Turn it on: "
+                     "%s", ctx.pipeline, self.name, self.path, self.enable_feed_sql)
+
+    @property
+    def enable_feed_sql(self) -> str:
+        """The SQL that turns the table's change data feed on."""
+        return (f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES "
+                f"({appended.FEED_PROPERTY} = true)")
 
     def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
+        """Slices up to the latest version, each one the reader can read in one go (all from
+        files, or all through the change feed); they stop before a version no read can give,
+        and when that is the first one, nothing is planned: a :class:`ConfigError` says why."""
         start = _BEFORE_FIRST_VERSION if after is None else int(after)
-        return version_slices(start, tables.latest_version(self.path, ctx.spark), self.max_versions,
-                               limit)
+        latest = tables.latest_version(self.path, ctx.spark)
+        last = latest if self.max_versions is None else min(latest, start + limit * self.max_versions)
+        slices: list[tuple[Any, Any]] = []
+        for end in self._readable_until(ctx, start, last):
+            slices += version_slices(start, end, self.max_versions, limit - len(slices))
+            start = end
+        return slices
+
+    def _readable_until(self, ctx: RunContext, start: int, last: int) -> list[int]:
+        """Ends of the parts of versions ``(start, last]`` that one read each can give, up to
+        the first version none can; raises when that is the version right after ``start``."""
+        if last <= start:
+            return []
+        commits = appended.readings(self.path, start + 1, last)
+        if commits is None:  # a remote table (or a log cleaned up): the change feed must do
+            reason = appended.feed_error(ctx.spark, self.path, start + 1, last)
+            if reason is not None:
+                raise ConfigError(self._feed_missing(ctx, start, last, reason))
+            return [last]
+        ends, stuck = appended.readable_runs(commits)
+        if stuck is not None and not ends:
+            raise ConfigError(self._unreadable(ctx, stuck))
+        if stuck is not None:
+            log.warning("pipeline %r, source %r: planning up to version %d of %s; version %d "
+                        "cannot be read (the next plan will say why)", ctx.pipeline, self.name,
+                        ends[-1], self.path, stuck.version)
+        return ends
+
+    def _unreadable(self, ctx: RunContext, commit: appended.CommitReading) -> str:
+        """Why ``commit`` cannot be read, and what the user can do."""
+        what = ("an append whose files cannot be read directly (a partitioned table, deletion "
+                "vectors, or columns such as decimals)" if commit.appended else
+                f"a {commit.operation or 'commit'} that changed rows other than by appending")
+        return (f"pipeline {ctx.pipeline!r}, source {self.name!r}: version {commit.version} of the "
+                f"Delta table {self.path} is {what}; only the table's change data feed can give "
+                f"the rows it inserted, and the feed was off at that version. Nothing was "
+                f"planned from version {commit.version} on. {self._remedy()}")
+
+    def _feed_missing(self, ctx: RunContext, start: int, last: int, reason: str) -> str:
+        return (f"pipeline {ctx.pipeline!r}, source {self.name!r}: versions {start + 1}..{last} "
+                f"of the Delta table {self.path} can only be read through its change data feed, "
+                f"which does not hold them ({reason}). Nothing was planned. {self._remedy()}")
+
+    def _remedy(self) -> str:
+        """What to run: the feed turned on (unless it is on), and what it cannot mend."""
+        turn_on = ("The feed is on now, but" if appended.feed_on(self.path) else
+                   f"So that later commits can be read, turn the feed on: {self.enable_feed_sql}. "
+                   f"Even then,")
+        return (f"{turn_on} a commit made while it was off stays unreadable: to read past it, "
+                f"re-create the table with the feed on (CREATE TABLE … TBLPROPERTIES "
+                f"({appended.FEED_PROPERTY} = true) AS SELECT …) and read that one with a new "
+                f"pipeline.")
 
     def lag(self, ctx: RunContext, after: Any) -> int:
         start = _BEFORE_FIRST_VERSION if after is None else int(after)
@@ -60,15 +135,29 @@ class DeltaTableSource(Source):
         return str(version) if version >= 0 else None
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end),
-                                      self.order_by).drop(columns=[appended.VERSION])
+        try:
+            rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end),
+                                          self.order_by).drop(columns=[appended.VERSION])
+        except Exception as exc:
+            reason = appended.missing_change_data(exc)
+            if reason is None:
+                raise
+            raise ConfigError(self._plan_unreadable(ctx, start, end, reason)) from exc
         keys = list(self.schema.key_fields)
         missing = rows[keys].isna().any(axis=1) if keys else pd.Series(False, index=rows.index)
         return Slice(good=rows[~missing], rejected=_null_keys(rows[missing], keys, start, end))
 
     def read_frame(self, ctx: RunContext, start: Any, end: Any) -> FrameSlice:
         """Read by executors from the change data feed, in the order :meth:`read` gives; only
-        rows with a null key (dead letters) come to the driver."""
+        rows with a null key (dead letters) come to the driver. Versions the feed does not hold
+        (appends made while it was off) are read on the driver, as :meth:`read` does."""
+        commits = appended.readings(self.path, int(start) + 1, int(end))
+        if commits is not None and not all(commit.from_feed for commit in commits):
+            return super().read_frame(ctx, start, end)
+        if commits is None:  # Spark would say so only once the batch runs on executors
+            reason = appended.feed_error(ctx.spark, self.path, int(start) + 1, int(end))
+            if reason is not None:
+                raise ConfigError(self._plan_unreadable(ctx, start, end, reason))
         changes = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
                    .option("startingVersion", int(start) + 1).option("endingVersion", int(end))
                    .load(self.path).where(F.col("_change_type") == "insert"))
@@ -86,6 +175,17 @@ class DeltaTableSource(Source):
         bad = bad.sort_values(["_commit_version", *(self.order_by or columns)], kind="stable",
                               na_position="first").drop(columns=["_commit_version"])
         return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
+
+    def _plan_unreadable(self, ctx: RunContext, start: Any, end: Any, reason: str) -> str:
+        """A recorded plan the change feed cannot give (one recorded before plans were checked,
+        or one whose files changed since): the way out."""
+        return (f"pipeline {ctx.pipeline!r}, source {self.name!r}: the recorded plan of versions "
+                f"{int(start) + 1}..{end} of the Delta table {self.path} cannot be read: {reason} "
+                f"Discard the plans no checkpoint covers (their batches were never checkpointed: "
+                f"nothing is lost) with ops.discard_plans(spark, pipeline) or the Dagster job "
+                f"discard_plans: the next run plans again from the last checkpoint, in parts "
+                f"that can each be read, and stops with the reason at a version none can. "
+                f"{self._remedy()}")
 
 
 def _null_keys(bad: pd.DataFrame, keys: list[str], start: Any, end: Any) -> pd.DataFrame:

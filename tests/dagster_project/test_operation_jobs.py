@@ -13,6 +13,7 @@ import ops as sp
 from assets import SparkResource, WarehouseResource
 from dagster_project import defs
 from dagster_project.pipelines import running_sum_keyed
+from state.faults import InjectedCrash, crash_at
 from tests.helpers import sink_column
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +110,25 @@ def test_unknown_pipeline_is_refused_by_name(dagster_env, tmp_path):
     assert done.returncode != 0
     assert "unknown pipeline 'nope'; choose one of ['running_sum', 'running_sum_unkeyed', 'all']" \
         in done.stdout + done.stderr
+
+
+def test_discard_plans_job_drops_what_no_checkpoint_covers(spark, warehouse, dagster_env):
+    running_sum_keyed.publish(spark, BATCHES[0], warehouse)
+    running_sum_keyed.run_once(spark, warehouse)                                  # checkpoint 1
+    running_sum_keyed.publish(spark, BATCHES[1], warehouse)
+    with crash_at("after_sink_write", nth=2), pytest.raises(InjectedCrash):  # console, then Delta
+        running_sum_keyed.run_once(spark, warehouse)  # batch 2 planned and written, not checkpointed
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 2, 4]
+
+    config = _config("discard_plans", pipeline="running_sum")
+    dagster_job_in_process("discard_plans", config, spark, dagster_env)
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 2]   # batch 2's rows gone
+    assert running_sum_keyed.run_once(spark, warehouse).rows_in == 1            # planned again
+    assert sink_column(spark, running_sum_keyed, warehouse, "total") == [1, 2, 4]
+
+    resources = {"spark": SparkResource(master=spark.sparkContext.master, shuffle_partitions=2),
+                 "warehouse": WarehouseResource(path=warehouse)}
+    again = defs.resolve_job_def("discard_plans").execute_in_process(
+        run_config=config, resources=resources, raise_on_error=False)
+    assert not again.success
+    assert "there is nothing to discard" in again.failure_data_for_node("discard_plans_op").error.message

@@ -3,6 +3,7 @@ else through the change data feed, and both ways must give the same rows, dtypes
 
 import datetime
 import decimal
+import os
 
 import pandas as pd
 import pytest
@@ -70,17 +71,53 @@ def test_timestamps_follow_the_session_time_zone(spark, appends):
     assert (utc["ts"] - local["ts"]).dropna().eq(pd.Timedelta(hours=5)).all()
 
 
-def test_updates_deletes_and_merges_come_from_the_change_feed(spark, appends):
+def test_updates_and_deletes_insert_nothing_and_merges_that_update_come_from_the_change_feed(
+        spark, appends):
     table = DeltaTable.forPath(spark, appends)
     table.update("seq = 101", {"s": "'changed'"})                        # version 4
     table.delete("seq = 102")                                            # version 5
-    source = spark.createDataFrame([(1000, 999)], "seq long, k long")
-    (table.alias("t").merge(source.alias("u"), "t.seq = u.seq")
+    source = spark.createDataFrame([(1000, 999), (103, 7)], "seq long, k long")
+    (table.alias("t").merge(source.alias("u"), "t.seq = u.seq").whenMatchedUpdate(set={"k": "u.k"})
      .whenNotMatchedInsert(values={"seq": "u.seq", "k": "u.k"}).execute())  # version 6
-    for version in (4, 5):
-        assert appended._from_files(appends, version, version, SCHEMA, "UTC") is None
-    rows = appended.inserted_rows(spark, appends, 4, 6, ("seq",))    # updates insert nothing
+    for version in (4, 5):  # from the log alone: whatever they rewrite, they insert nothing
+        assert appended._from_files(appends, version, version, SCHEMA, "UTC").empty
+    assert appended._from_files(appends, 6, 6, SCHEMA, "UTC") is None    # which rows are new?
+    rows = appended.inserted_rows(spark, appends, 4, 6, ("seq",))
     assert rows[[appended.VERSION, "seq", "k"]].values.tolist() == [[6, 1000, 999]]
+    nothing = appended.inserted_rows(spark, appends, 4, 5)
+    pd.testing.assert_frame_equal(nothing, via_change_feed(spark, appends, 4, 5))  # same dtypes
+
+
+def test_readings_say_which_read_can_give_each_commit(spark, tmp_path):
+    path = str(tmp_path / "events")
+    rows = spark.createDataFrame([(1, 1), (2, 2)], "k long, x long")
+    rows.write.format("delta").save(path)                                # 0: an append, no feed
+    table = DeltaTable.forPath(spark, path)
+    table.update("k = 1", {"x": "10"})                                   # 1: inserts nothing
+
+    def merge(*upserts):
+        upsert = spark.createDataFrame(list(upserts), "k long, x long")
+        (table.alias("t").merge(upsert.alias("u"), "t.k = u.k").whenMatchedUpdateAll()
+         .whenNotMatchedInsertAll().execute())
+
+    merge((2, 20), (3, 3))                                               # 2: no read can give it
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true, "
+              "delta.checkpointInterval = 2)")                           # 3
+    merge((2, 21), (4, 4))                                               # 4: the feed holds it
+    rows.write.format("delta").mode("append").save(path)                 # 5
+    commits = appended.readings(path, 0, 5)
+    assert [(c.operation, c.from_files, c.from_feed) for c in commits] == [
+        ("WRITE", True, False), ("UPDATE", True, False), ("MERGE", False, False),
+        ("SET TBLPROPERTIES", True, True), ("MERGE", False, True), ("WRITE", True, True)]
+    assert appended.readable_runs(commits) == ([1], commits[2])
+    assert appended.readable_runs(commits[3:]) == ([5], None)         # all through the feed
+    merge((2, 22))                                                       # 6: inserts nothing
+    assert [(c.from_files, c.from_feed) for c in appended.readings(path, 6, 6)] == [(True, True)]
+    assert appended.feed_on(path) is True
+    for version in range(4):  # the JSON commits log retention removes once a checkpoint covers them
+        os.remove(os.path.join(path, "_delta_log", f"{version:020d}.json"))
+    assert [c.from_feed for c in appended.readings(path, 5, 6)] == [True, True]  # checkpoint 4
+    assert appended.readings(path, 4, 5) is None                         # version 3's is gone
 
 
 def test_schema_changes_partitions_and_other_types_take_the_change_feed(spark, tmp_path, appends):
@@ -110,7 +147,7 @@ def test_schema_changes_partitions_and_other_types_take_the_change_feed(spark, t
 
 def test_compaction_adds_no_rows(spark, appends):
     DeltaTable.forPath(spark, appends).optimize().executeCompaction()    # version 4
-    assert appended._from_files(appends, 4, 4, SCHEMA, "UTC") is None     # nothing to read
+    assert appended._from_files(appends, 4, 4, SCHEMA, "UTC").empty      # nothing to read
     assert appended.inserted_rows(spark, appends, 4, 4).empty
     assert len(appended.inserted_rows(spark, appends, 1, 4)) == 120
 

@@ -1,0 +1,229 @@
+"""An embedded single-node Kafka broker for development, tests, benchmarks and the examples.
+
+Kafka 4 in KRaft mode (broker and controller in one JVM, no ZooKeeper), run from the Apache
+Kafka jars on Maven Central (fetched once into ``.jars/``), listening on loopback only. Its
+storage is formatted with Kafka's own storage tool the first time a folder is used, so a broker
+started again on the same folder keeps its topics.
+
+>>> from ops.broker import EmbeddedKafka
+>>> with EmbeddedKafka.start("/tmp/kafka-doc") as kafka:      # doctest: +SKIP
+...     print(kafka.bootstrap)
+127.0.0.1:...
+
+From a shell: ``python -m ops.broker start [--dir .kafka] [--port 9092]`` starts one in the
+background and prints its address; ``python -m ops.broker stop [--dir .kafka]`` stops it by
+the pid it recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ._jars import kafka_broker_bundle
+from .errors import ConfigError
+
+_READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
+_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+"""
+_LOG4J = """\
+rootLogger.level=WARN
+rootLogger.appenderRef.file.ref=file
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName={log}
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=[%d] %p %m (%c)%n
+logger.server.name=kafka.server.KafkaRaftServer
+logger.server.level=INFO
+"""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class EmbeddedKafka:
+    """A running broker: its address, its process and the folder holding its data and log."""
+
+    folder: Path
+    port: int
+    process: subprocess.Popen[bytes] | None
+    pid: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "broker.log"
+
+    @classmethod
+    def start(cls, folder: str | Path, port: int | None = None, heap: str = "512m") -> EmbeddedKafka:
+        """Start a broker on ``127.0.0.1:port`` (a free port when omitted) with its data in
+        ``folder``; returns once it answers. Raises ``ConfigError`` with the end of its log if
+        it does not come up."""
+        folder = Path(folder).resolve()
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        port = port or free_port()
+        classpath = kafka_broker_bundle().classpath()
+        properties = folder / "server.properties"
+        properties.write_text(_PROPERTIES.format(port=port, controller=free_port(), data=folder / "data"))
+        (folder / "log4j2.properties").write_text(_LOG4J.format(log=folder / "broker.log"))
+        if not (folder / "data" / "meta.properties").exists():
+            _run_storage_tool(classpath, properties)
+        command = ["java", f"-Xmx{heap}", f"-Xms{heap}",
+                   f"-Dlog4j2.configurationFile=file:{folder / 'log4j2.properties'}",
+                   "-cp", classpath, "kafka.Kafka", str(properties)]
+        with open(folder / "stdout.log", "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        broker = cls(folder, port, process, process.pid)
+        (folder / "broker.pid").write_text(f"{process.pid} {port}\n")
+        broker.wait_until_ready()
+        return broker
+
+    @classmethod
+    def attach(cls, folder: str | Path) -> EmbeddedKafka | None:
+        """The broker a ``start`` left running with its data in ``folder``, if it still runs."""
+        folder = Path(folder).resolve()
+        try:
+            pid, port = (int(n) for n in (folder / "broker.pid").read_text().split())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return cls(folder, port, None, pid)
+
+    def wait_until_ready(self) -> None:
+        """Return once the broker answers a metadata request; raise if it died or took too long."""
+        from confluent_kafka.admin import AdminClient  # only brokers need the client at import
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + _READY_SECONDS
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ConfigError(f"the Kafka broker in {self.folder} exited with code "
+                                  f"{self.process.returncode}: {self._log_tail()}")
+            try:
+                admin.list_topics(timeout=2)
+                self._start_transactions(deadline - time.monotonic())
+                return
+            except Exception:  # noqa: BLE001 - not up yet: librdkafka says so in many ways
+                time.sleep(0.5)
+        self.stop()
+        raise ConfigError(f"the Kafka broker in {self.folder} did not answer on {self.bootstrap} "
+                          f"within {_READY_SECONDS} s: {self._log_tail()}")
+
+    def _start_transactions(self, seconds: float) -> None:
+        """Register a transactional producer once, so the transaction coordinator has loaded
+        (its log created) before anyone needs it: a sink's first transaction then starts at once."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 0,
+                             "transactional.id": "lakestream.broker-ready"})
+        producer.init_transactions(max(1.0, seconds))
+
+    def stop(self, grace: float = 20.0) -> None:
+        """Stop the broker by its pid: SIGTERM (a clean shutdown), SIGKILL after ``grace`` s."""
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _alive(self.pid, self.process):
+            time.sleep(0.2)
+        if _alive(self.pid, self.process):
+            os.kill(self.pid, signal.SIGKILL)
+            if self.process is not None:
+                self.process.wait(10)
+        (self.folder / "broker.pid").unlink(missing_ok=True)
+
+    def __enter__(self) -> EmbeddedKafka:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def _log_tail(self) -> str:
+        lines: list[str] = []
+        for name in ("stdout.log", "broker.log"):
+            path = self.folder / name
+            if path.exists():
+                lines += path.read_text(errors="replace").splitlines()[-15:]
+        return "\n".join(lines) or "(no log)"
+
+
+def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
+    if process is not None:
+        return process.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _run_storage_tool(classpath: str, properties: Path) -> None:
+    """Format the broker's storage, as ``kafka-storage.sh format`` would."""
+    command = ["java", "-Xmx256m", "-cp", classpath, "kafka.tools.StorageTool", "format",
+               "--cluster-id", uuid.uuid4().hex[:22], "--config", str(properties)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ConfigError(f"formatting Kafka's storage for {properties} failed: "
+                          f"{(done.stdout + done.stderr).strip()[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ops.broker start|stop|status [--dir DIR] [--port N]``."""
+    parser = argparse.ArgumentParser(prog="python -m ops.broker", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--dir", default=".kafka", help="its data, log and pid (default .kafka)")
+    parser.add_argument("--port", type=int, default=9092, help="the client port (default 9092)")
+    args = parser.parse_args(argv)
+    running = EmbeddedKafka.attach(args.dir)
+    if args.action == "start":
+        if running is None:
+            running = EmbeddedKafka.start(args.dir, args.port)
+            running.process = None  # it outlives this command
+        print(f"Kafka broker running at {running.bootstrap} (pid {running.pid}, data in {args.dir})")
+    elif args.action == "stop":
+        if running is not None:
+            running.stop()
+        print("Kafka broker stopped" if running else f"no Kafka broker running from {args.dir}")
+    else:
+        print(f"running at {running.bootstrap} (pid {running.pid})" if running else "not running")
+
+
+if __name__ == "__main__":
+    main()

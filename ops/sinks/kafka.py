@@ -1,0 +1,279 @@
+"""``.write.to_kafka(topic, bootstrap=…)``: each batch's rows as records of a Kafka topic.
+
+**Exactly-once** (the default). A batch is one Kafka transaction of a transactional producer
+whose id is the pipeline's and the sink's (``lakestream.<pipeline>.<sink>``); with its records
+the transaction commits a marker, the batch id and epoch, as the offset of a consumer group of
+the same name (Kafka's ``sendOffsetsToTransaction``, as Kafka Streams commits its input
+positions), so the records and the marker become visible together or not at all. The sink
+writes before the pipeline's checkpoint; a run that died between the two replays the batch,
+finds the marker at or past it and sends nothing. A run that died in the middle of a
+transaction leaves it open; the next run's producer, with the same id, aborts it before it
+sends anything (Kafka's fencing), so a ``read_committed`` consumer sees every row once. Every
+record also carries the headers ``lakestream.pipeline``, ``lakestream.batch`` and
+``lakestream.epoch``, so consumers can tell batches apart.
+
+**At-least-once** (``delivery="at_least_once"``): Spark's own Kafka writer, which retries
+without transactions; a replayed batch is sent again. Only when that is what you want.
+
+Values are JSON objects of the row's columns (``value_format="json"``), or the text of one
+column (``"string"``, column ``value``); the key is a column's text (``key=``) or none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from state import fault_point
+
+from ..columns import KAFKA_COLUMNS, ORDER_COLUMN, ROW_COLUMN, WRITTEN_COLUMNS
+from ..context import RunContext
+from ..errors import PipelineDefinitionError, SinkError
+from ..kafka import KafkaConnection
+from .base import Sink
+
+log = logging.getLogger(__name__)
+
+DELIVERIES = ("exactly_once", "at_least_once")
+_LEFT_OUT = {*KAFKA_COLUMNS, *WRITTEN_COLUMNS, ORDER_COLUMN}  # lakestream's, not the row's
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The last batch a sink's transactions committed to Kafka."""
+
+    epoch: int
+    batch_id: int
+
+    def covers(self, epoch: int, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` of ``epoch`` is in the topic already. A reset starts a new
+        epoch, whose batches are written again (Kafka cannot take the old ones back)."""
+        return self.epoch == epoch and batch_id <= self.batch_id
+
+
+def read_marker(connection: KafkaConnection, group: str, topic: str) -> Marker | None:
+    """The marker the transactions of consumer group ``group`` committed for ``topic``
+    (``None``: none yet). Reads only: no producer is started, so no writer is fenced."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(connection.config(**{
+        "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+    try:
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=connection.timeout)
+    finally:
+        consumer.close()
+    if committed.offset < 0 or not committed.metadata:
+        return None
+    stored = json.loads(committed.metadata)
+    return Marker(int(stored["epoch"]), int(stored["batch"]))
+
+
+class _Transactions:
+    """One run's transactional producer, and the marker it found when it started."""
+
+    def __init__(self, sink: KafkaSink, ctx: RunContext):
+        from confluent_kafka import Consumer, Producer
+
+        self.id = sink.transactional_id(ctx)
+        self.producer = Producer(sink.connection.config(**{
+            "transactional.id": self.id, "enable.idempotence": True,
+            "transaction.timeout.ms": sink.transaction_timeout_ms, "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000}))
+        # what the marker is committed as: an offset of this group, within the transaction
+        self.group = Consumer(sink.connection.config(**{"group.id": self.id, "enable.auto.commit": False}))
+        try:
+            self._init_transactions(sink.connection.timeout)
+            # read after init_transactions: an older run's open transaction is aborted by then
+            self.marker = read_marker(sink.connection, self.id, sink.topic)
+        except Exception as error:
+            self.close()
+            raise sink.connection.unreachable(
+                f"starting transactional producer {self.id!r} of sink {sink.name!r}", error,
+                SinkError) from error
+
+    def _init_transactions(self, timeout: float) -> None:
+        """Register the transactional id: this fences any older producer with the id and
+        aborts the transaction it left open. Retried while the broker says to (its transaction
+        coordinator still loading, after a restart)."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.producer.init_transactions(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as error:
+                if not error.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        self.group.close()
+        self.producer.flush(0)
+
+
+@dataclass(frozen=True)
+class KafkaSink(Sink):
+    """Writes each batch to ``topic``; see the module's docstring for the guarantees."""
+
+    name: str
+    topic: str
+    connection: KafkaConnection
+    key: str | None = None
+    value_format: str = "json"
+    delivery: str = "exactly_once"
+    transaction_timeout_ms: int = 60_000
+    _runs: dict[str, _Transactions] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False, hash=False)
+
+    def __post_init__(self) -> None:
+        where = f"sink {self.name!r}"
+        if not self.topic or ":" in self.topic:
+            raise PipelineDefinitionError(f"{where}: {self.topic!r} is not a topic name")
+        if self.value_format not in ("json", "string"):
+            raise PipelineDefinitionError(f"{where}: value_format must be 'json' or 'string'")
+        if self.delivery not in DELIVERIES:
+            raise PipelineDefinitionError(f"{where}: delivery must be one of {DELIVERIES}")
+
+    def transactional_id(self, ctx: RunContext) -> str:
+        """The producer's transactional id, also the marker's consumer group."""
+        return f"lakestream.{ctx.pipeline}.{self.name}"
+
+    def marker(self, ctx: RunContext) -> Marker | None:
+        """The last batch this sink committed to the topic (``None``: none yet); reading it
+        disturbs no run that is writing."""
+        return read_marker(self.connection, self.transactional_id(ctx), self.topic)
+
+    def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
+        if self.delivery == "at_least_once":
+            if len(frame):
+                self._write_with_spark(ctx, batch_id, ctx.spark.createDataFrame(frame))
+            return
+        transactions = self._transactions(ctx)
+        if transactions.marker is not None and transactions.marker.covers(ctx.epoch, batch_id):
+            log.info("%s: sink %s: batch %d is in topic %s already (a replay): nothing sent",
+                     ctx.pipeline, self.name, batch_id, self.topic)
+            return
+        if frame.empty:
+            return
+        keys, values = self._encode(frame)
+        self._send(ctx, transactions, batch_id, keys, values)
+
+    def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
+        if self.delivery == "at_least_once":
+            self._write_with_spark(ctx, batch_id, frame)
+        else:
+            super().write_frame(ctx, batch_id, frame)
+
+    def close(self, ctx: RunContext) -> None:
+        with self._lock:
+            transactions = self._runs.pop(ctx.run_id, None)
+        if transactions is not None:
+            transactions.close()
+
+    def discard_after(self, ctx: RunContext, batch_id: int) -> None:
+        log.warning("%s: sink %s: Kafka cannot take back what batches after %d sent to topic %s; "
+                    "consumers keep them and will also see the batches run again",
+                    ctx.pipeline, self.name, batch_id, self.topic)
+
+    def _encode(self, frame: pd.DataFrame) -> tuple[list[str | None], list[str]]:
+        """Each row's key text and value text, in order."""
+        if self.key is not None and self.key not in frame:
+            raise SinkError(f"sink {self.name!r}: key column {self.key!r} is not in the output "
+                            f"(columns: {list(frame.columns)})")
+        keys: list[str | None] = [None] * len(frame)
+        if self.key:
+            keys = [None if pd.isna(k) else str(k) for k in frame[self.key]]
+        if self.value_format == "string":
+            if "value" not in frame:
+                raise SinkError(f"sink {self.name!r}: value_format='string' sends column 'value', "
+                                f"which the output lacks (columns: {list(frame.columns)})")
+            return keys, ["" if pd.isna(v) else str(v) for v in frame["value"]]
+        columns = [c for c in frame.columns if c not in _LEFT_OUT]
+        lines = frame[columns].to_json(orient="records", lines=True, date_format="iso",
+                                       date_unit="us", force_ascii=False)
+        return keys, str(lines).splitlines()
+
+    def _send(self, ctx: RunContext, transactions: _Transactions, batch_id: int,
+              keys: list[str | None], values: list[str]) -> None:
+        """One transaction: the records, then the marker; committed, or aborted on failure."""
+        from confluent_kafka import TopicPartition
+
+        producer = transactions.producer
+        headers = [("lakestream.pipeline", ctx.pipeline.encode()),
+                   ("lakestream.batch", str(batch_id).encode()),
+                   ("lakestream.epoch", str(ctx.epoch).encode())]
+        timeout = self.connection.timeout
+        fault_point("kafka_before_send")
+        try:
+            producer.begin_transaction()
+            half = len(values) // 2
+            for n, (key, value) in enumerate(zip(keys, values)):
+                if n == half:
+                    producer.flush(timeout)  # so a crash here leaves records in the open transaction
+                    fault_point("kafka_mid_send")
+                _produce(producer, self.topic, key, value, headers)
+            marker = json.dumps({"epoch": ctx.epoch, "batch": batch_id, "pipeline": ctx.pipeline})
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self.topic, 0, batch_id, metadata=marker)],
+                transactions.group.consumer_group_metadata(), timeout)
+            producer.commit_transaction(timeout)
+        except Exception as error:
+            _abort_quietly(producer, timeout)
+            raise SinkError(f"sink {self.name!r}: batch {batch_id} could not be written to Kafka "
+                            f"topic {self.topic!r} at {self.connection.bootstrap} ({error}); the "
+                            "transaction is aborted and the next run writes the batch again") from error
+        fault_point("kafka_after_commit")
+        transactions.marker = Marker(ctx.epoch, batch_id)
+
+    def _transactions(self, ctx: RunContext) -> _Transactions:
+        """This run's producer, started (and the marker read) on the run's first write."""
+        with self._lock:
+            current = self._runs.get(ctx.run_id)
+            if current is None:
+                for old in self._runs.values():
+                    old.close()
+                self._runs.clear()
+                current = self._runs[ctx.run_id] = _Transactions(self, ctx)
+            return current
+
+    def _write_with_spark(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
+        """At least once: Spark's Kafka writer, from the executors."""
+        columns = [c for c in frame.columns if c not in _LEFT_OUT and c != ROW_COLUMN]
+        value = (F.col("value").cast("string") if self.value_format == "string"
+                 else F.to_json(F.struct(*columns)))
+        key = F.col(self.key).cast("string") if self.key else F.lit(None).cast("string")
+        headers = F.array(*(F.struct(F.lit(name).alias("key"), F.lit(text).cast("binary").alias("value"))
+                            for name, text in (("lakestream.pipeline", ctx.pipeline),
+                                               ("lakestream.batch", str(batch_id)),
+                                               ("lakestream.epoch", str(ctx.epoch)))))
+        (frame.select(key.alias("key"), value.alias("value"), headers.alias("headers"))
+         .write.format("kafka").options(**self.connection.spark_options())
+         .option("topic", self.topic).save())
+
+
+def _produce(producer: Any, topic: str, key: str | None, value: str,
+             headers: list[tuple[str, bytes]]) -> None:
+    """Queue one record, waiting for room when the producer's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value=value.encode(), key=None if key is None else key.encode(),
+                             headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def _abort_quietly(producer: Any, timeout: float) -> None:
+    try:
+        producer.abort_transaction(timeout)
+    except Exception:  # noqa: BLE001 - the write's own error is the one to report
+        log.exception("aborting a Kafka transaction failed too")

@@ -1,0 +1,27 @@
+"""The Kafka crash tests' pipeline, run in a child process (``python -m tests.kafka.crash_child``)
+that a test kills at a protocol step (``LAKESTREAM_CRASH_AT``): a running sum per record key
+from one topic into another, exactly once, in batches of at most four offsets."""
+
+import os
+
+import ops as sp
+
+
+def running_sum(op, md, data):
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.assign(total=total)
+
+
+def build(bootstrap: str, source: str, target: str, mode: str = "driver") -> sp.Pipeline:
+    return (sp.read.from_kafka(source, bootstrap=bootstrap, schema={"k": "string", "x": "long"},
+                               max_records=4)
+            .map(running_sum, state=0)
+            .write.to_kafka(target, bootstrap=bootstrap, key="k", name="sums")
+            ).named("kafka_crashy").with_mode(mode)
+
+
+if __name__ == "__main__":
+    pipeline = build(os.environ["KAFKA_BOOTSTRAP"], os.environ["KAFKA_SOURCE"],
+                     os.environ["KAFKA_TARGET"], os.environ.get("KAFKA_MODE", "driver"))
+    pipeline.run_once(sp.spark_session())

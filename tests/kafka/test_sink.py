@@ -1,0 +1,148 @@
+"""The exactly-once Kafka sink against a real broker: a read_committed consumer sees every row
+once, whatever step of the protocol a run dies at; the at-least-once mode goes through Spark."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import ops as sp
+from ops.broker import EmbeddedKafka
+from ops.kafka import create_topic, read_topic, send_json
+from tests.kafka import crash_child
+
+RECORDS = [{"k": k, "x": x} for x, k in enumerate("abcabcaabbcc", start=1)]
+
+
+def oracle(records):
+    """Each record's running total by key, as the sink's values must hold them (any order)."""
+    totals, out = {}, []
+    for record in records:
+        totals[record["k"]] = totals.get(record["k"], 0) + record["x"]
+        out.append((record["k"], record["x"], totals[record["k"]]))
+    return sorted(out)
+
+
+def sent(bootstrap, topic):
+    """What a read_committed consumer sees: (key, x, total) per record, and the batch headers."""
+    records = read_topic(bootstrap, topic)
+    values = [json.loads(r["value"]) for r in records]
+    assert [r["key"] for r in records] == [v["k"] for v in values]
+    return sorted((v["k"], v["x"], v["total"]) for v in values), records
+
+
+@pytest.fixture
+def topics(kafka, topic):
+    source, target = f"{topic}_in", f"{topic}_out"
+    create_topic(kafka.bootstrap, source, partitions=2)
+    create_topic(kafka.bootstrap, target, partitions=2)
+    send_json(kafka.bootstrap, source, RECORDS, key="k")
+    return source, target
+
+
+def test_each_row_once_with_batch_headers(spark, warehouse, kafka, topics):
+    pipeline = crash_child.build(kafka.bootstrap, *topics)
+    report = pipeline.run_once(spark, warehouse)
+
+    values, records = sent(kafka.bootstrap, topics[1])
+    assert values == oracle(RECORDS)
+    assert {r["headers"]["lakestream.batch"] for r in records} == {
+        str(b.batch_id) for b in report.batches}
+    assert {r["headers"]["lakestream.pipeline"] for r in records} == {"kafka_crashy"}
+    sink = pipeline.sink("sums")
+    ctx = sp.RunContext(spark, pipeline.layout(warehouse), 0, run_id="inspect")
+    assert sink.marker(ctx).batch_id == report.last_batch_id
+
+    send_json(kafka.bootstrap, topics[0], [{"k": "a", "x": 100}], key="k")
+    pipeline.run_once(spark, warehouse)
+    assert sent(kafka.bootstrap, topics[1])[0] == oracle([*RECORDS, {"k": "a", "x": 100}])
+
+
+STEPS = [
+    "kafka_before_send:2",       # batch 1 in the topic, batch 2 not begun
+    "kafka_mid_send:2",          # half of batch 2 sent in a transaction left open
+    "kafka_after_commit:2",      # batch 2 committed to Kafka, checkpoint 2 not taken
+    "before_checkpoint_commit:2",
+    "after_checkpoint_commit:2",
+]
+
+
+def _crash_then_recover(spark, warehouse, child_env, kafka, topics, crash_at, mode="driver"):
+    env = dict(child_env, LAKESTREAM_CRASH_AT=crash_at, KAFKA_BOOTSTRAP=kafka.bootstrap,
+               KAFKA_SOURCE=topics[0], KAFKA_TARGET=topics[1], KAFKA_MODE=mode)
+    crashed = subprocess.run([sys.executable, "-m", "tests.kafka.crash_child"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    report = crash_child.build(kafka.bootstrap, *topics, mode).run_once(spark, warehouse)
+
+    assert report.last_batch_id == 3
+    values, records = sent(kafka.bootstrap, topics[1])
+    assert values == oracle(RECORDS)
+    return records
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", STEPS)
+def test_crash_at_each_step_then_recover_sends_each_row_once(spark, warehouse, child_env, kafka,
+                                                             topics, crash_at):
+    _crash_then_recover(spark, warehouse, child_env, kafka, topics, crash_at)
+
+
+@pytest.mark.slow
+def test_crash_between_kafka_commit_and_checkpoint_on_executors(spark, warehouse, child_env,
+                                                                 kafka, topics):
+    records = _crash_then_recover(spark, warehouse, child_env, kafka, topics,
+                                  "kafka_after_commit:2", mode="distributed")
+    assert {r["headers"]["lakestream.batch"] for r in records} == {"1", "2", "3"}
+
+
+@pytest.mark.slow
+def test_broker_down_mid_batch_fails_the_batch_and_the_next_run_adds_nothing_twice(
+        spark, warehouse, tmp_path, topic):
+    broker = EmbeddedKafka.start(tmp_path / "kafka")
+    try:
+        create_topic(broker.bootstrap, "in", partitions=2)
+        create_topic(broker.bootstrap, "out", partitions=2)
+        send_json(broker.bootstrap, "in", RECORDS, key="k")
+
+        def stop_broker_in_batch_two(op, md, data):
+            if md.batch_id == 2:
+                broker.stop()
+            return crash_child.running_sum(op, md, data)
+
+        pipeline = (sp.read.from_kafka("in", bootstrap=broker.bootstrap, max_records=4,
+                                       schema={"k": "string", "x": "long"}, timeout=3)
+                    .map(stop_broker_in_batch_two, state=0, name="running_sum")
+                    .write.to_kafka("out", bootstrap=broker.bootstrap, key="k", name="sums", timeout=3)
+                    ).named("kafka_broker_down")
+        # the sink's write or the next batch's read fails first, whichever finds the broker gone
+        with pytest.raises(sp.StreamError, match=f"at {broker.bootstrap}"):
+            pipeline.run_once(spark, warehouse)
+
+        broker = EmbeddedKafka.start(tmp_path / "kafka", port=broker.port)
+        resumed = crash_child.build(broker.bootstrap, "in", "out").named("kafka_broker_down")
+        resumed.run_once(spark, warehouse)
+        assert sent(broker.bootstrap, "out")[0] == oracle(RECORDS)
+    finally:
+        broker.stop()
+
+
+def test_at_least_once_goes_through_spark_and_a_bad_key_column_is_named(spark, warehouse, kafka,
+                                                                        topics):
+    loose = (sp.read.from_kafka(topics[0], bootstrap=kafka.bootstrap, schema={"k": "string", "x": "long"})
+             .map(crash_child.running_sum, state=0)
+             .write.to_kafka(topics[1], bootstrap=kafka.bootstrap, key="k", delivery="at_least_once")
+             ).named("kafka_loose")
+    loose.run_once(spark, warehouse)
+    values, records = sent(kafka.bootstrap, topics[1])
+    assert values == oracle(RECORDS)
+    assert {r["headers"]["lakestream.batch"] for r in records} == {"1"}
+
+    wrong = (sp.read.from_kafka(topics[0], bootstrap=kafka.bootstrap, schema={"k": "string", "x": "long"})
+             .write.to_kafka(topics[1], bootstrap=kafka.bootstrap, key="user")).named("kafka_wrong_key")
+    with pytest.raises(sp.SinkError, match="key column 'user' is not in the output"):
+        wrong.run_once(spark, warehouse)
+    assert len(read_topic(kafka.bootstrap, topics[1])) == len(RECORDS)
