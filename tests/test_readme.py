@@ -51,7 +51,7 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     assert visits["users"].tolist()[0] == 1 and pd.isna(visits["users"].tolist()[1])
     totals = sorted(json.loads(value)["total"] for value in namespace["totals"])  # Kafka, exactly once
     assert totals == [1, 2, 4]
-    letters = dead_letters(spark, namespace["clicks"], str(tmp_path / "warehouse"))
+    letters = dead_letters(spark, namespace["per_user"], str(tmp_path / "warehouse"))
     assert letters["reason"].tolist() == ["field 'n' 'x' is not an integer; expected long"]
     ended = namespace["sessions"].read_sink(spark, "sessions")  # the timers example
     assert ended[["user", "total"]].values.tolist() == [["ann", 2]]

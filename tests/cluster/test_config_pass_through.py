@@ -35,3 +35,19 @@ def test_an_s3a_table_path_is_handed_to_hadoop_as_is(spark):
 def test_spark_connect_is_refused_with_the_reason():
     with pytest.raises(sp.ConfigError, match="Spark Connect .* not supported"):
         sp.SparkConfig(master="sc://127.0.0.1:15002").to_spark_conf()
+
+
+def test_a_users_jars_join_delta_and_kafka_instead_of_replacing_them():
+    conf = sp.SparkConfig(extra={"spark.jars": "/opt/udfs.jar",
+                                 "spark.sql.extensions": "com.example.Ext"}).to_spark_conf()
+    jars = conf["spark.jars"].split(",")
+    assert jars[-1] == "/opt/udfs.jar"
+    assert any("delta-spark" in jar for jar in jars) and any("spark-sql-kafka" in jar for jar in jars)
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension,com.example.Ext"
+
+
+def test_asking_a_running_session_for_other_jars_warns_with_what_differs(spark):
+    with pytest.warns(RuntimeWarning, match=r"spark\.jars='[^']*/opt/udfs\.jar'"):
+        same = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2,
+                                               extra={"spark.jars": "/opt/udfs.jar"}))
+    assert same is spark

@@ -8,28 +8,13 @@ import dagster as dg
 import pandas as pd
 
 import ops as sp
-from assets import PIPELINE_TAG, WarehouseResource, make_pipeline_sensor
-
-
-def _tick(sensor, instance, cursor, warehouse):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor,
-                                      resources={"warehouse": WarehouseResource(path=warehouse)})
-    return sensor.evaluate_tick(context)
-
-
-@dg.op
-def _noop():
-    pass
-
-
-@dg.job
-def _placeholder_job():
-    _noop()
+from assets import PIPELINE_TAG, make_pipeline_sensor
+from tests.dagster_project.sensing import placeholder_job, tick
 
 
 def _in_flight_run(instance, pipeline_name):
     """A run of the pipeline recorded as started (as the daemon would while it executes)."""
-    return instance.create_run_for_job(_placeholder_job, status=dg.DagsterRunStatus.STARTED,
+    return instance.create_run_for_job(placeholder_job, status=dg.DagsterRunStatus.STARTED,
                                        tags={PIPELINE_TAG: pipeline_name})
 
 
@@ -45,23 +30,23 @@ def test_file_sensor_requests_each_new_file_once(tmp_path, warehouse):
     landing = str(tmp_path / "landing")
     pipeline = (sp.read.from_files(landing, "json", key="k", schema={"k": "string", "x": "long"})
                 .write.to_delta("out")).named("landed")
-    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    sensor = make_pipeline_sensor(pipeline, placeholder_job)
     with dg.instance_for_test() as instance:
-        empty = _tick(sensor, instance, None, warehouse)
+        empty = tick(sensor, instance, None, warehouse)
         assert not empty.run_requests and "no input yet" in empty.skip_message
 
         _land(landing, "a.json", 1_000)
-        first = _tick(sensor, instance, None, warehouse)
+        first = tick(sensor, instance, None, warehouse)
         assert [r.run_key for r in first.run_requests] == ["landed:1:1000000:a.json"]
         assert first.run_requests[0].tags[PIPELINE_TAG] == "landed"
         assert first.cursor == "1:1000000:a.json"
 
-        again = _tick(sensor, instance, first.cursor, warehouse)
+        again = tick(sensor, instance, first.cursor, warehouse)
         assert not again.run_requests and again.cursor == first.cursor  # cursor untouched
 
         _land(landing, "b.json", 2_000)
         _in_flight_run(instance, "landed")
-        waiting = _tick(sensor, instance, first.cursor, warehouse)
+        waiting = tick(sensor, instance, first.cursor, warehouse)
         assert not waiting.run_requests and "in flight" in waiting.skip_message
         assert waiting.cursor == first.cursor  # the new file is still owed a run
 
@@ -71,15 +56,15 @@ def test_delta_sensor_requests_each_new_version_once(spark, tmp_path, warehouse)
     (spark.createDataFrame(pd.DataFrame({"k": [1], "x": [1]})).write.format("delta")
      .option("delta.enableChangeDataFeed", "true").save(source))
     pipeline = sp.read.from_delta(source, key="k").write.to_delta("out").named("from_delta")
-    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    sensor = make_pipeline_sensor(pipeline, placeholder_job)
     with dg.instance_for_test() as instance:
-        first = _tick(sensor, instance, None, warehouse)
+        first = tick(sensor, instance, None, warehouse)
         assert [r.run_key for r in first.run_requests] == ["from_delta:0"]
-        assert not _tick(sensor, instance, first.cursor, warehouse).run_requests
+        assert not tick(sensor, instance, first.cursor, warehouse).run_requests
 
         spark.createDataFrame(pd.DataFrame({"k": [2], "x": [2]})).write.format("delta") \
             .mode("append").save(source)
-        second = _tick(sensor, instance, first.cursor, warehouse)
+        second = tick(sensor, instance, first.cursor, warehouse)
         assert [r.run_key for r in second.run_requests] == ["from_delta:1"]
         assert second.cursor == "1"
 
@@ -95,20 +80,20 @@ def test_sensor_requests_a_run_when_a_timer_falls_due_with_no_new_input(spark, w
                 .map(remind, state=0, name="remind", timers=True)
                 .write.to_delta("out")).named("reminders")
     pipeline.publish(spark, [{"k": "a"}], warehouse)
-    sensor = make_pipeline_sensor(pipeline, _placeholder_job)
+    sensor = make_pipeline_sensor(pipeline, placeholder_job)
     with dg.instance_for_test() as instance:
-        data = _tick(sensor, instance, None, warehouse)
+        data = tick(sensor, instance, None, warehouse)
         assert [r.tags.get("lakestream/position") for r in data.run_requests] == ["1"]
         pipeline.run_once(spark, warehouse)  # sets a's timer: 3 s after the batch's time
 
-        early = _tick(sensor, instance, data.cursor, warehouse)
+        early = tick(sensor, instance, data.cursor, warehouse)
         assert not early.run_requests and "next timer due at" in early.skip_message
         deadline = sp.read_state(spark, pipeline, "remind__timers", warehouse=warehouse)["value"][0]
         time.sleep(max(0.0, deadline / 1000 - time.time()) + 0.1)
-        woken = _tick(sensor, instance, data.cursor, warehouse)
+        woken = tick(sensor, instance, data.cursor, warehouse)
         assert [r.run_key for r in woken.run_requests] == [f"reminders:1:timers@{deadline}"]
         assert woken.cursor == data.cursor
 
         assert pipeline.run_once(spark, warehouse).batches[0].rows_in == 0  # the timer's batch
         assert pipeline.read_sink(spark, "out", warehouse)["k"].tolist() == ["a"]
-        assert not _tick(sensor, instance, data.cursor, warehouse).run_requests
+        assert not tick(sensor, instance, data.cursor, warehouse).run_requests
