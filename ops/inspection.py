@@ -65,16 +65,21 @@ class PipelineStatus:
     epoch: int | None = None
     checkpointed_at: float | None = None
     source_lag: int | None = None
+    lag_by_part: dict[str, int] = field(default_factory=dict)
     state_keys: dict[str, int] = field(default_factory=dict)
     changelog_rows: int = 0
     sink_rows: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
 
     def lines(self) -> list[str]:
+        parts = (f"  source lag by partition {self.lag_by_part}"
+                 if len(self.lag_by_part) > 1 else None)
         if self.checkpoint_id is None:
-            return [f"{self.pipeline}: no checkpoint yet; source lag {self.source_lag}"]
+            head = [f"{self.pipeline}: no checkpoint yet; source lag {self.source_lag}"]
+            return head + ([parts] if parts else [])
         return [f"{self.pipeline}: checkpoint {self.checkpoint_id} (batch {self.batch_id}, "
                 f"epoch {self.epoch}); source lag {self.source_lag}",
+                *([parts] if parts else []),
                 f"  state keys {self.state_keys} in {self.changelog_rows} changelog rows",
                 f"  sink rows {self.sink_rows}; dead letters {self.dead_letters}"]
 
@@ -84,7 +89,8 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     layout = pipeline.layout(warehouse)
     status = PipelineStatus(pipeline=pipeline.id)
     last = _last_checkpoint(spark, layout)
-    status.source_lag = _lag(spark, pipeline, layout, last)
+    status.lag_by_part = _lag_by_part(spark, pipeline, layout, last)
+    status.source_lag = sum(status.lag_by_part.values())
     if last is not None:
         status.checkpoint_id, status.batch_id = last.checkpoint_id, last.batch_id
         status.epoch, status.checkpointed_at = last.epoch, last.created_at
@@ -113,14 +119,19 @@ def describe_lag_by_part(spark: SparkSession, pipeline: Pipeline,
     """:func:`describe_lag` per part of the source: ``{"<topic>:<partition>": offsets}`` for
     Kafka, ``{source name: lag}`` for the others (empty when the input is missing)."""
     layout = pipeline.layout(warehouse)
-    last = _last_checkpoint(spark, layout)
+    return _lag_by_part(spark, pipeline, layout, _last_checkpoint(spark, layout))
+
+
+def _lag_by_part(spark: SparkSession, pipeline: Pipeline, layout: PipelineLayout,
+                 last: Checkpoint | None) -> dict[str, int]:
     ctx = RunContext(spark, layout, last.epoch if last else 0, run_id="describe")
     source = pipeline.source
     try:
-        return source.lag_by_part(ctx, (last.offsets if last else {}).get(source.name))
+        lag = source.lag_by_part(ctx, (last.offsets if last else {}).get(source.name))
     except Exception as exc:  # the input is missing or unreachable: nothing to report
         log.debug("%s: no source lag (%s)", pipeline.name, exc)
         return {}
+    return {part: max(0, n) for part, n in lag.items()}
 
 
 def _last_checkpoint(spark: SparkSession, layout: PipelineLayout) -> Checkpoint | None:

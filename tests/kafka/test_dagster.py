@@ -42,3 +42,6 @@ def test_sensor_on_offsets_and_lag_per_partition_in_the_asset(spark, warehouse, 
         assert [r.tags["lakestream/unread"] for r in again.run_requests] == [f"{topic}:1+1"]
         assert again.run_requests[0].tags[PIPELINE_TAG] == "kafka_sensed"
     assert sp.describe_lag_by_part(spark, pipeline, warehouse) == {f"{topic}:0": 0, f"{topic}:1": 1}
+    status = sp.describe(spark, pipeline, warehouse)
+    assert status.source_lag == 1
+    assert f"  source lag by partition {{'{topic}:0': 0, '{topic}:1': 1}}" in status.lines()
