@@ -66,15 +66,16 @@ def _heap_pools(spark) -> list:
     return [pool for pool in pools if str(pool.getType().toString()).lower().startswith("heap")]
 
 
-def drain_query(spark, stream, workdir: str) -> dict:
-    """Run a Structured Streaming query into a Delta sink until its input is drained
-    (``availableNow``): wall seconds, input rows and per-trigger latencies, peak memory."""
+def drain_query(spark, stream, workdir: str, sink: str = "delta", options: dict | None = None) -> dict:
+    """Run a Structured Streaming query into a Delta sink (``<workdir>/out``; or another
+    ``sink`` format with its ``options``, e.g. ``"kafka"`` and a topic) until its input is
+    drained (``availableNow``): wall seconds, input rows and per-trigger latencies, peak memory."""
     result: dict = {}
     with peak_memory(result, spark):
         started = time.perf_counter()
-        query = (stream.writeStream.format("delta").outputMode("append")
-                 .option("checkpointLocation", f"{workdir}/checkpoint")
-                 .trigger(availableNow=True).start(f"{workdir}/out"))
+        writer = (stream.writeStream.format(sink).outputMode("append").options(**(options or {}))
+                  .option("checkpointLocation", f"{workdir}/checkpoint").trigger(availableNow=True))
+        query = writer.start(f"{workdir}/out") if sink == "delta" else writer.start()
         query.awaitTermination()
         result["seconds"] = time.perf_counter() - started
     progress = [p for p in query.recentProgress if p["numInputRows"]]

@@ -72,6 +72,7 @@ def drain_pipeline(spark, pipeline: sp.Pipeline, warehouse: str) -> dict:
         result["seconds"] = time.perf_counter() - started
     result["events"] = report.rows_in
     result["batch_latencies"] = [b.seconds for b in report.batches]
+    result["checkpoint_seconds"] = list(report.checkpoint_seconds)
     return result
 
 
@@ -83,14 +84,10 @@ def run_lakestream(spark, source: str, warehouse: str, vectorized: bool) -> dict
     return drain_pipeline(spark, pipeline, warehouse)
 
 
-def run_anchor(spark, source: str, workdir: str, timeout_ms: int | None = None) -> dict:
-    """Spark Structured Streaming: same source, one commit per trigger, RocksDB state. With
-    ``timeout_ms``, every call sets a processing-time timeout that far ahead; Spark runs batches
-    with no data while a query holds timeouts, so its ``availableNow`` drain would never end
-    (880 empty batches before it was stopped): they are turned off then."""
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    if timeout_ms is not None:
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+def anchor_sum(timeout_ms: int | None = None):
+    """The anchor's function for ``applyInPandasWithState``: a key's running sum over its
+    frames, the total kept in the group's state. With ``timeout_ms``, every call sets a
+    processing-time timeout that far ahead."""
 
     def running_sum(key, frames, group_state):
         total = group_state.get[0] if group_state.exists else 0
@@ -102,12 +99,28 @@ def run_anchor(spark, source: str, workdir: str, timeout_ms: int | None = None) 
         if timeout_ms is not None:
             group_state.setTimeoutDuration(timeout_ms)
 
+    return running_sum
+
+
+def anchor_running_sum(spark, stream, timeout_ms: int | None = None):
+    """``stream`` (columns ``k`` and ``x``) through ``groupBy("k").applyInPandasWithState`` of
+    :func:`anchor_sum`, with the RocksDB state store. Spark runs batches with no data while a
+    query holds timeouts, so an ``availableNow`` drain would never end (880 empty batches before
+    it was stopped): with ``timeout_ms`` they are turned off."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    if timeout_ms is not None:
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     timeout = (GroupStateTimeout.NoTimeout if timeout_ms is None
                else GroupStateTimeout.ProcessingTimeTimeout)
-    stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
-              .groupBy("k").applyInPandasWithState(running_sum, OUT_SCHEMA, STATE_SCHEMA, "append",
-                                                   timeout))
-    return drain_query(spark, stream, workdir)
+    return stream.groupBy("k").applyInPandasWithState(anchor_sum(timeout_ms), OUT_SCHEMA, STATE_SCHEMA,
+                                                      "append", timeout)
+
+
+def run_anchor(spark, source: str, workdir: str, timeout_ms: int | None = None) -> dict:
+    """Spark Structured Streaming: same source, one commit per trigger, RocksDB state (see
+    :func:`anchor_running_sum` for ``timeout_ms``)."""
+    stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(source)
+    return drain_query(spark, anchor_running_sum(spark, stream, timeout_ms), workdir)
 
 
 def warm_up(spark, workdir: str) -> None:
