@@ -139,7 +139,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1, **config: str)
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(connection(bootstrap).config())
     future = admin.create_topics([NewTopic(topic, partitions, 1, config=config)],
                                  operation_timeout=DEFAULT_TIMEOUT)[topic]
     try:
@@ -161,8 +161,8 @@ def send_json(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any]],
 
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                         "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(connection(bootstrap).config(**{
+        "linger.ms": 5, "acks": "all", "queue.buffering.max.messages": 1_000_000}))
     sent = 0
     for record in records:
         text = None if key is None or record.get(key) is None else str(record[key]).encode()
@@ -186,10 +186,12 @@ def read_topic(bootstrap: str, topic: str, timeout: float = DEFAULT_TIMEOUT) -> 
     (a dict). What an exactly-once consumer sees; for tests and examples."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    parts = connection(bootstrap, timeout=timeout).partitions([topic])
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakestream.read_topic",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    brokers = connection(bootstrap, timeout=timeout)
+    parts = brokers.partitions([topic])
+    consumer = Consumer(brokers.config(**{
+        "group.id": "lakestream.read_topic", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "auto.offset.reset": "earliest"}))
     records: list[dict[str, Any]] = []
     try:
         consumer.assign([TopicPartition(*parse_part(p), -2) for p in parts])  # -2: the beginning
@@ -207,6 +209,9 @@ def read_topic(bootstrap: str, topic: str, timeout: float = DEFAULT_TIMEOUT) -> 
                                 "value": None if value is None else bytes(value).decode(),
                                 "partition": message.partition(), "offset": message.offset(),
                                 "headers": _headers(message.headers())})
+        if open_parts:
+            raise brokers.unreachable(f"reading topic {topic!r} to its end", TimeoutError(
+                f"{sorted(open_parts)} not read to their end in {timeout:g} s"))
     finally:
         consumer.close()
     return sorted(records, key=lambda r: (r["partition"], r["offset"]))
