@@ -250,7 +250,7 @@ class KafkaSource(Source):
                 # ask for no more than can still come (records, and one end-of-partition event
                 # each), so consume returns once they are in instead of waiting out its timeout
                 due = sum(ranges[p][1] - reached[p] + 1 for p in open_parts)
-                messages = consumer.consume(num_messages=max(1, min(10_000, due)), timeout=0.5)
+                messages = consumer.consume(num_messages=max(1, min(10_000, due)), timeout=0.05)
                 if messages:
                     waited_since = time.monotonic()
                 elif time.monotonic() - waited_since > stall:
