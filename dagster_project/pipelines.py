@@ -39,10 +39,17 @@ TOPIC = "orders"
 ORDERS = [{"item": item, "qty": qty, "price": price} for item, qty, price in [
     ("tea", 2, 3.5), ("coffee", 1, 4.0), ("tea", 1, 3.5), ("cake", 3, 2.25), ("coffee", 2, 4.0)]]
 
-orders = sp.read.from_kafka(TOPIC, bootstrap=BOOTSTRAP, name="orders",
-                            schema={"item": "string", "qty": "long", "price": "double"})
-item_totals = sp.sql("""CREATE TABLE item_totals AS
-    SELECT item, COUNT(*) AS orders, SUM(qty) AS qty, SUM(qty * price) AS revenue
-    FROM orders GROUP BY item EMIT CHANGES""", streams={"orders": orders})
+
+
+def item_totals_over(bootstrap: str) -> sp.Pipeline:
+    """The state table ``item_totals`` over the topic ``orders`` of the brokers ``bootstrap``."""
+    orders = sp.read.from_kafka(TOPIC, bootstrap=bootstrap, name="orders",
+                                schema={"item": "string", "qty": "long", "price": "double"})
+    return sp.sql("""CREATE TABLE item_totals AS
+        SELECT item, COUNT(*) AS orders, SUM(qty) AS qty, SUM(qty * price) AS revenue
+        FROM orders GROUP BY item EMIT CHANGES""", streams={"orders": orders})
+
+
+item_totals = item_totals_over(BOOTSTRAP)
 
 

@@ -173,3 +173,21 @@ def test_bad_definitions_fail_at_once():
         sp.read.from_kafka("t", bootstrap="127.0.0.1:9092", schema={"_offset": "long"})
     with pytest.raises(sp.ConfigError, match="host:port"):
         sp.read.from_kafka("t", bootstrap="localhost", value_format="string")
+
+
+def test_the_examples_state_table_over_a_topic(spark, warehouse, kafka):
+    from dagster_project.pipelines import ORDERS, TOPIC, item_totals_over
+
+    create_topic(kafka.bootstrap, TOPIC, partitions=3)
+    send_json(kafka.bootstrap, TOPIC, ORDERS, key="item")
+    table = item_totals_over(kafka.bootstrap)
+    table.run_once(spark, warehouse)
+    send_json(kafka.bootstrap, TOPIC, [{"item": "tea", "qty": 4, "price": 3.0}], key="item")
+    table.run_once(spark, warehouse)
+
+    rows = table.read_sink(spark, "item_totals", warehouse).sort_values("item")
+    assert rows[["item", "orders", "qty", "revenue"]].values.tolist() == [
+        ["cake", 1, 3, 6.75], ["coffee", 2, 3, 12.0], ["tea", 3, 7, 22.5]]
+    changelog = table.stored_sink("item_totals").changelog(table.layout(warehouse))
+    changes = spark.read.format("delta").load(changelog)
+    assert changes.where("item = 'tea'").count() == 2  # one change per batch that touched it
