@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -192,8 +192,14 @@ class KafkaSource(Source):
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         ranges, gaps = self._ranges(start, end)
         if sum(stop - first for first, stop in ranges.values()) >= SPARK_READ_FROM:
-            framed = self._read_with_spark(ctx.spark, ranges)
-            good: pd.DataFrame = framed.good.toPandas()
+            # both halves are read here, so the decoded records are kept for the second and
+            # dropped once it is done (read_frame cannot: its good rows are read later)
+            checked = self._checked_with_spark(ctx.spark, ranges).persist()
+            try:
+                framed = self._split(checked)
+                good: pd.DataFrame = framed.good.toPandas()
+            finally:
+                checked.unpersist()
             good = good.sort_values(ORDER_COLUMN).drop(columns=[ORDER_COLUMN]).reset_index(drop=True)
             return Slice(self._typed(good), pd.concat([gaps, framed.rejected], ignore_index=True))
         rows: list[dict[str, Any]] = []
@@ -208,7 +214,11 @@ class KafkaSource(Source):
         """Read by Spark's Kafka source, executors in parallel, decoded there by the same
         checks; only rejected records come to the driver."""
         ranges, gaps = self._ranges(start, end)
-        framed = self._read_with_spark(ctx.spark, ranges)
+        if not ranges:
+            return FrameSlice(FrameSlice.empty(ctx.spark, self.schema).good, gaps)
+        # not cached: the good rows are read by the stages after this returns, and nothing
+        # would drop a cache then; the rejected rows cost a second scan, as for Delta sources
+        framed = self._split(self._checked_with_spark(ctx.spark, ranges))
         return FrameSlice(framed.good, pd.concat([gaps, framed.rejected], ignore_index=True))
 
     def _ranges(self, start: Positions, end: Positions) -> tuple[dict[str, tuple[int, int]], pd.DataFrame]:
@@ -319,12 +329,11 @@ class KafkaSource(Source):
         """Metadata columns with their types even when the batch is empty."""
         return frame if len(frame) else self.schema.frame([], [])
 
-    def _read_with_spark(self, spark: SparkSession, ranges: Mapping[str, tuple[int, int]]) -> FrameSlice:
-        """``ranges`` read by Spark's Kafka source (bounded start and end offsets, read
-        committed), decoded and checked on executors; rejected rows collected."""
+    def _checked_with_spark(self, spark: SparkSession, ranges: Mapping[str, tuple[int, int]]) -> DataFrame:
+        """``ranges`` (not empty) read by Spark's Kafka source (bounded start and end offsets,
+        read committed), decoded and checked on executors: the schema's columns, plus the
+        reason (``__reason``) and the raw value (``__raw``) of a rejected record."""
         schema = self.schema.spark_schema()
-        if not ranges:
-            return FrameSlice.empty(spark, self.schema)
         by_topic: dict[str, dict[str, dict[str, int]]] = {}
         for part, (first, stop) in ranges.items():
             topic, partition = parse_part(part)
@@ -339,7 +348,12 @@ class KafkaSource(Source):
         checked_schema = StructType([*schema.fields, StructField("__reason", StringType()),
                                      StructField("__raw", StringType())])
         decode = _SparkDecoder(self, [f.name for f in schema.fields])
-        checked = raw.mapInPandas(decode, checked_schema).cache()
+        return raw.mapInPandas(decode, checked_schema)
+
+    @staticmethod
+    def _split(checked: DataFrame) -> FrameSlice:
+        """Decoded records as the good rows, numbered in topic, partition, offset order, and
+        the rejected ones collected with their positions."""
         good = (checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
                 .orderBy("_topic", "_partition", "_offset"))
         good = good.withColumn(ORDER_COLUMN, F.lit(FIRST_ORDINAL) + F.monotonically_increasing_id())
