@@ -62,14 +62,20 @@ class Marker:
 def read_marker(connection: KafkaConnection, group: str, topic: str) -> Marker | None:
     """The marker the transactions of consumer group ``group`` committed for ``topic``
     (``None``: none yet). Reads only: no producer is started, so no writer is fenced."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
-    consumer = Consumer(connection.config(**{
-        "group.id": group, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+    consumer = Consumer(connection.config(**{"group.id": group, "enable.auto.commit": False}))
     try:
-        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=connection.timeout)
+        return _committed_marker(consumer, topic, connection.timeout)
     finally:
         consumer.close()
+
+
+def _committed_marker(group: Any, topic: str, timeout: float) -> Marker | None:
+    """The marker committed for ``topic`` by the consumer ``group`` belongs to."""
+    from confluent_kafka import TopicPartition
+
+    [committed] = group.committed([TopicPartition(topic, 0)], timeout=timeout)
     if committed.offset < 0 or not committed.metadata:
         return None
     stored = json.loads(committed.metadata)
@@ -92,7 +98,7 @@ class _Transactions:
         try:
             self._init_transactions(sink.connection.timeout)
             # read after init_transactions: an older run's open transaction is aborted by then
-            self.marker = read_marker(sink.connection, self.id, sink.topic)
+            self.marker = _committed_marker(self.group, sink.topic, sink.connection.timeout)
         except Exception as error:
             self.close()
             raise sink.connection.unreachable(
