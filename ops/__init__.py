@@ -87,7 +87,7 @@ from .operators import (
 )
 from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
 from .readers import read
-from .runtime import BatchReport, RunReport, run_pipeline
+from .runtime import BatchReport, CheckpointReport, RunReport, StopSignal, Trigger, run_pipeline
 from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
 from .sources import (
     CallbackSource,
@@ -113,7 +113,8 @@ __all__ = [
     # SQL
     "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
     # running and operating
-    "run_pipeline", "BatchReport", "RunReport", "recover", "replay", "reset_to_checkpoint",
+    "run_pipeline", "BatchReport", "CheckpointReport", "RunReport", "StopSignal", "Trigger",
+    "recover", "replay", "reset_to_checkpoint",
     "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",
     "describe_lag_by_part", "source_lag",
     "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",

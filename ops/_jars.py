@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 
 from .errors import ConfigError
+from .heartbeat import reporting
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ class JarBundle:
         wanted = [self.path() / artifact.jar for artifact in self.artifacts]
         if not all(jar.exists() for jar in wanted) and shutil.which("mvn"):
             log.info("fetching the %s jars with Maven into %s", self.name, self.path())
-            _fetch_with_maven(self)
+            with reporting(log, f"fetching the {self.name} jars with Maven"):
+                _fetch_with_maven(self)
         return wanted if all(jar.exists() for jar in wanted) else []
 
     def classpath(self) -> str:

@@ -8,6 +8,7 @@ hands the pipeline to the runtime.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,16 @@ from .operators import (
     Window,
     WindowAggregate,
 )
-from .runtime import BatchReport, RunReport, check_mode, run_pipeline
+from .runtime import (
+    BatchReport,
+    CheckpointReport,
+    Continuous,
+    RunReport,
+    StopSignal,
+    Trigger,
+    check_mode,
+    run_pipeline,
+)
 from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
 from .sources import CallbackSource, MergedSource, PublishReport, Source
 
@@ -400,6 +410,35 @@ class Pipeline:
         pipeline = self if mode is None else self.with_mode(mode)
         return run_pipeline(pipeline, spark, warehouse=warehouse, max_batches=max_batches,
                             progress=progress)
+
+    def run_continuously(self, spark: SparkSession, warehouse: str | None = None, *,
+                         trigger: Any = "500ms", stop: StopSignal | None = None,
+                         max_seconds: float | None = None,
+                         progress: Callable[[BatchReport], None] | None = None,
+                         checkpointed: Callable[[CheckpointReport], None] | None = None,
+                         mode: str | None = None) -> RunReport:
+        """Run as one long-lived process: recover once, then run a batch whenever the source
+        has new input, polling it every ``trigger`` while idle (like Spark's
+        ``trigger(processingTime=...)``), with the Spark session, state and plans kept warm.
+
+        It stops when ``stop`` is set, after ``max_seconds``, or on SIGINT/SIGTERM (from the
+        main thread): the batch in flight and its checkpoint finish first. A second signal, or
+        a kill, stops it at once; the next run recovers as after any crash. Checkpoints follow
+        the pipeline's policy, and an idle run checkpoints what it ran (unless the policy
+        waits for ``every_seconds``). ``checkpointed`` hears of each checkpoint committed.
+
+        >>> import ops as sp
+        >>> pipeline = (sp.read.from_callback("ticks", schema={"sym": "string", "px": "double"})
+        ...             .as_table("sym").write.to_table("latest")).named("prices")
+        >>> stop = sp.StopSignal()
+        >>> # pipeline.run_continuously(spark, trigger="200ms", stop=stop)  # until stop.set(...)
+        """
+        live = Continuous(Trigger.parse(trigger), stop or StopSignal(),
+                          None if max_seconds is None else time.monotonic() + max_seconds)
+        pipeline = self if mode is None else self.with_mode(mode)
+        with live.stop.on_signals():
+            return run_pipeline(pipeline, spark, warehouse=warehouse, progress=progress,
+                                checkpointed=checkpointed, continuous=live)
 
     def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,
                 dedupe_id: str | None = None, source: str | None = None) -> PublishReport:

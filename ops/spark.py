@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from ._jars import spark_jar_conf
 from .errors import ConfigError
+from .heartbeat import reporting
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,10 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(config.app_name).master(config.master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if running is None or running.sparkContext._jsc is None:
+        log.info("starting Spark (%s); the first start in a process takes 10-30 s", config.master)
+    with reporting(log, "starting Spark"):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -43,13 +43,15 @@ from state.faults import InjectedCrash
 
 from ..columns import ORDER_COLUMN, ROW_COLUMN
 from ..context import BatchScope, RunContext
+from ..heartbeat import Heartbeat
 from ..operators import StateKind
 from ..operators.timing import wake_at
 from ..sources import FrameSlice, Slice
+from .continuous import Continuous
 from .dead_letters import write_dead_letters
 from .distributed import Stage, TaskSpec, run_stages, stages_of
 from .modes import AUTO_DISTRIBUTED_ROWS
-from .reports import BatchReport, RunReport, distinct_keys
+from .reports import BatchReport, CheckpointReport, RunReport, distinct_keys
 
 if TYPE_CHECKING:  # the pipeline module hands pipelines to the runtime: a type, not an import
     from ..pipeline import Pipeline
@@ -96,11 +98,16 @@ class _Run:
 
     def __init__(self, pipeline: Pipeline, spark: SparkSession, warehouse: str | None,
                  warmer: TransactionWarmer, report: RunReport,
-                 progress: Callable[[BatchReport], None] | None):
+                 progress: Callable[[BatchReport], None] | None,
+                 checkpointed: Callable[[CheckpointReport], None] | None = None,
+                 continuous: Continuous | None = None):
         self.pipeline = pipeline
         self.warmer = warmer
         self.report = report
         self.progress = progress
+        self.checkpointed = checkpointed
+        self.continuous = continuous
+        self.beat = Heartbeat(log)
         self.spark = spark
         self.layout = pipeline.layout(warehouse)
         self.checkpoints = CheckpointLog(spark, self.layout)
@@ -136,6 +143,7 @@ class _Run:
         rejected record. Creating them empty first cost a fresh pipeline a second or two (an
         empty commit each, then a full reading of each new snapshot before its first
         idempotent append)."""
+        self.beat.doing(f"{self.pipeline.name}: recovering its last checkpoint")
         tables.clear_staging(self.layout.staging)
         self.last = self.checkpoints.latest()
         if self.last:
@@ -200,6 +208,7 @@ class _Run:
         if batch_id in self.pending_plans:
             return self.pending_plans.pop(batch_id), self.replaying
         self.replaying = False
+        self.beat.doing(f"{self.pipeline.name}: planning batch {batch_id}")
         source = self.pipeline.source
         slices: list[tuple[Any, Any] | None] = list(source.plan(
             self.ctx, self.offsets.get(source.name), limit=max(1, min(budget, _PLAN_AHEAD))))
@@ -250,6 +259,7 @@ class _Run:
     def run_batch(self, plan: BatchPlan, replayed: bool) -> _Output:
         """Read the batch's slice and run the operators on it; nothing is written yet."""
         started = time.perf_counter()
+        self.beat.doing(f"{self.pipeline.name}: running batch {plan.batch_id}")
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
         sliced = self.read(plan)
@@ -312,6 +322,7 @@ class _Run:
         """Run one batch on executors, write its sinks and commit its checkpoint (with the
         state its tasks changed): the next batch reads that state from ``_state``."""
         started = time.perf_counter()
+        self.beat.doing(f"{self.pipeline.name}: running batch {plan.batch_id} on executors")
         source = self.pipeline.source
         sliced = (source.read_frame(self.ctx, *plan.ranges[source.name])
                   if source.name in plan.ranges else FrameSlice.empty(self.spark, source.schema))
@@ -352,6 +363,7 @@ class _Run:
             plan.batch_id, output.rows_in + len(sliced.rejected), output.rows_out,
             len(sliced.rejected), output.keys, time.perf_counter() - started, replayed,
             mode="distributed"))
+        self.report_checkpoint(checkpoint)
 
     # 4.-5. write sinks, checkpoint (in the writer threads) --------------------------------------
     def write_behind(self, output: _Output) -> None:
@@ -392,13 +404,18 @@ class _Run:
     def finish_checkpoint(self) -> None:
         """Wait for the checkpoint under way (raising its error, or its sinks'), call the
         ``on_post_checkpoint`` hooks, and report the batches written meanwhile."""
+        committed = None
         if self.committing is not None:
             (committing, pending), self.committing = self.committing, None
+            self.beat.doing(f"{self.pipeline.name}: committing checkpoint "
+                            f"{pending.checkpoint.checkpoint_id}")
             self.report.checkpoint_seconds.append(committing.result())
-            self.last = pending.checkpoint
+            self.last = committed = pending.checkpoint
             self.hook_ctx.checkpoint_id = pending.checkpoint.checkpoint_id
             self.call_hooks("on_post_checkpoint", pending.checkpoint.checkpoint_id)
         self.report_written()
+        if committed is not None:
+            self.report_checkpoint(committed)
 
     def report_written(self, wait: bool = False) -> None:
         """Report each batch whose sinks are written, in order (all of them with ``wait``);
@@ -408,8 +425,16 @@ class _Run:
             self.report_batch(dataclasses.replace(output.report,
                                                   seconds=writing.result() - output.started))
 
+    def report_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Tell ``checkpointed`` which batches ``checkpoint`` covers; a continuous run then
+        forgets them (it keeps counts, not a list that grows for as long as it runs)."""
+        covered = self.report.covered_by(checkpoint.checkpoint_id, checkpoint.batch_id,
+                                         forget=self.continuous is not None)
+        if self.checkpointed is not None:
+            self.checkpointed(covered)
+
     def report_batch(self, batch: BatchReport) -> None:
-        self.report.batches.append(batch)
+        self.report.add(batch)
         log.info("%s batch %d (%s): %d rows in, %d out, %d keys, %d dead letters, %.0f rows/s%s",
                  self.pipeline.name, batch.batch_id, batch.mode, batch.rows_in, batch.rows_out,
                  batch.keys, batch.dead_letters, batch.rows_per_second,
@@ -475,17 +500,21 @@ class _Run:
 
 def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | None = None,
                  max_batches: int | None = None,
-                 progress: Callable[[BatchReport], None] | None = None) -> RunReport:
-    """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran).
+                 progress: Callable[[BatchReport], None] | None = None,
+                 checkpointed: Callable[[CheckpointReport], None] | None = None,
+                 continuous: Continuous | None = None) -> RunReport:
+    """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran); with
+    ``continuous``, poll for new input every trigger instead, until asked to stop.
 
     Order: ``on_setup``, recovery (``on_recover``), ``on_start``, batches with checkpoints as the
     pipeline's policy says, a final checkpoint, ``on_finish``; ``on_error`` on failure;
-    ``on_teardown`` always. ``progress`` is called with each batch once its writes are durable.
+    ``on_teardown`` always. ``progress`` is called with each batch once its writes are durable,
+    ``checkpointed`` with each checkpoint once committed.
     """
     started = time.perf_counter()
     report = RunReport(pipeline=pipeline.id)
     with warming(spark) as warmer:
-        run = _Run(pipeline, spark, warehouse, warmer, report, progress)
+        run = _Run(pipeline, spark, warehouse, warmer, report, progress, checkpointed, continuous)
         try:
             run.call_hooks("on_setup")
             run.recover()
@@ -500,6 +529,7 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
             run.call_hooks_quietly("on_error", error)
             raise
         finally:
+            run.beat.close()
             run.sink_lane.shutdown(wait=False)
             run.commit_lane.shutdown(wait=False)
             run.encoder.shutdown(wait=False)
@@ -512,13 +542,27 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
 
 
 def _run_batches(run: _Run, max_batches: int | None) -> None:
-    policy = run.pipeline.checkpoint
+    policy, live = run.pipeline.checkpoint, run.continuous
     ran, since_batches, since_time = 0, 0, time.monotonic()
-    while max_batches is None or ran < max_batches:
+    while (max_batches is None or ran < max_batches) and not (live and live.stopping()):
         budget = (max_batches - ran) if max_batches is not None else _PLAN_AHEAD
         planned = run.plan_next(budget)
         if planned is None:
-            break
+            if live is None:
+                break
+            # Idle: what ran is checkpointed now, unless the policy waits for time to pass
+            # (a count alone would leave a trickle of batches unchecked for long)
+            if since_batches and (policy.every_seconds is None
+                                  or policy.due(since_batches, time.monotonic() - since_time)):
+                run.finish_checkpoint()
+                run.commit_behind(run.take_checkpoint())
+                since_batches, since_time = 0, time.monotonic()
+            if run.committing is None or run.committing[0].done():
+                run.finish_checkpoint()  # reports it; a commit under way does not hold the poll
+            run.beat.doing(None)
+            live.idle()
+            run.woken = False  # timers may fall due again while it waits
+            continue
         output = run.run_batch(*planned)
         ran, since_batches = ran + 1, since_batches + 1
         run.write_behind(output)
@@ -537,11 +581,16 @@ def _run_batches(run: _Run, max_batches: int | None) -> None:
 def _run_distributed(run: _Run, max_batches: int | None) -> None:
     """Distributed mode: each batch is checkpointed as it is written (its state lives only in
     ``_state``, where the next batch's tasks read it), so batches run one after another."""
-    ran, run.distributed = 0, True
-    while max_batches is None or ran < max_batches:
+    ran, run.distributed, live = 0, True, run.continuous
+    while (max_batches is None or ran < max_batches) and not (live and live.stopping()):
         planned = run.plan_next((max_batches - ran) if max_batches is not None else _PLAN_AHEAD)
         if planned is None:
-            break
+            if live is None:
+                break
+            run.beat.doing(None)
+            live.idle()
+            run.woken = False
+            continue
         run.run_distributed(*planned)
         ran += 1
 

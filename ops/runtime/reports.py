@@ -42,16 +42,30 @@ def distinct_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> int:
 
 
 @dataclass
-class RunReport:
-    """What a run did, for logs and the Dagster UI. ``checkpoint_seconds``: how long each
-    checkpoint's commit took, in order."""
+class BatchTotals:
+    """Sums over the batches a run reported."""
 
-    pipeline: str
-    batches: list[BatchReport] = field(default_factory=list)
-    checkpoint_id: int | None = None
-    last_batch_id: int | None = None
-    seconds: float = 0.0
-    checkpoint_seconds: list[float] = field(default_factory=list)
+    batches: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    dead_letters: int = 0
+    keys_touched: int = 0
+
+    def add(self, batch: BatchReport) -> None:
+        self.batches += 1
+        self.rows_in += batch.rows_in
+        self.rows_out += batch.rows_out
+        self.dead_letters += batch.dead_letters
+        self.keys_touched += batch.keys
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """A checkpoint a run committed, with the batches it was the first to cover."""
+
+    checkpoint_id: int
+    batch_id: int
+    batches: tuple[BatchReport, ...]
 
     @property
     def rows_in(self) -> int:
@@ -61,10 +75,47 @@ class RunReport:
     def rows_out(self) -> int:
         return sum(b.rows_out for b in self.batches)
 
+
+@dataclass
+class RunReport:
+    """What a run did, for logs and the Dagster UI. ``checkpoint_seconds``: how long each
+    checkpoint's commit took, in order. ``batches`` lists every batch of a run that drains its
+    source; a continuous run lists only those since its last checkpoint (it could run for
+    months), and ``totals`` counts them all."""
+
+    pipeline: str
+    batches: list[BatchReport] = field(default_factory=list)
+    checkpoint_id: int | None = None
+    last_batch_id: int | None = None
+    seconds: float = 0.0
+    checkpoint_seconds: list[float] = field(default_factory=list)
+    totals: BatchTotals = field(default_factory=BatchTotals)
+
+    def add(self, batch: BatchReport) -> None:
+        self.batches.append(batch)
+        self.totals.add(batch)
+
+    def covered_by(self, checkpoint_id: int, batch_id: int, forget: bool) -> CheckpointReport:
+        """The listed batches up to ``batch_id`` as covered by checkpoint ``checkpoint_id``;
+        with ``forget`` they leave the list (and the checkpoint times but the last go too)."""
+        covered = tuple(b for b in self.batches if b.batch_id <= batch_id)
+        if forget:
+            self.batches = [b for b in self.batches if b.batch_id > batch_id]
+            del self.checkpoint_seconds[:-1]
+        return CheckpointReport(checkpoint_id, batch_id, covered)
+
+    @property
+    def rows_in(self) -> int:
+        return self.totals.rows_in
+
+    @property
+    def rows_out(self) -> int:
+        return self.totals.rows_out
+
     @property
     def dead_letters(self) -> int:
-        return sum(b.dead_letters for b in self.batches)
+        return self.totals.dead_letters
 
     @property
     def keys_touched(self) -> int:
-        return sum(b.keys for b in self.batches)
+        return self.totals.keys_touched

@@ -124,7 +124,24 @@ def outcome(spark, pipeline, warehouse):
     return result
 
 
+def run_until_drained(spark, pipeline, warehouse=None, batches=len(INPUT)):
+    """A continuous run of ``pipeline`` that stops once a checkpoint covers ``batches``
+    (bounded: at most a minute)."""
+    stop = sp.StopSignal()
+
+    def checkpointed(report):
+        if report.batch_id >= batches:
+            stop.set(f"batch {batches} checkpointed")
+
+    return pipeline.run_continuously(spark, warehouse, trigger="100ms", stop=stop,
+                                     max_seconds=60, checkpointed=checkpointed)
+
+
 if __name__ == "__main__":
     spark = sp.spark_session()
-    report = BUILDERS[os.environ.get("CRASH_TEST_PIPELINE", "hooked")]().run_once(spark)
+    pipeline = BUILDERS[os.environ.get("CRASH_TEST_PIPELINE", "hooked")]()
+    if os.environ.get("CRASH_TEST_RUN") == "continuous":
+        report = run_until_drained(spark, pipeline)
+    else:
+        report = pipeline.run_once(spark)
     print(f"DONE checkpoint={report.checkpoint_id} batches={len(report.batches)}", flush=True)

@@ -30,8 +30,8 @@ PLAIN_STEPS = [
 ]
 
 
-def _child(env, crash_at=None, pipeline="hooked"):
-    env = dict(env, CRASH_TEST_PIPELINE=pipeline)
+def _child(env, crash_at=None, pipeline="hooked", run="once"):
+    env = dict(env, CRASH_TEST_PIPELINE=pipeline, CRASH_TEST_RUN=run)
     if crash_at:
         env["LAKESTREAM_CRASH_AT"] = crash_at
     return subprocess.run([sys.executable, "-m", "tests.state.crash_pipeline"], env=env,
@@ -89,6 +89,30 @@ def _crash_and_recover(spark, warehouse, child_env, published, variant, crash_at
     report = pipeline.run_once(spark, warehouse)
 
     assert report.last_batch_id == batches
+    assert outcome(spark, pipeline, warehouse) == oracle
+
+
+# A continuous run keeps its process between batches; a kill at these steps must leave what
+# the next (continuous) run recovers to the oracle.
+CONTINUOUS_STEPS = [
+    "after_sink_write:3",
+    "before_checkpoint_commit:2",
+    "after_checkpoint_commit:1",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", CONTINUOUS_STEPS)
+def test_continuous_run_killed_then_recovered_matches_oracle(spark, warehouse, child_env, oracle,
+                                                             published, crash_at):
+    pipeline = cp.build()
+    published(pipeline, warehouse)
+    crashed = _child(child_env, crash_at, run="continuous")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    report = cp.run_until_drained(spark, pipeline, warehouse)
+
+    assert report.last_batch_id == 6
     assert outcome(spark, pipeline, warehouse) == oracle
 
 
