@@ -25,7 +25,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from . import tables
+from . import direct, tables
+from .direct import Outcome
 from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
 from .keygroups import DEFAULT_KEY_GROUPS, key_group
@@ -149,16 +150,17 @@ class CheckpointLog:
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
             "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}])
         if isinstance(state_rows, DataFrame):
-            frame = (state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
-                     .select(*STATE_SCHEMA.names)
-                     .unionByName(tables.to_frame(self._spark, record.astype({"key_group": "Int32"}),
-                                                  STATE_SCHEMA)))
+            frame: pd.DataFrame | DataFrame = (
+                state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
+                .select(*STATE_SCHEMA.names)
+                .unionByName(tables.to_frame(self._spark, record.astype({"key_group": "Int32"}),
+                                             STATE_SCHEMA)))
         else:
-            frame = self._frame(checkpoint, state_rows, record)
+            frame = self._rows(checkpoint, state_rows, record)
         self._append(checkpoint, frame)
 
-    def _frame(self, checkpoint: Checkpoint, state_rows: pd.DataFrame,
-               record: pd.DataFrame) -> DataFrame:
+    def _rows(self, checkpoint: Checkpoint, state_rows: pd.DataFrame,
+              record: pd.DataFrame) -> pd.DataFrame:
         if len(state_rows):
             groups = checkpoint.key_groups
             state_rows = state_rows.assign(
@@ -166,21 +168,27 @@ class CheckpointLog:
         rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
         rows["checkpoint_id"] = checkpoint.checkpoint_id
         rows["key_group"] = rows["key_group"].astype("Int32")
-        return tables.to_frame(self._spark, rows[STATE_SCHEMA.names], STATE_SCHEMA)
+        return rows[STATE_SCHEMA.names]
 
-    def _append(self, checkpoint: Checkpoint, frame: DataFrame) -> None:
+    def _append(self, checkpoint: Checkpoint, frame: pd.DataFrame | DataFrame) -> None:
         fault_point("before_checkpoint_commit")
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.
-        app_id = f"{self._layout.pipeline}/checkpoint"
+        txn = (f"{self._layout.pipeline}/checkpoint", checkpoint.checkpoint_id)
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id,
                             "wake_at": checkpoint.wake_at, "offsets": checkpoint.offsets})
-        # the first checkpoint creates the table; a table from before key groups gains the column
-        tables.append(frame, self._layout.state, txn=(app_id, checkpoint.checkpoint_id),
-                      partition_by=("operator",), user_metadata=stamp,
-                      properties=STATE_TABLE_PROPERTIES, merge_schema=True)
+        # an append only adds files: this process commits it (state.direct) when it can
+        done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
+                              spark=self._spark) if isinstance(frame, pd.DataFrame) else None)
+        if done is None:
+            # the first checkpoint creates the table; one from before key groups gains the column
+            tables.append(frame if isinstance(frame, DataFrame)
+                          else tables.to_frame(self._spark, frame, STATE_SCHEMA),
+                          self._layout.state, txn=txn, partition_by=("operator",),
+                          user_metadata=stamp, properties=STATE_TABLE_PROPERTIES, merge_schema=True)
         fault_point("after_checkpoint_commit")
-        if stamp in tables.recent_metadata(self._spark, self._layout.state):
+        if done is Outcome.COMMITTED or (
+                done is None and stamp in tables.recent_metadata(self._spark, self._layout.state)):
             return
         stored = self.get(checkpoint.checkpoint_id)  # not among recent commits: look it up
         if stored is None or stored.run_id != checkpoint.run_id:

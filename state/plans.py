@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
 from . import tables
+from .direct import Outcome
 from .errors import CorruptStateError
 from .layout import PipelineLayout
 
@@ -80,10 +81,11 @@ class BatchPlans:
                               "planned_at": plan.planned_at}
                              for plan in plans])
         stamp = json.dumps({"batch_id": first, "run_id": run_id})
-        tables.append(tables.to_frame(self._spark, rows, PLAN_SCHEMA), self._layout.batches,
-                      txn=(f"{self._layout.pipeline}/plans@{epoch}", first), user_metadata=stamp,
-                      again_soon=False)  # plans are recorded many batches at a time
-        if stamp in tables.recent_metadata(self._spark, self._layout.batches):
+        done = tables.append_rows(self._spark, rows, self._layout.batches, schema=PLAN_SCHEMA,
+                                  txn=(f"{self._layout.pipeline}/plans@{epoch}", first),
+                                  user_metadata=stamp, again_soon=False)  # many batches per plan
+        if done is Outcome.COMMITTED or (
+                done is None and stamp in tables.recent_metadata(self._spark, self._layout.batches)):
             return {plan.batch_id: plan for plan in plans}
         stored = self.after(first - 1, epoch)  # another run's plans won
         if first not in stored:

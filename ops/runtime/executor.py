@@ -279,7 +279,8 @@ class _Run:
         self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
         report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
-                             len(sliced.rejected), max(keys.values(), default=0), 0.0, replayed)
+                             len(sliced.rejected), max(keys.values(), default=0), 0.0, replayed,
+                             behind=len(self.pending_plans))
         # encoded in a thread while the next batch is read; this batch's sinks wait for it
         self.batch_encoding = self.encoder.submit(self.store.encode_changes)
         return _Output(report, started, frame, sliced.rejected, source.name, self.batch_encoding)
@@ -362,7 +363,7 @@ class _Run:
         self.report_batch(BatchReport(
             plan.batch_id, output.rows_in + len(sliced.rejected), output.rows_out,
             len(sliced.rejected), output.keys, time.perf_counter() - started, replayed,
-            mode="distributed"))
+            mode="distributed", behind=len(self.pending_plans)))
         self.report_checkpoint(checkpoint)
 
     # 4.-5. write sinks, checkpoint (in the writer threads) --------------------------------------

@@ -22,6 +22,7 @@ class BatchReport:
     seconds: float
     replayed: bool
     mode: str = "driver"  # where its operators ran: driver or distributed
+    behind: int = 0  # batches already planned after it, waiting to run (0: caught up)
 
     @property
     def rows_per_second(self) -> float:

@@ -91,9 +91,9 @@ class CallbackSource(Source):
         _ensure_inbox(spark, path)
         if items:
             txn = (f"publish/{dedupe_id}", 0) if dedupe_id else None
-            tables.append(tables.to_frame(spark, rows, INBOX_SCHEMA), path, txn=txn)
+            tables.append_rows(spark, rows, path, schema=INBOX_SCHEMA, txn=txn, again_soon=False)
         return PublishReport(accepted=len(items) - len(rejected), rejected=rejected,
-                             version=tables.history_version(spark, path))
+                             version=tables.latest_version(path, spark))
 
 
 def _ensure_inbox(spark: SparkSession, path: str) -> None:

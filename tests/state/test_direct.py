@@ -1,0 +1,103 @@
+"""Appends committed by this process without Spark (state.direct), read back by Spark."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from state import direct, tables
+from state.direct import Outcome
+
+ROWS = pd.DataFrame({"k": [1, 2, 3], "name": ["a", None, "c"], "x": [0.5, 1.5, 2.5],
+                     "op": ["left", "right", "left"]})
+
+
+def _table(spark, path, partition_by=(), **properties):
+    tables.append(tables.to_frame(spark, ROWS), path, partition_by=partition_by,
+                  properties=properties or None, txn=("app", 0))
+
+
+def _sorted(frame):
+    return frame.sort_values(["k", "op"]).reset_index(drop=True)
+
+
+def test_appends_spark_reads_back_with_txn_and_metadata(spark, tmp_path):
+    path = str(tmp_path / "t")
+    _table(spark, path, partition_by=("op",))
+    for n in range(1, 4):
+        assert direct.append(ROWS.assign(k=ROWS.k + 10 * n), path, txn=("app", n),
+                             user_metadata=json.dumps({"n": n})) is Outcome.COMMITTED
+    assert direct.append(ROWS, path, txn=("app", 2)) is Outcome.SKIPPED  # seen: nothing written
+    read = tables.read(spark, path).toPandas()
+    assert len(read) == 12
+    expected = pd.concat([ROWS.assign(k=ROWS.k + 10 * n) for n in range(4)])
+    assert _sorted(read[list(ROWS.columns)]).equals(_sorted(expected))
+    assert tables.recent_metadata(spark, path)[0] == json.dumps({"n": 3})
+    # Spark's own idempotent append sees the transaction versions written here
+    tables.append(tables.to_frame(spark, ROWS), path, txn=("app", 3))
+    assert tables.read(spark, path).count() == 12
+    # data skipping on the statistics written here keeps the right rows
+    assert sorted(r.k for r in tables.read(spark, path).where("k > 21").collect()) == [22, 23, 31,
+                                                                                      32, 33]
+
+
+def test_tables_it_must_leave_to_spark(spark, tmp_path):
+    missing = str(tmp_path / "missing")
+    assert direct.append(ROWS, missing) is None
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    assert direct.append(ROWS.drop(columns=["x"]), path) is None  # not the table's columns
+    assert direct.append(ROWS.assign(op=["a/b", "c", "d"]), path.replace("t", "t")) is not None
+    constrained = str(tmp_path / "constrained")
+    _table(spark, constrained)
+    spark.sql(f"ALTER TABLE delta.`{constrained}` ADD CONSTRAINT positive CHECK (k > 0)")
+    assert direct.append(ROWS, constrained) is None
+    with pytest.raises(Exception, match="(?i)check constraint"):  # Spark enforces it
+        tables.append_rows(spark, ROWS.assign(k=-1), constrained)
+    partitioned = str(tmp_path / "partitioned")
+    _table(spark, partitioned, partition_by=("op",))
+    assert direct.append(ROWS.assign(op=["a/b", "c", "d"]), partitioned) is None  # needs escaping
+
+
+def test_a_log_checkpoint_every_tenth_version_and_state_read_from_it(spark, tmp_path):
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    for n in range(1, 13):
+        assert direct.append(ROWS, path, txn=("app", n), spark=spark) is Outcome.COMMITTED
+    log = tmp_path / "t" / "_delta_log"
+    deadline = time.monotonic() + 60
+    while not (log / "_last_checkpoint").exists():
+        assert time.monotonic() < deadline, "no log checkpoint written"
+        time.sleep(0.2)
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] >= 10
+    direct._cache.clear()  # a new process: what the log says comes from the checkpoint on
+    assert direct.append(ROWS, path, txn=("app", 5)) is Outcome.SKIPPED
+    assert direct.append(ROWS, path, txn=("app", 13)) is Outcome.COMMITTED
+    assert tables.read(spark, path).count() == 3 * 14
+
+
+WRITER = """
+import sys, pandas as pd
+from state import direct
+path, app = sys.argv[1], sys.argv[2]
+for n in range(25):
+    assert direct.append(pd.DataFrame({"k": [n], "name": [app], "x": [1.0], "op": ["w"]}), path,
+                         txn=(app, n)) is direct.Outcome.COMMITTED
+"""
+
+
+def test_two_processes_appending_at_once_lose_nothing(spark, tmp_path):
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    env = dict(os.environ, PYTHONPATH=str(os.getcwd()))
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, app], env=env)
+               for app in ("one", "two")]
+    assert [w.wait(120) for w in writers] == [0, 0]
+    versions = tables.local_commit_versions(path)
+    assert versions == list(range(51))  # every version once: none overwritten
+    read = tables.read(spark, path).where("op = 'w'").toPandas()
+    assert sorted(read.groupby("name")["k"].apply(sorted).tolist()) == [list(range(25))] * 2
