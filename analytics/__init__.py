@@ -1,10 +1,10 @@
 """Streaming analytics: clients subscribe to parameterised analytics over a pipeline's state
 table, get a snapshot, then only what changed; identical subscriptions are shared."""
 
-from .manager import Handle, QueryManager
+from .errors import AnalyticsError, LimitError
+from .manager import Handle, QueryManager, Resume
 from .registry import (
     Analytic,
-    AnalyticsError,
     Registry,
     Subscription,
     canonical,
@@ -15,5 +15,6 @@ from .registry import (
 )
 from .server import QueryServer, serve
 
-__all__ = ["Analytic", "AnalyticsError", "Handle", "QueryManager", "QueryServer", "Registry",
-           "Subscription", "canonical", "default_registry", "get", "register", "registered", "serve"]
+__all__ = ["Analytic", "AnalyticsError", "Handle", "LimitError", "QueryManager", "QueryServer",
+           "Registry", "Resume", "Subscription", "canonical", "default_registry", "get", "register",
+           "registered", "serve"]

@@ -1,58 +1,52 @@
-"""The query manager: shared subscriptions, snapshots and per-batch deltas, kept in Delta.
+"""The query manager: shared subscriptions, snapshots and deltas, without Spark on the hot path.
 
 Clients subscribe to an analytic over a target pipeline's state table. Identical requests
 (same analytic, canonical parameters, target and user) share one subscription and one delta
-computation per batch; each client holds its own handle. ``publish_new`` turns every new
-micro-batch of the target's changelog into each active subscription's delta rows, stores them
-in ``_analytics/deltas`` (one commit per batch, idempotent by batch id) and returns them for
-broadcast. A subscriber's snapshot is the table as of the last batch published, so the deltas
+computation per batch (per period, for timer analytics); each client holds its own handle.
+
+Each target's state table is held in memory (:class:`~analytics.live.LiveTable`): loaded from
+its changelog's files once, then followed commit by commit. ``publish_new`` applies the
+commits made since the last call and returns each subscription's pushes; a subscriber's snapshot
+is the analytic's filter over the table in memory as of the last batch published, so the pushes
 it receives next (batch ids above that) follow it with no gap and no duplicate.
+
+Pushes are stored in ``_analytics/deltas`` by a background writer, after they are returned for
+broadcast: that is how a client resumes after a disconnect or a server restart
+(:meth:`QueryManager.resume`). A push's id is its batch (for a timer push, the period's last
+batch), increasing per subscription.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql import SparkSession
 
-from ops import (
-    BATCH_COLUMN,
-    OLD_COLUMN,
-    ROW_COLUMN,
-    Catalog,
-    Pipeline,
-    SqlError,
-    TableQuery,
-    TableSink,
-    compile_query,
-)
-from state import resolve_warehouse, tables
+from ops import Catalog, Pipeline, SqlError, TableQuery, TableSink, compile_query
 
-from .registry import Analytic, AnalyticsError, Registry, Subscription, canonical, default_registry
+from .errors import AnalyticsError, quoted
+from .live import LiveTable
+from .periods import PeriodBuffer, last_batch, merge_changes
+from .registry import Analytic, Registry, Subscription, canonical, default_registry
+from .store import AnalyticsStore
 
-SUBSCRIPTIONS_SCHEMA = StructType([
-    StructField("id", StringType(), False), StructField("analytic", StringType(), False),
-    StructField("params", StringType(), False), StructField("target", StringType(), False),
-    StructField("user", StringType(), False), StructField("active", BooleanType(), False),
-    StructField("at", DoubleType(), False)])
-DELTAS_SCHEMA = StructType([
-    StructField("target", StringType(), False), StructField("batch_id", LongType(), False),
-    StructField("subscription", StringType(), False), StructField("rows", StringType(), False)])
-_POSITION = ""  # the row that marks a batch as published for its target, even with no deltas
+log = logging.getLogger(__name__)
 #: Analytics made from push queries are named this, then the query's compiled SQL: identical
 #: queries (whatever their spacing or case) share one subscription, and a restarted manager
 #: rebuilds the analytic from its name.
 SQL_ANALYTIC = "sql:"
+#: Pushes kept in memory per subscription for clients that reconnect; older ones are read from
+#: the stored deltas.
+RECENT_PUSHES = 256
 
 
 @dataclass(frozen=True)
@@ -66,45 +60,105 @@ class Handle:
     rows: list[dict]
 
 
+@dataclass(frozen=True)
+class Resume:
+    """What a client that last saw batch ``after`` is sent: the pushes it missed (``deltas``,
+    in batch order), or, when those are no longer available, a fresh ``snapshot`` at
+    ``batch_id``."""
+
+    deltas: list[tuple[int, list[dict]]] | None = None
+    snapshot: tuple[int, list[dict]] | None = None
+
+
+@dataclass
+class _Recent:
+    """A subscription's latest pushes; every push after batch ``floor`` is among them."""
+
+    floor: int
+    pushes: deque = field(default_factory=lambda: deque(maxlen=RECENT_PUSHES))
+
+    def add(self, batch: int, rows: list[dict]) -> None:
+        if len(self.pushes) == self.pushes.maxlen:
+            self.floor = self.pushes[0][0]
+        self.pushes.append((batch, rows))
+
+    def after(self, batch: int) -> list[tuple[int, list[dict]]]:
+        return [(b, rows) for b, rows in self.pushes if b > batch]
+
+
 class QueryManager:
     """Subscriptions over ``targets`` (name -> (pipeline, state table name)), to the analytics
-    in ``registry`` (default: the module-level ``analytics.register`` ones)."""
+    in ``registry`` (default: the module-level ``analytics.register`` ones). ``clock``: seconds,
+    for timer analytics' periods (injectable for tests)."""
 
     def __init__(self, spark: SparkSession, targets: Mapping[str, tuple[Pipeline, str]],
-                 warehouse: str | None = None, registry: Registry | None = None):
+                 warehouse: str | None = None, registry: Registry | None = None, *,
+                 clock: Callable[[], float] = time.monotonic):
         self.registry = registry if registry is not None else default_registry
-        self._spark = spark
-        self._warehouse = warehouse
+        self._spark, self._warehouse, self._clock = spark, warehouse, clock
         self._targets = dict(targets)
-        root = f"{resolve_warehouse(warehouse)}/_analytics"
-        self._subs_path, self._deltas_path = f"{root}/subscriptions", f"{root}/deltas"
-        tables.ensure(spark, self._subs_path, SUBSCRIPTIONS_SCHEMA)
-        tables.ensure(spark, self._deltas_path, DELTAS_SCHEMA)
         self._lock = threading.RLock()
-        self._subscriptions: dict[tuple, Subscription] = {s.key: s for s in self._load_active()}
+        self._store = AnalyticsStore(spark, warehouse)
+        stored = self._store.load()
+        self._subscriptions: dict[tuple, Subscription] = {s.key: s for s in stored.subscriptions}
         self._clients: dict[str, Subscription] = {}
-        self._published = self._load_positions()
+        self._positions = dict(stored.positions)  # what the store holds, per target
+        self._published: dict[str, int] = {}
+        self._live: dict[str, LiveTable] = {}
+        self._floors: dict[str, int] = {}  # subscription id -> the last batch it was given
+        self._recent: dict[str, _Recent] = {}
+        self._periods: dict[tuple[str, float], PeriodBuffer] = {}
+        self._ended: dict[str, str] = {}  # client -> why its subscription ended
         self.computations: Counter = Counter()  # (target, batch) -> delta computations run
+        for target in self._targets:
+            self._open(target, stored.positions.get(target, 0))
+        for sub in self._subscriptions.values():
+            start = max(self._published.get(sub.target, 0), stored.last_stored.get(sub.id, 0))
+            self._floors[sub.id] = start
+            self._recent[sub.id] = _Recent(start)
+
+    def _open(self, target: str, after: int | None) -> None:
+        """Load ``target``'s table: as of batch ``after`` (later batches are published next),
+        or as it is now (``None``)."""
+        pipeline, _ = self._targets[target]
+        sink = self._changelog_sink(target)
+        path = sink.changelog(pipeline.layout(self._warehouse))
+        live = LiveTable(path, sink.keys, self._spark, after=after)
+        self._live[target] = live
+        self._published[target] = live.batch
+        if after is not None and live.batch < after:  # the changelog went back while we were down
+            self._end_target(target, f"target {target!r} was reset to batch {live.batch}")
 
     # -- clients ----------------------------------------------------------------------------
     def subscribe(self, analytic: str, params: Any, target: str, user: str) -> Handle:
         """A handle on the (possibly shared) subscription, with its snapshot."""
         chosen = self._analytic(analytic)
         checked = chosen.validate(params)
-        if target not in self._targets:
-            raise AnalyticsError(f"no target pipeline {target!r}; known: {sorted(self._targets)}")
+        if not isinstance(target, str) or target not in self._targets:
+            raise AnalyticsError(f"no target pipeline {quoted(target)}; known: {sorted(self._targets)}")
         with self._lock:
             key = (analytic, canonical(checked), target, user)
             sub = self._subscriptions.get(key)
             if sub is None:
-                sub = Subscription(uuid.uuid4().hex, analytic, checked, target, user)
-                if chosen.subscribe:
-                    chosen.subscribe(sub)
-                self._record(sub, active=True)
-                self._subscriptions[key] = sub
+                sub = self._new_subscription(chosen, checked, target, user)
             client = uuid.uuid4().hex
             self._clients[client] = sub
             return Handle(client, sub, *self._snapshot_of(sub))
+
+    def _new_subscription(self, chosen: Analytic, params: dict, target: str,
+                          user: str) -> Subscription:
+        sub = Subscription(uuid.uuid4().hex, chosen.name, params, target, user)
+        if chosen.subscribe:
+            chosen.subscribe(sub)
+        batch = self._published[target]
+        self._store.record(sub, active=True)
+        self._store.started(sub, batch)
+        self._subscriptions[sub.key] = sub
+        self._floors[sub.id] = batch
+        self._recent[sub.id] = _Recent(batch)
+        if chosen.every is not None:
+            self._period(target, chosen.every)
+        return sub
 
     def subscribe_query(self, statement: str, user: str, catalog: Catalog | None = None) -> Handle:
         """A push query, ``SELECT … FROM <state table> [WHERE …] EMIT CHANGES``, served as a
@@ -126,22 +180,15 @@ class QueryManager:
             if target is None:
                 target = read.table
                 self._targets[target] = (read.pipeline, read.table)
-                self._start_at_latest(target)
+                self._open(target, None)  # starts at its latest batch: snapshots hold the past
+                self._store.position(target, self._published[target])
         return self.subscribe(SQL_ANALYTIC + query.sql, {}, target, user)
-
-    def _start_at_latest(self, target: str) -> None:
-        """A target added while the manager runs starts at its latest batch (recorded, so a
-        restart does not publish its past batches to subscribers whose snapshot holds them)."""
-        changelog, _ = self._changelog(target)
-        row = None if changelog is None else changelog.agg(F.max(BATCH_COLUMN)).first()
-        latest = None if row is None else row[0]
-        if latest is not None and latest > self._published.get(target, 0):
-            self._publish_batch(target, int(latest), pd.DataFrame(), {})
 
     def _analytic(self, name: str) -> Analytic:
         """The registered analytic ``name``; a push query's is made from its name on first use
         (also after a restart, for the subscriptions stored)."""
-        if name.startswith(SQL_ANALYTIC) and name not in self.registry.registered():
+        if isinstance(name, str) and name.startswith(SQL_ANALYTIC) \
+                and name not in self.registry.registered():
             sql = name[len(SQL_ANALYTIC):]
 
             def query(sub: Subscription) -> TableQuery:
@@ -157,16 +204,21 @@ class QueryManager:
         with self._lock:
             sub = self._clients.get(client)
             if sub is None or sub.user != user:
-                raise AnalyticsError(f"no subscription handle {client!r} for this user")
+                raise AnalyticsError(f"no subscription handle {quoted(client)} for this user")
             del self._clients[client]
             if any(other is sub for other in self._clients.values()):
                 return False
-            del self._subscriptions[sub.key]
-            self._record(sub, active=False)
-            unsubscribe = self._analytic(sub.analytic).unsubscribe
-            if unsubscribe:
-                unsubscribe(sub)
+            self._remove(sub)
             return True
+
+    def _remove(self, sub: Subscription) -> None:
+        self._subscriptions.pop(sub.key, None)
+        self._floors.pop(sub.id, None)
+        self._recent.pop(sub.id, None)
+        self._store.record(sub, active=False)
+        unsubscribe = self._analytic(sub.analytic).unsubscribe
+        if unsubscribe:
+            unsubscribe(sub)
 
     def subscriptions(self, user: str) -> list[Subscription]:
         with self._lock:
@@ -177,20 +229,24 @@ class QueryManager:
         with self._lock:
             return [(c, s) for c, s in self._clients.items() if s.user == user]
 
+    def handle(self, client: str) -> Subscription | None:
+        """The subscription ``client`` holds (``None``: no such handle)."""
+        with self._lock:
+            return self._clients.get(client)
+
     def snapshot(self, client: str) -> tuple[int, list[dict]]:
         """The current view of ``client``'s subscription and the batch it reflects."""
         with self._lock:
             sub = self._clients.get(client)
             if sub is None:
-                raise AnalyticsError(f"no subscription handle {client!r}")
+                raise AnalyticsError(f"no subscription handle {quoted(client)}")
             return self._snapshot_of(sub)
 
     def _snapshot_of(self, sub: Subscription) -> tuple[int, list[dict]]:
         """The subscription's rows as of the last batch published for its target, and that
-        batch: the deltas a client receives next start right after it."""
-        batch = self._published.get(sub.target, 0)
-        rows = self._analytic(sub.analytic).snapshot(sub, self._table_as_of(sub.target, batch))
-        return batch, _records(rows)
+        batch: the pushes a client receives next start right after it."""
+        table = self._live[sub.target].frame()
+        return self._published[sub.target], _records(self._analytic(sub.analytic).snapshot(sub, table))
 
     def table_keys(self, target: str) -> tuple[str, ...]:
         """The key columns of ``target``'s state table (how a client merges deltas)."""
@@ -205,36 +261,150 @@ class QueryManager:
         with self._lock:
             return [c for c, s in self._clients.items() if s.id == subscription_id]
 
+    def take_ended(self) -> dict[str, str]:
+        """Clients whose subscription the manager ended since the last call (their target was
+        reset), with the reason: the server tells them and drops them."""
+        with self._lock:
+            ended, self._ended = self._ended, {}
+            return ended
+
+    # -- resuming ---------------------------------------------------------------------------
+    def resume(self, client: str, after: int) -> Resume:
+        """What ``client`` must be sent after the push with id ``after`` (a batch id): the
+        pushes since, exactly once, or a snapshot when they cannot be had (older than the
+        subscription, or an id this target never reached)."""
+        with self._lock:
+            sub = self._clients.get(client)
+            if sub is None:
+                raise AnalyticsError(f"no subscription handle {quoted(client)}")
+            recent = self._recent[sub.id]
+            if after > self._published[sub.target]:
+                return Resume(snapshot=self._snapshot_of(sub))
+            if after >= recent.floor:
+                return Resume(deltas=recent.after(after))
+        start, stored = self._store.stored_deltas(sub.id, after)  # slow: outside the lock
+        with self._lock:
+            if start is None or after < start:
+                return Resume(snapshot=self._snapshot_of(sub))
+            found = dict(stored)
+            found.update(recent.after(after))
+            return Resume(deltas=sorted(found.items(), key=lambda pair: pair[0]))
+
     def deltas_since(self, subscription_id: str, batch_id: int) -> list[tuple[int, list[dict]]]:
-        """Stored deltas of a subscription after ``batch_id``: how a client resumes."""
-        rows = (tables.read(self._spark, self._deltas_path)
-                .where((F.col("subscription") == subscription_id) & (F.col("batch_id") > batch_id))
-                .orderBy("batch_id").collect())
-        return [(row["batch_id"], json.loads(row["rows"])) for row in rows]
+        """Non-empty deltas of a subscription after ``batch_id``, stored or about to be."""
+        _, stored = self._store.stored_deltas(subscription_id, batch_id)
+        return stored
+
+    def flush(self, timeout: float = 60.0) -> bool:
+        """Wait until everything published so far is stored; whether it was within ``timeout``."""
+        return self._store.writer.flush(timeout)
+
+    def close(self) -> None:
+        """Store what is queued and stop the background writer (a clean shutdown)."""
+        self._store.writer.close()
 
     # -- batches ----------------------------------------------------------------------------
     def publish_new(self) -> dict[str, list[tuple[int, list[dict]]]]:
-        """Compute and store the deltas of every batch the targets ran since the last call;
-        returns them per subscription id, in batch order."""
+        """Apply every target's changelog commits since the last call and end the periods of
+        timer analytics that are due; returns each subscription's pushes, in batch order. Their
+        storage is queued (see :meth:`flush`)."""
         out: dict[str, list[tuple[int, list[dict]]]] = {}
         with self._lock:
-            for target in self._targets:
-                after = self._published.get(target, 0)
-                for batch_id, changes in self._batches_after(target, after):
-                    self._publish_batch(target, batch_id, changes, out)
+            now = self._clock()
+            for target in list(self._targets):
+                self._publish_target(target, now, out)
         return out
 
-    def _publish_batch(self, target: str, batch_id: int, changes: pd.DataFrame, out: dict) -> None:
-        rows = [(target, batch_id, _POSITION, "[]")]
-        for sub in [s for s in self._subscriptions.values() if s.target == target]:
-            delta = _records(self._analytic(sub.analytic).delta(sub, changes))
-            self.computations[(target, batch_id)] += 1
-            if delta:
-                rows.append((target, batch_id, sub.id, json.dumps(delta, default=str)))
-                out.setdefault(sub.id, []).append((batch_id, delta))
-        frame = self._spark.createDataFrame(rows, DELTAS_SCHEMA)
-        tables.append(frame, self._deltas_path, txn=(f"analytics/{target}", batch_id))
-        self._published[target] = batch_id
+    def _publish_target(self, target: str, now: float, out: dict) -> None:
+        followed = self._live[target].follow()
+        if followed.rewound:
+            self._end_target(target, f"target {target!r} was reset (batches discarded); "
+                                     "subscribe again")
+            self._published[target] = self._live[target].batch
+        for batch, changes in followed.batches:
+            self._publish_batch(target, batch, changes, out)
+        for (name, _), period in self._periods.items():
+            if name == target and period.tick(now):
+                self._publish_period(target, period, out)
+        self._store_position(target)
+
+    def _publish_batch(self, target: str, batch: int, changes: pd.DataFrame, out: dict) -> None:
+        """Event analytics' deltas of one batch; timer analytics' periods keep its changes."""
+        pushed = {}
+        for sub in self._of_target(target):
+            analytic = self._analytic(sub.analytic)
+            if analytic.every is not None or self._floors[sub.id] >= batch:
+                continue
+            pushed[sub.id] = _records(analytic.delta(sub, changes))
+            self.computations[(target, batch)] += 1
+        for (name, _), period in self._periods.items():
+            if name == target:
+                period.add(batch, changes)
+        self._published[target] = batch
+        self._push(target, batch, pushed, out)
+
+    def _publish_period(self, target: str, period: PeriodBuffer, out: dict) -> None:
+        """Each timer subscription's push for the period that ended: the merged changes of the
+        batches it has not had yet; nothing when there are none."""
+        merged: dict[int, pd.DataFrame] = {}  # by floor: subscriptions level with each other share
+        keys = self.table_keys(target)
+        mine = [s for s in self._of_target(target) if self._analytic(s.analytic).every == period.every]
+        for floor in sorted({self._floors[s.id] for s in mine}):
+            batches = period.after(floor)
+            if not batches:
+                continue
+            merged[floor] = merge_changes(batches, keys)
+            last = last_batch(batches)
+            pushed = {}
+            for sub in (s for s in mine if self._floors[s.id] == floor):
+                pushed[sub.id] = _records(self._analytic(sub.analytic).delta(sub, merged[floor]))
+                self.computations[(target, last)] += 1
+            self._push(target, last, pushed, out)
+        period.drop_through(min((self._floors[s.id] for s in mine), default=self._published[target]))
+
+    def _push(self, target: str, batch: int, pushed: Mapping[str, list[dict]], out: dict) -> None:
+        """Record each subscription's push of ``batch`` (empty ones only move it on)."""
+        nonempty = {sub: rows for sub, rows in pushed.items() if rows}
+        for sub in pushed:
+            self._floors[sub] = batch
+        for sub, rows in nonempty.items():
+            self._recent[sub].add(batch, rows)
+            out.setdefault(sub, []).append((batch, rows))
+        if nonempty:
+            self._store.deltas(target, batch, nonempty)
+
+    def _store_position(self, target: str) -> None:
+        """Queue ``target``'s position when it moved: the last batch whose pushes are all
+        queued, so before any batch a timer period still holds."""
+        held = [p.first() for (name, _), p in self._periods.items() if name == target and p.first()]
+        position = min([self._published[target], *(first - 1 for first in held if first)])
+        if position > self._positions.get(target, -1):
+            self._positions[target] = position
+            self._store.position(target, position)
+
+    def _period(self, target: str, every: float) -> PeriodBuffer:
+        """The period buffer of ``target``'s timer analytics of period ``every``."""
+        key = (target, every)
+        if key not in self._periods:
+            self._periods[key] = PeriodBuffer(every, self._clock() + every)
+        return self._periods[key]
+
+    def _of_target(self, target: str) -> list[Subscription]:
+        return [s for s in self._subscriptions.values() if s.target == target]
+
+    def _end_target(self, target: str, reason: str) -> None:
+        """End every subscription of ``target`` (its changelog went back): their clients are
+        told ``reason`` and subscribe afresh, so no stored delta of the discarded batches is
+        ever resumed."""
+        log.warning("%s: ending its %d subscription(s)", reason, len(self._of_target(target)))
+        for sub in self._of_target(target):
+            for client in [c for c, s in self._clients.items() if s is sub]:
+                del self._clients[client]
+                self._ended[client] = reason
+            self._remove(sub)
+        for key in [k for k in self._periods if k[0] == target]:
+            del self._periods[key]
+        self._positions[target] = -1
 
     # -- reading the target -----------------------------------------------------------------
     def _changelog_sink(self, target: str) -> TableSink:
@@ -244,49 +414,10 @@ class QueryManager:
             raise AnalyticsError(f"target {target!r}: {table!r} is not a state table")
         return sink
 
-    def _changelog(self, target: str) -> tuple[DataFrame | None, TableSink]:
-        pipeline, _ = self._targets[target]
-        sink = self._changelog_sink(target)
-        path = sink.changelog(pipeline.layout(self._warehouse))
-        return (tables.read(self._spark, path) if tables.exists(self._spark, path) else None), sink
-
-    def _batches_after(self, target: str, after: int) -> list[tuple[int, pd.DataFrame]]:
-        changelog, _ = self._changelog(target)
-        if changelog is None:
-            return []
-        rows: pd.DataFrame = (changelog.where(F.col(BATCH_COLUMN) > after)
-                              .orderBy(BATCH_COLUMN, ROW_COLUMN).toPandas())
-        return [(int(b), group.drop(columns=[OLD_COLUMN, ROW_COLUMN]).reset_index(drop=True))
-                for b, group in rows.groupby(BATCH_COLUMN, sort=True)]
-
-    def _table_as_of(self, target: str, batch_id: int) -> pd.DataFrame:
-        """The state table as it stood after ``batch_id``: latest change per key, deletes out."""
-        changelog, sink = self._changelog(target)
-        if changelog is None:
-            return pd.DataFrame()
-        return sink.latest(changelog.where(F.col(BATCH_COLUMN) <= batch_id)).toPandas()
-
-    # -- persistence ------------------------------------------------------------------------
-    def _record(self, sub: Subscription, active: bool) -> None:
-        row = [(sub.id, sub.analytic, canonical(sub.params), sub.target, sub.user, active, time.time())]
-        tables.append(self._spark.createDataFrame(row, SUBSCRIPTIONS_SCHEMA), self._subs_path)
-
-    def _load_active(self) -> list[Subscription]:
-        order = Window.partitionBy("id").orderBy(F.col("at").desc())
-        rows = (tables.read(self._spark, self._subs_path)
-                .withColumn("_rank", F.row_number().over(order)).where("_rank = 1 AND active")
-                .collect())
-        return [Subscription(r["id"], r["analytic"], json.loads(r["params"]), r["target"], r["user"])
-                for r in rows]
-
-    def _load_positions(self) -> dict[str, int]:
-        rows = (tables.read(self._spark, self._deltas_path).groupBy("target")
-                .agg(F.max("batch_id").alias("batch")).collect())
-        return {r["target"]: int(r["batch"]) for r in rows}
-
 
 def _records(rows: Any) -> list[dict]:
     if rows is None:
         return []
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     return json.loads(frame.to_json(orient="records", date_format="iso")) if len(frame) else []
+

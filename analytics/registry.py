@@ -9,7 +9,9 @@ An analytic declares its parameter schema and three functions:
 - ``delta(subscription, changes)``: of one micro-batch's table changes, the rows this
   subscription shows (e.g. rows whose ``sym`` is in the subscribed list);
 
-plus ``unsubscribe(subscription)`` (optional) when its last client leaves. Parameters are
+plus ``unsubscribe(subscription)`` (optional) when its last client leaves, and when to publish:
+on every micro-batch (the default) or, with ``every="1s"``, once per period with what changed in
+it (see :mod:`analytics.periods`). Parameters are
 validated against the schema and only ever handed to these functions as values: nothing in
 them is spliced into SQL or code.
 
@@ -27,12 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from state.errors import StreamError
-
-
-class AnalyticsError(StreamError):
-    """An analytics request is wrong (unknown analytic, bad parameters, unknown handle)."""
-
+from .errors import AnalyticsError, quoted
+from .periods import parse_every
 
 _SCALARS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
@@ -68,6 +66,8 @@ class Analytic:
     delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame]
     subscribe: Callable[[Subscription], None] | None = None
     unsubscribe: Callable[[Subscription], None] | None = None
+    #: seconds between pushes (``None``: one push per micro-batch)
+    every: float | None = None
 
     def validate(self, params: Any) -> dict[str, Any]:
         """``params`` checked against the schema: every declared name present with its type,
@@ -77,7 +77,7 @@ class Analytic:
                                  f"{type(params).__name__}")
         unknown = sorted(set(params) - set(self.params))
         if unknown:
-            raise AnalyticsError(f"{self.name}: unknown parameter(s) {unknown}; expected "
+            raise AnalyticsError(f"{self.name}: unknown parameter(s) {quoted(unknown)}; expected "
                                  f"{sorted(self.params)}")
         checked = {}
         for name, kind in self.params.items():
@@ -92,11 +92,11 @@ def _checked(analytic: str, name: str, kind: str, value: Any) -> Any:
         inner = kind[5:-1]
         if not isinstance(value, list) or not all(_SCALARS[inner](v) for v in value):
             raise AnalyticsError(f"{analytic}: parameter {name!r} must be a list of {inner}, "
-                                 f"got {json.dumps(value, default=str)[:80]}")
+                                 f"got {quoted(value)}")
         return list(value)
     if not _SCALARS[kind](value):
         raise AnalyticsError(f"{analytic}: parameter {name!r} must be a {kind}, got "
-                             f"{json.dumps(value, default=str)[:80]}")
+                             f"{quoted(value)}")
     return value
 
 
@@ -124,13 +124,21 @@ class Registry:
                  snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
                  delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
                  subscribe: Callable[[Subscription], None] | None = None,
-                 unsubscribe: Callable[[Subscription], None] | None = None) -> Analytic:
+                 unsubscribe: Callable[[Subscription], None] | None = None,
+                 every: str | float | None = None) -> Analytic:
         """Register (or replace) analytic ``name``; ``params`` maps parameter names to
-        ``string``/``long``/``double``/``boolean`` or ``list[...]`` of those."""
+        ``string``/``long``/``double``/``boolean`` or ``list[...]`` of those. ``every``: publish
+        once per period (``"500ms"``, ``"1s"``, ``"2m"``, or seconds) rather than per batch.
+
+        >>> Registry().register("cpu", params={}, snapshot=lambda s, t: t, delta=lambda s, r: r,
+        ...                     every="2s").every
+        2.0
+        """
         bad = {p: t for p, t in params.items() if t not in PARAM_TYPES}
         if bad:
             raise AnalyticsError(f"analytic {name!r}: unknown parameter type(s) {bad}; use {PARAM_TYPES}")
-        analytic = Analytic(name, dict(params), snapshot, delta, subscribe, unsubscribe)
+        analytic = Analytic(name, dict(params), snapshot, delta, subscribe, unsubscribe,
+                            parse_every(name, every))
         self._analytics[name] = analytic
         return analytic
 
@@ -140,8 +148,8 @@ class Registry:
 
     def get(self, name: str) -> Analytic:
         """Analytic ``name``; :class:`AnalyticsError` naming the registered ones if unknown."""
-        if name not in self._analytics:
-            raise AnalyticsError(f"no analytic {name!r}; registered: {sorted(self._analytics)}")
+        if not isinstance(name, str) or name not in self._analytics:
+            raise AnalyticsError(f"no analytic {quoted(name)}; registered: {sorted(self._analytics)}")
         return self._analytics[name]
 
 
@@ -154,10 +162,11 @@ def register(name: str, *, params: Mapping[str, str],
              snapshot: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
              delta: Callable[[Subscription, pd.DataFrame], pd.DataFrame],
              subscribe: Callable[[Subscription], None] | None = None,
-             unsubscribe: Callable[[Subscription], None] | None = None) -> Analytic:
+             unsubscribe: Callable[[Subscription], None] | None = None,
+             every: str | float | None = None) -> Analytic:
     """:meth:`Registry.register` on the default registry."""
     return default_registry.register(name, params=params, snapshot=snapshot, delta=delta,
-                                     subscribe=subscribe, unsubscribe=unsubscribe)
+                                     subscribe=subscribe, unsubscribe=unsubscribe, every=every)
 
 
 def registered() -> dict[str, Analytic]:

@@ -1,11 +1,20 @@
 """The query-manager server: HTTP to subscribe, list, snapshot and unsubscribe, and a
-server-sent-events stream of deltas per client handle; plus the live-table page.
+server-sent-events stream of pushes per client handle; plus the live page and its chart library.
 
 Every request names its user by token (``Authorization: Bearer <token>``, or ``?token=`` for
 the browser's EventSource): missing -> 401, unknown -> 403, and a user only ever sees and
-releases their own handles. A client whose stream disconnects keeps its handle for a short
-grace period (to reconnect), then it is released; a client whose queue fills up (it reads
-slower than batches arrive) is dropped with that reason rather than letting memory grow.
+releases their own handles.
+
+Streams: every event has an ``id:``, the batch it brings the client to. A client reconnecting
+with ``Last-Event-ID`` (the header EventSource sends itself, or ``?last_event_id=``) gets exactly
+the pushes it missed, or a ``snapshot`` event when they are no longer available. A client whose
+stream disconnects keeps its handle for a grace period (to reconnect), then it is released; a
+client whose queue fills up (it reads slower than pushes arrive) is dropped with that reason,
+and nobody else is held up by it.
+
+Limits (constructor arguments): request bodies over ``max_body_bytes`` -> 413 (counted while
+reading, so a large body is never held whole); more than ``max_handles_per_user`` handles ->
+429; error messages quote at most 80 characters of what the client sent.
 """
 
 from __future__ import annotations
@@ -17,17 +26,38 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .manager import QueryManager
-from .registry import AnalyticsError
+from .errors import AnalyticsError, quoted
+from .manager import QueryManager, Resume
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
+#: uPlot, fetched by .ci/install (npm) into this folder; the page works without it (no chart).
+VENDOR = Path(__file__).with_name("static") / "vendor"
+VENDOR_FILES = {"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
+_SEP = "\n"  # event lines end in a plain newline (what line-reading clients expect)
+#: The longest error message sent: messages quote input already cut short, this is a backstop.
+MAX_ERROR_CHARS = 400
+
+
+@dataclass(frozen=True)
+class _Push:
+    """One event for a client: its kind, id (a batch) and JSON data, serialised once for all
+    the clients of a subscription."""
+
+    kind: str
+    batch_id: int
+    data: str
+
+
+_END = _Push("end", -1, "")  # queued by end_streams: the stream stops, the client stays
 
 
 @dataclass
@@ -40,21 +70,35 @@ class _Client:
 
 
 class QueryServer:
-    """Wraps a :class:`QueryManager` for HTTP clients; :meth:`app` is the ASGI app."""
+    """Wraps a :class:`QueryManager` for HTTP clients; :meth:`app` is the ASGI app.
 
-    def __init__(self, manager: QueryManager, tokens: Mapping[str, str], *, poll_seconds: float = 1.0,
-                 queue_size: int = 256, grace_seconds: float = 5.0):
+    ``poll_seconds``: how often the changelogs are checked for new commits (a ``stat`` each);
+    ``queue_size``: pushes a client may have waiting before it is dropped as slow;
+    ``grace_seconds``: how long a disconnected client's handle is kept for it to reconnect;
+    ``retry_ms``: how soon an EventSource that lost its stream tries again (sent on connect).
+    """
+
+    def __init__(self, manager: QueryManager, tokens: Mapping[str, str], *,
+                 poll_seconds: float = 0.025, queue_size: int = 256, grace_seconds: float = 5.0,
+                 max_body_bytes: int = 64 * 1024, max_handles_per_user: int = 100,
+                 retry_ms: int = 1000):
         self.manager = manager
         self.tokens = dict(tokens)
         self.poll_seconds = poll_seconds
         self.queue_size = queue_size
         self.grace_seconds = grace_seconds
+        self.max_body_bytes = max_body_bytes
+        self.max_handles_per_user = max_handles_per_user
+        self.retry_ms = retry_ms
         self.clients: dict[str, _Client] = {}
+        self._subscribing: dict[str, int] = {}  # user -> subscribe calls in flight
         self._poller: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def app(self) -> Starlette:
         return Starlette(routes=[
-            Route("/", self.page), Route("/analytics", self.list_analytics),
+            Route("/", self.page), Route("/static/vendor/{name}", self.vendor),
+            Route("/analytics", self.list_analytics),
             Route("/subscriptions", self.subscriptions, methods=["GET", "POST"]),
             Route("/subscriptions/{client}", self.unsubscribe, methods=["DELETE"]),
             Route("/subscriptions/{client}/snapshot", self.snapshot),
@@ -62,35 +106,56 @@ class QueryServer:
             Route("/stream/{client}", self.stream),
         ], lifespan=self._lifespan)
 
-    # -- lifecycle: one poller turns new batches into pushes --------------------------------
+    # -- lifecycle: one poller turns new commits into pushes --------------------------------
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
         self._poller = asyncio.create_task(self._poll())
         try:
             yield
         finally:
             self._poller.cancel()
+            await asyncio.to_thread(self.manager.flush)
+
+    def end_streams(self) -> None:
+        """End every open stream (from any thread), e.g. before stopping the server: the ASGI
+        server waits for open responses, and an event stream does not end by itself. Clients
+        keep their handles and reconnect (with their Last-Event-ID) to this or a new server."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._end_streams)
+
+    def _end_streams(self) -> None:
+        for client in self.clients.values():
+            if client.connected:
+                client.queue.put_nowait(_END)
 
     async def _poll(self) -> None:
         while True:
             try:
                 out = await asyncio.to_thread(self.manager.publish_new)
                 self._broadcast(out)
+                for client_id, reason in self.manager.take_ended().items():
+                    self._drop(client_id, reason)
             except Exception:  # keep serving; the next tick retries from the last published batch
                 log.exception("publishing deltas failed")
             await asyncio.sleep(self.poll_seconds)
 
     def _broadcast(self, out: Mapping[str, list]) -> None:
-        for subscription, deltas in out.items():
+        for subscription, pushes in out.items():
+            events = [_Push("delta", batch_id, _json({"batch_id": batch_id, "rows": rows}))
+                      for batch_id, rows in pushes]
             for client_id in self.manager.clients_of(subscription):
-                client = self.clients.get(client_id)
-                for batch_id, rows in deltas:
-                    if client is None or client.dropped:
-                        break
-                    try:
-                        client.queue.put_nowait({"batch_id": batch_id, "rows": rows})
-                    except asyncio.QueueFull:
-                        self._drop(client_id, f"slow client: {self.queue_size} deltas waiting")
+                self._offer(client_id, events)
+
+    def _offer(self, client_id: str, events: list[_Push]) -> None:
+        client = self.clients.get(client_id)
+        for event in events:
+            if client is None or client.dropped:
+                return
+            try:
+                client.queue.put_nowait(event)
+            except asyncio.QueueFull:
+                self._drop(client_id, f"slow client: {self.queue_size} pushes waiting")
 
     def _drop(self, client_id: str, reason: str) -> None:
         client = self.clients.get(client_id)
@@ -98,6 +163,9 @@ class QueryServer:
             return
         client.dropped = reason
         log.warning("dropping client %s: %s", client_id, reason)
+        while not client.queue.empty():  # its stream only has the reason left to send
+            client.queue.get_nowait()
+        client.queue.put_nowait(None)
         self._release(client_id)
 
     def _release(self, client_id: str) -> None:
@@ -108,19 +176,17 @@ class QueryServer:
             return
         if not client.dropped:
             del self.clients[client_id]
-        try:
+        with contextlib.suppress(AnalyticsError):  # already released (or ended by the manager)
             self.manager.unsubscribe(client_id, client.user)
-        except AnalyticsError:
-            pass  # already released
 
     # -- auth -------------------------------------------------------------------------------
     def _user(self, request: Request) -> str | Response:
         header = request.headers.get("authorization", "")
         token = header[7:] if header.lower().startswith("bearer ") else request.query_params.get("token")
         if not token:
-            return JSONResponse({"error": "missing token"}, status_code=401)
+            return _error("missing token", 401)
         if token not in self.tokens:
-            return JSONResponse({"error": "unknown token"}, status_code=403)
+            return _error("unknown token", 403)
         return self.tokens[token]
 
     def _caller(self, request: Request, owned: bool = False) -> tuple[str, _Client | None] | Response:
@@ -131,12 +197,20 @@ class QueryServer:
             return user if isinstance(user, Response) else (user, None)
         client = self.clients.get(request.path_params["client"])
         if client is None or client.user != user:
-            return JSONResponse({"error": "no such subscription handle"}, status_code=404)
+            return _error("no such subscription handle", 404)
         return user, client
 
     # -- routes -----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
         return HTMLResponse(PAGE.read_text())
+
+    async def vendor(self, request: Request) -> Response:
+        """uPlot's script and style sheet, from the folder .ci/install fills (404 if not)."""
+        name = request.path_params["name"]
+        path = VENDOR / name
+        if name not in VENDOR_FILES or not path.is_file():
+            return _error(f"{quoted(name)} is not here: .ci/install fetches uPlot with npm", 404)
+        return FileResponse(path, media_type=VENDOR_FILES[name])
 
     async def list_analytics(self, request: Request) -> Response:
         caller = self._caller(request)
@@ -153,20 +227,79 @@ class QueryServer:
             mine = [{"client": c, "subscription": s.id, "analytic": s.analytic, "params": s.params,
                      "target": s.target} for c, s in self.manager.handles(user)]
             return JSONResponse(mine)
+        body = await self._json_body(request)
+        if isinstance(body, Response):
+            return body
+        full = self._over_handle_limit(user)
+        if full:
+            return full
+        self._subscribing[user] = self._subscribing.get(user, 0) + 1
         try:
-            body = json.loads(await request.body())
+            return await self._subscribe(user, body)
+        finally:
+            self._subscribing[user] -= 1
+
+    async def _subscribe(self, user: str, body: dict[str, Any]) -> Response:
+        try:
             if "sql" in body:  # a push query: SELECT … FROM <state table> … EMIT CHANGES
                 handle = await asyncio.to_thread(self.manager.subscribe_query, str(body["sql"]),
                                                  user)
             else:
-                handle = await asyncio.to_thread(self.manager.subscribe, body.get("analytic"),
-                                                 body.get("params", {}), body.get("target"), user)
-        except (AnalyticsError, json.JSONDecodeError, AttributeError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+                analytic, target = body.get("analytic"), body.get("target")
+                if not isinstance(analytic, str) or not isinstance(target, str):
+                    raise AnalyticsError(f"a subscription names its analytic and target as "
+                                         f"strings; got analytic={quoted(analytic)}, "
+                                         f"target={quoted(target)}")
+                handle = await asyncio.to_thread(self.manager.subscribe, analytic,
+                                                 body.get("params", {}), target, user)
+        except AnalyticsError as exc:
+            return _error(str(exc), 400)
         self.clients[handle.client] = _Client(user, asyncio.Queue(self.queue_size))
         return JSONResponse({"client": handle.client, "subscription": handle.subscription.id,
                              "batch_id": handle.batch_id, "rows": handle.rows,
                              "keys": list(self.manager.table_keys(handle.subscription.target))})
+
+    def _over_handle_limit(self, user: str) -> Response | None:
+        """429 when ``user`` holds ``max_handles_per_user`` handles (counting subscribe calls
+        still running, so concurrent requests cannot pass the limit together)."""
+        held = sum(1 for c in self.clients.values() if c.user == user and not c.dropped)
+        if held + self._subscribing.get(user, 0) < self.max_handles_per_user:
+            return None
+        return _error(f"too many subscription handles: this user holds {held}, the limit is "
+                      f"{self.max_handles_per_user} (max_handles_per_user); release some "
+                      "(DELETE /subscriptions/<client>) first", 429)
+
+    async def _json_body(self, request: Request) -> dict[str, Any] | Response:
+        """The request's JSON object, or the error to answer (413 over ``max_body_bytes``)."""
+        raw = await self._body(request)
+        if isinstance(raw, Response):
+            return raw
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            return _error(f"the request body is not JSON ({exc}): {quoted(raw[:100])}", 400)
+        if not isinstance(body, dict):
+            return _error(f"the request body must be a JSON object, got {quoted(body)}", 400)
+        return body
+
+    async def _body(self, request: Request) -> bytes | Response:
+        """The body, read only while it stays within ``max_body_bytes``: the declared
+        Content-Length is checked first, and a chunked body is counted as it arrives."""
+        too_big = _error(f"request body too large: the limit is {self.max_body_bytes} bytes "
+                         "(max_body_bytes)", 413)
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return _error(f"bad Content-Length {quoted(declared)}", 400)
+            if int(declared) > self.max_body_bytes:
+                return too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def unsubscribe(self, request: Request) -> Response:
         caller = self._caller(request, owned=True)
@@ -188,15 +321,16 @@ class QueryServer:
         caller = self._caller(request, owned=True)
         if isinstance(caller, Response):
             return caller
-        user, _ = caller
-        try:
-            after = int(request.query_params.get("after", "0"))
-        except ValueError:
-            return JSONResponse({"error": "after must be a batch id (an integer)"}, status_code=400)
-        subscription = dict(self.manager.handles(user))[request.path_params["client"]].id
-        stored = await asyncio.to_thread(self.manager.deltas_since, subscription, after)
+        after = _batch_param(request.query_params.get("after", "0"))
+        if after is None:
+            return _error("after must be a batch id (an integer)", 400)
+        subscription = self.manager.handle(request.path_params["client"])
+        if subscription is None:
+            return _error("no such subscription handle", 404)
+        stored = await asyncio.to_thread(self.manager.deltas_since, subscription.id, after)
         return JSONResponse({"deltas": [{"batch_id": b, "rows": rows} for b, rows in stored]})
 
+    # -- the stream -------------------------------------------------------------------------
     async def stream(self, request: Request) -> Response:
         caller = self._caller(request, owned=True)
         if isinstance(caller, Response):
@@ -206,34 +340,83 @@ class QueryServer:
         client_id = request.path_params["client"]
         if client.dropped:
             del self.clients[client_id]  # the reason is delivered once; the handle is gone
-            return JSONResponse({"error": client.dropped}, status_code=410)
+            return _error(client.dropped, 410)
+        text = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        after = None if text is None else _batch_param(text)
+        if text is not None and after is None:
+            return _error(f"Last-Event-ID must be an event id (a batch id), got {quoted(text)}", 400)
         if client.release:
             client.release.cancel()  # reconnected within the grace period
         client.connected = True
+        try:
+            resume = None if after is None else await asyncio.to_thread(
+                self.manager.resume, client_id, after)
+        except AnalyticsError as exc:  # released meanwhile
+            client.connected = False
+            return _error(str(exc), 404)
+        return EventSourceResponse(self._events(client_id, client, after, resume), ping=15,
+                                   sep=_SEP)
 
-        async def events() -> AsyncIterator[str]:
-            try:
-                yield ": connected\n\n"
-                while not client.dropped:
-                    try:
-                        delta = await asyncio.wait_for(client.queue.get(), timeout=15)
-                        yield f"event: delta\ndata: {json.dumps(delta, default=str)}\n\n"
-                    except TimeoutError:
-                        yield ": keep-alive\n\n"
-                yield f"event: dropped\ndata: {json.dumps({'reason': client.dropped})}\n\n"
-            finally:
-                client.connected = False
-                loop = asyncio.get_running_loop()
-                client.release = loop.call_later(self.grace_seconds, self._release_if_gone, client_id)
-
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+    async def _events(self, client_id: str, client: _Client, after: int | None,
+                      resume: Resume | None) -> AsyncIterator[ServerSentEvent]:
+        """The client's events: what it missed (or a snapshot), then its queue; every event's id
+        is a batch, and none goes out twice (a push both resumed and queued is skipped)."""
+        last = -1 if after is None else after
+        try:
+            yield ServerSentEvent(comment="connected", retry=self.retry_ms, sep=_SEP)
+            for push in _resumed(resume):
+                yield _event(push)
+                last = push.batch_id
+            while True:
+                push = await client.queue.get()
+                if push is _END:
+                    return
+                if push is None:
+                    break
+                if push.batch_id > last:
+                    yield _event(push)
+                    last = push.batch_id
+            yield ServerSentEvent(_json({"reason": client.dropped}), event="dropped",
+                                  id=str(last) if last >= 0 else None, sep=_SEP)
+        finally:
+            client.connected = False
+            loop = asyncio.get_running_loop()
+            client.release = loop.call_later(self.grace_seconds, self._release_if_gone, client_id)
 
     def _release_if_gone(self, client_id: str) -> None:
         client = self.clients.get(client_id)
         if client is not None and not client.connected and not client.dropped:
             log.info("client %s disconnected; handle released", client_id)
             self._release(client_id)
+
+
+def _resumed(resume: Resume | None) -> list[_Push]:
+    if resume is None:
+        return []
+    if resume.snapshot is not None:
+        batch_id, rows = resume.snapshot
+        return [_Push("snapshot", batch_id, _json({"batch_id": batch_id, "rows": rows}))]
+    return [_Push("delta", b, _json({"batch_id": b, "rows": rows})) for b, rows in resume.deltas or []]
+
+
+def _event(push: _Push) -> ServerSentEvent:
+    return ServerSentEvent(push.data, event=push.kind, id=str(push.batch_id), sep=_SEP)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+def _batch_param(text: str) -> int | None:
+    """A batch id given as text (``None`` when it is not a non-negative integer)."""
+    text = text.strip()
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS] + "…"
+    return JSONResponse({"error": message}, status_code=status)
 
 
 def serve(server: QueryServer, host: str = "127.0.0.1", port: int = 8765) -> None:

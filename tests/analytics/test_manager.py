@@ -3,8 +3,8 @@ restarts, bad parameters — over a real pipeline's state table in Delta."""
 
 import pytest
 
-from analytics import AnalyticsError, QueryManager
-from analytics.demo import cpu_pipeline, register_cpu_analytic
+from analytics import AnalyticsError, QueryManager, Registry
+from analytics.demo import _in_syms, cpu_pipeline, register_cpu_analytic
 
 register_cpu_analytic()
 
@@ -45,7 +45,8 @@ def test_shared_subscriptions_late_joiner_and_cleanup(spark, warehouse):
 
     late = manager.subscribe("cpu_by_server", {"syms": ["s1", "s2"]}, "servers", "ann")
     assert late.batch_id == 2 and late.subscription.id == shared
-    later = step(spark, warehouse, pipeline, manager, [{"sym": "s2", "cpu": None}, {"sym": "s1", "cpu": 12.0}])
+    later = step(spark, warehouse, pipeline, manager,
+                 [{"sym": "s2", "cpu": None}, {"sym": "s1", "cpu": 12.0}])
     truth = {"s1": 12.0}  # s2 was deleted (a tombstone)
     assert merged(first[0].rows, out[shared] + later[shared]) == truth
     assert merged(late.rows, later[shared]) == truth  # no gap, no duplicate at the join point
@@ -78,6 +79,7 @@ def test_subscriptions_and_deltas_survive_a_restart(spark, warehouse):
     manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
     handle = manager.subscribe("cpu_by_server", {"syms": ["s1"]}, "servers", "ann")
     step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 1.0}])
+    manager.close()  # a clean shutdown: what was published is stored
 
     restarted = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
     assert [s.id for s in restarted.subscriptions("ann")] == [handle.subscription.id]
@@ -110,11 +112,70 @@ def test_a_push_query_is_a_shared_subscription_that_survives_a_restart(spark, wa
 
     out = step(spark, warehouse, table, manager, [{"SYM": "b", "CPU": 30.0}, {"SYM": "c", "CPU": 5.0}])
     assert out[first.subscription.id] == [(2, [{"SYM": "b", "peak": 30.0, "_change": "upsert"}])]
+    manager.close()
 
     restarted = QueryManager(spark, {"peaks": (table, "peaks")}, warehouse, registry=Registry())
     later = step(spark, warehouse, table, restarted, [{"SYM": "c", "CPU": 99.0}])
     assert later[first.subscription.id] == [(3, [{"SYM": "c", "peak": 99.0, "_change": "upsert"}])]
+    restarted.close()
     with pytest.raises(AnalyticsError, match="a push query ends with EMIT CHANGES"):
         manager.subscribe_query("SELECT sym FROM peaks", "ann", catalog)
     with pytest.raises(AnalyticsError, match="unknown column cpu in peaks"):
         manager.subscribe_query("SELECT cpu FROM peaks EMIT CHANGES", "ann", catalog)
+
+
+class Clock:
+    """A manager's clock that the test moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_timer_analytic_pushes_once_per_period_what_changed_in_it(spark, warehouse):
+    registry = Registry()
+    registry.register("cpu_every_10s", params={"syms": "list[string]"}, snapshot=_in_syms,
+                      delta=_in_syms, every="10s")
+    registry.register("cpu_now", params={"syms": "list[string]"}, snapshot=_in_syms, delta=_in_syms)
+    clock = Clock()
+    pipeline = cpu_pipeline()
+    manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse, registry=registry,
+                           clock=clock)
+    step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 1.0}, {"sym": "s2", "cpu": 2.0}])
+    syms = {"syms": ["s1", "s2", "s3"]}
+    timed = manager.subscribe("cpu_every_10s", syms, "servers", "ann").subscription.id
+    every_batch = manager.subscribe("cpu_now", syms, "servers", "ann").subscription.id
+
+    clock.now = 1  # period 1 (ends at 10): s1 twice, s2 deleted, s3 inserted then deleted
+    first = step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 5.0}, {"sym": "s3", "cpu": 3.0}])
+    clock.now = 2
+    second = step(spark, warehouse, pipeline, manager,
+                  [{"sym": "s1", "cpu": 6.0}, {"sym": "s2", "cpu": None}, {"sym": "s3", "cpu": None}])
+    assert timed not in first and timed not in second  # nothing before the period ends
+    assert [b for b, _ in first[every_batch] + second[every_batch]] == [2, 3]  # per batch
+
+    clock.now = 10
+    out = manager.publish_new()
+    pushed = [(b, sorted((r["sym"], r["cpu"], r["_change"]) for r in rows)) for b, rows in out[timed]]
+    assert pushed == [(3, [("s1", 6.0, "update"), ("s2", None, "delete")])]  # one merged push
+    assert manager.computations[("servers", 3)] == 2  # the per-batch one and the period's
+
+    clock.now = 20  # a period without change: nothing
+    assert timed not in manager.publish_new()
+    clock.now = 25
+    step(spark, warehouse, pipeline, manager, [{"sym": "s2", "cpu": 7.0}])
+    clock.now = 30
+    assert [(b, [r["sym"] for r in rows]) for b, rows in manager.publish_new()[timed]] == [(4, ["s2"])]
+    manager.flush()
+    assert [b for b, _ in manager.deltas_since(timed, 0)] == [3, 4]  # stored for resumes
+    manager.close()
+
+
+def test_every_is_validated():
+    for bad in ("1 sec", "0s", -1, "fast", True):
+        with pytest.raises(AnalyticsError, match=r"analytic 'x': every=.* is not a period"):
+            Registry().register("x", params={}, snapshot=_in_syms, delta=_in_syms, every=bad)
+    assert Registry().register("x", params={}, snapshot=_in_syms, delta=_in_syms,
+                               every="250ms").every == 0.25

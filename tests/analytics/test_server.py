@@ -1,6 +1,7 @@
-"""The HTTP server: tokens, isolation, bad parameters, pushes over server-sent events,
-disconnect cleanup and slow clients."""
+"""The HTTP server: tokens, isolation, bad parameters, limits, pushes over server-sent events
+with ids, resuming by Last-Event-ID, disconnect cleanup and slow clients."""
 
+import http.client
 import json
 import queue
 import threading
@@ -27,11 +28,14 @@ def subscribe(live, syms, token="t-ann"):
 
 
 class Stream:
-    """Reads a server-sent-events stream in a thread; ``events`` gets each (event, data)."""
+    """Reads a server-sent-events stream in a thread; ``events`` gets each (event, data), and
+    ``ids`` each event's id."""
 
-    def __init__(self, live, client, token="t-ann"):
-        self.response = urllib.request.urlopen(f"{live.url}/stream/{client}?token={token}", timeout=60)
-        self.events = queue.Queue()
+    def __init__(self, live, client, token="t-ann", query="", headers=None):
+        request = urllib.request.Request(f"{live.url}/stream/{client}?token={token}{query}",
+                                         headers=headers or {})
+        self.response = urllib.request.urlopen(request, timeout=60)
+        self.events, self.ids = queue.Queue(), []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -41,6 +45,8 @@ class Stream:
                 line = raw.decode().rstrip("\n")
                 if line.startswith("event: "):
                     event = line[7:]
+                elif line.startswith("id: "):
+                    self.ids.append(line[4:])
                 elif line.startswith("data: "):
                     self.events.put((event, json.loads(line[6:])))
         except Exception:
@@ -48,6 +54,9 @@ class Stream:
 
     def next(self, seconds=60):
         return self.events.get(timeout=seconds)
+
+    def close(self):
+        self.response.close()
 
 
 def wait_for(condition, seconds=30):
@@ -78,7 +87,7 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     stream = Stream(live, handle["client"])
     live.feed([{"sym": "s1", "cpu": 11.0}, {"sym": "s2", "cpu": 21.0}])
     event, delta = stream.next()
-    assert event == "delta" and delta["batch_id"] == 2
+    assert event == "delta" and delta["batch_id"] == 2 and stream.ids == ["2"]
     assert [(r["sym"], r["cpu"]) for r in delta["rows"]] == [("s1", 11.0)]
 
     caught_up = call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=1")[1]["deltas"]
@@ -90,11 +99,96 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     assert live.manager.subscriptions("ann") == []
 
 
-def test_a_slow_client_is_dropped_with_the_reason(live):
+def test_a_slow_client_is_dropped_with_the_reason_and_others_go_on(live):
     _, handle = subscribe(live, ["s1"])   # never reads its stream; its queue holds 2 deltas
+    _, bobs = subscribe(live, ["s1"], token="t-bob")
+    bob = Stream(live, bobs["client"], token="t-bob")
     for cpu in (1.0, 2.0, 3.0):
         live.feed([{"sym": "s1", "cpu": cpu}])
     wait_for(lambda: live.server.clients[handle["client"]].dropped is not None, seconds=60)
     status, error = call(live, "GET", f"/stream/{handle['client']}?token=t-ann")
     assert status == 410 and error["error"].startswith("slow client")
     assert live.manager.subscriptions("ann") == []
+    assert [bob.next()[1]["rows"][0]["cpu"] for _ in range(3)] == [1.0, 2.0, 3.0]  # unaffected
+    assert bob.ids == ["1", "2", "3"]
+    bob.close()
+
+
+def test_a_reconnect_gets_exactly_what_it_missed_or_a_snapshot(make_live):
+    live = make_live(grace_seconds=60, queue_size=16)
+    live.feed([{"sym": "s1", "cpu": 1.0}])
+    wait_for(lambda: live.manager.published("servers") == 1)
+    _, handle = subscribe(live, ["s1"])
+    client = handle["client"]
+    first = Stream(live, client, query="&last_event_id=1")  # as the page opens it
+    live.feed([{"sym": "s1", "cpu": 2.0}])
+    live.feed([{"sym": "s1", "cpu": 3.0}])
+    assert [first.next()[1]["batch_id"] for _ in range(2)] == [2, 3]
+    first.close()  # missed: batch 4
+    live.feed([{"sym": "s1", "cpu": 4.0}])
+    wait_for(lambda: live.manager.published("servers") == 4)
+
+    again = Stream(live, client, headers={"Last-Event-ID": "2"})  # the header wins
+    assert [again.next() for _ in range(2)] == [
+        ("delta", {"batch_id": 3, "rows": [{"sym": "s1", "cpu": 3.0, "_change": "update",
+                                            "_batch_id": 3}]}),
+        ("delta", {"batch_id": 4, "rows": [{"sym": "s1", "cpu": 4.0, "_change": "update",
+                                            "_batch_id": 4}]})]
+    live.feed([{"sym": "s1", "cpu": 5.0}])
+    assert again.next()[1]["batch_id"] == 5 and again.ids == ["3", "4", "5"]  # nothing twice
+    again.close()
+
+    for stale in ("0", "99"):  # before the subscription began / never reached: a fresh snapshot
+        snap = Stream(live, client, query=f"&last_event_id={stale}")
+        event, data = snap.next()
+        assert event == "snapshot" and data["batch_id"] == 5 and snap.ids == ["5"]
+        assert [(r["sym"], r["cpu"]) for r in data["rows"]] == [("s1", 5.0)]
+        snap.close()
+    status, error = call(live, "GET", f"/stream/{client}?token=t-ann&last_event_id=x")
+    assert status == 400 and "Last-Event-ID" in error["error"]
+
+
+def raw_post(live, body, chunked=False, token="t-ann"):
+    """POST /subscriptions with ``body`` bytes, with a Content-Length or chunked."""
+    connection = http.client.HTTPConnection("127.0.0.1", live.port, timeout=60)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if chunked:
+        pieces = (body[i:i + 8192] for i in range(0, len(body), 8192))
+        connection.request("POST", "/subscriptions", pieces, headers, encode_chunked=True)
+    else:
+        connection.request("POST", "/subscriptions", body, headers)
+    response = connection.getresponse()
+    answer = response.status, json.loads(response.read())
+    connection.close()
+    return answer
+
+
+def test_request_bodies_are_limited_and_errors_quote_little(make_live):
+    live = make_live(max_body_bytes=4096)
+    big = json.dumps({"analytic": "x" * 100_000, "target": "servers", "params": {}}).encode()
+    for chunked in (False, True):
+        status, error = raw_post(live, big, chunked=chunked)
+        assert status == 413 and "the limit is 4096 bytes (max_body_bytes)" in error["error"]
+
+    long_name = "<" + "y" * 3000 + ">"  # within the limit: the error quotes 80 characters of it
+    status, error = raw_post(live, json.dumps({"analytic": long_name, "target": "servers",
+                                               "params": {}}).encode())
+    assert status == 400 and error["error"].startswith("no analytic '<yyy")
+    assert "(3004 chars)" in error["error"] and len(error["error"]) < 300
+    status, error = raw_post(live, json.dumps({"analytic": "cpu_by_server", "target": "servers",
+                                               "params": {"syms": "z" * 3000}}).encode())
+    assert status == 400 and len(error["error"]) < 300 and "must be a list of string" in error["error"]
+    status, error = raw_post(live, b"[" * 3000)
+    assert status == 400 and len(error["error"]) < 300
+    assert raw_post(live, json.dumps({"analytic": "cpu_by_server", "target": "servers",
+                                      "params": {"syms": ["s1"]}}).encode())[0] == 200
+
+
+def test_each_user_holds_a_limited_number_of_handles(make_live):
+    live = make_live(max_handles_per_user=3)
+    handles = [subscribe(live, ["s1"])[1]["client"] for _ in range(3)]
+    status, error = subscribe(live, ["s2"])
+    assert status == 429 and "the limit is 3 (max_handles_per_user)" in error["error"]
+    assert subscribe(live, ["s1"], token="t-bob")[0] == 200  # another user is not held back
+    call(live, "DELETE", f"/subscriptions/{handles[0]}")
+    assert subscribe(live, ["s2"])[0] == 200

@@ -1,0 +1,195 @@
+"""A state table kept in memory from its changelog: what snapshots filter and deltas come from.
+
+A :class:`LiveTable` reads the changelog once when created (its files, or Spark once when the
+files hold something :mod:`analytics.delta_files` does not read), then follows it commit by
+commit: :meth:`LiveTable.follow` stats the log for the next commit and reads only the files it
+added. So a subscriber's snapshot is a filter over memory, and a batch reaches subscribers a
+poll interval after its changelog commit, without a Spark job on the way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from ops import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN
+
+from .delta_files import DeltaFiles, Unreadable, read_files
+
+log = logging.getLogger(__name__)
+#: Changelog columns a subscriber never sees: a row's position and the values it replaced.
+HIDDEN = (OLD_COLUMN, ROW_COLUMN)
+
+
+@dataclass
+class Followed:
+    """What :meth:`LiveTable.follow` found: each new batch's change rows (in batch order), or
+    that the changelog was rewritten (a reset discarded batches) and the table was re-read."""
+
+    batches: list[tuple[int, pd.DataFrame]] = field(default_factory=list)
+    rewound: bool = False
+
+
+class LiveTable:
+    """The latest row per key of the state table whose changelog is at ``path``.
+
+    ``spark`` is used only when the changelog's files cannot be read directly (see the module
+    docstring), and then only to load the table, not per batch. ``after``: load the table as of
+    that batch, and let the first :meth:`follow` return the later ones (a manager catching up
+    from its stored position); ``None``: as it is now.
+    """
+
+    def __init__(self, path: str, keys: tuple[str, ...], spark: SparkSession | None = None,
+                 after: int | None = None):
+        self.path, self.keys = path, keys
+        self._spark = spark
+        self._files: DeltaFiles | None
+        try:
+            self._files = DeltaFiles(path)
+        except Unreadable:
+            self._files = None
+        self.version = -1  # the last changelog commit applied
+        self.batch = 0      # the last batch applied (0: none)
+        self._base = pd.DataFrame()
+        self._pending: dict[Hashable, dict[str, Any] | None] = {}  # changes not in _base yet
+        self._frame: pd.DataFrame | None = None
+        self._held: list[tuple[int, pd.DataFrame]] = []  # read, not applied yet (see ``after``)
+        self.load(after)
+
+    # -- reading ----------------------------------------------------------------------------
+    def load(self, after: int | None = None) -> None:
+        """(Re)read the whole changelog: the latest change per key, deletes dropped (up to
+        batch ``after``, holding the later batches for :meth:`follow`)."""
+        version, rows = self._read_all()
+        self.version, self._held = version, []
+        if after is not None and not rows.empty:
+            later = rows[BATCH_COLUMN] > after
+            self._held = _by_batch(rows[later])
+            rows = rows[~later]
+        if rows.empty:
+            self.batch, self._base = 0, pd.DataFrame()
+        else:
+            ordered = rows.sort_values([BATCH_COLUMN, ROW_COLUMN], kind="stable")
+            latest = ordered.drop_duplicates(list(self.keys), keep="last")
+            latest = latest[latest[CHANGE_COLUMN] != "delete"]
+            self.batch = int(ordered[BATCH_COLUMN].max())
+            self._base = self._indexed(latest.drop(columns=[*HIDDEN, CHANGE_COLUMN]))
+        self._pending.clear()
+        self._frame = None
+
+    def _read_all(self) -> tuple[int, pd.DataFrame]:
+        if self._files is not None:
+            try:
+                version, files = self._files.snapshot()
+                return version, read_files(files)
+            except Unreadable as exc:
+                log.info("reading %s through Spark: %s", self.path, exc)
+        return self._read_with_spark()
+
+    def _read_with_spark(self) -> tuple[int, pd.DataFrame]:
+        from delta.tables import DeltaTable  # only this fallback needs the JVM
+
+        if self._spark is None:
+            raise Unreadable(f"{self.path} cannot be read from its files and no Spark session "
+                             "was given")
+        if not DeltaTable.isDeltaTable(self._spark, self.path):
+            return -1, pd.DataFrame()
+        newest = DeltaTable.forPath(self._spark, self.path).history(1).first()
+        assert newest is not None  # a Delta table has at least its creating commit
+        version = int(newest["version"])
+        rows = (self._spark.read.format("delta").option("versionAsOf", version).load(self.path)
+                .toPandas())
+        return version, rows
+
+    def follow(self) -> Followed:
+        """Apply the commits made since the last call; their batches' change rows, in order.
+        A commit that removed rows (a reset discarding batches) makes the table re-read."""
+        found = Followed()
+        for batch, changes in self._held:
+            self.apply(batch, changes)
+            found.batches.append((batch, changes))
+        self._held = []
+        while True:
+            commit = self._next_commit()
+            if commit is None:
+                return found
+            if commit.removes_rows:
+                log.info("%s: commit %d rewrote the changelog; re-reading it", self.path,
+                         commit.version)
+                self.load()
+                return Followed(rewound=True)
+            rows = read_files(commit.added)
+            self.version = commit.version
+            for batch, changes in _by_batch(rows):
+                self.apply(batch, changes)
+                found.batches.append((batch, changes))
+
+    def _next_commit(self) -> Any:
+        if self._files is None:  # not local: Spark finds the new rows (rare; kept simple)
+            return self._next_with_spark()
+        try:
+            return self._files.commit(self.version + 1)
+        except Unreadable as exc:
+            log.info("%s: %s; re-reading it", self.path, exc)
+            self.load()
+            return None
+
+    def _next_with_spark(self) -> Any:
+        from .delta_files import Commit
+
+        before = self.version
+        self.load()
+        return None if self.version == before else Commit(self.version, (), True)
+
+    # -- the table --------------------------------------------------------------------------
+    def apply(self, batch: int, changes: pd.DataFrame) -> None:
+        """Apply one batch's change rows (in order): the last change per key wins."""
+        last = changes.drop_duplicates(list(self.keys), keep="last")
+        for row in last.to_dict("records"):
+            self._pending[self._key(row)] = None if row[CHANGE_COLUMN] == "delete" else {
+                k: v for k, v in row.items() if k != CHANGE_COLUMN}
+        self.batch = max(self.batch, batch)
+        self._frame = None
+
+    def frame(self) -> pd.DataFrame:
+        """The table now: one row per key, with the ``_batch_id`` that last changed it. Built
+        once per change (snapshots between two batches share it); do not modify it."""
+        if self._frame is None:
+            if self._pending:
+                self._base = self._merged()
+                self._pending.clear()
+            self._frame = self._base.reset_index(drop=True)
+        return self._frame
+
+    def _merged(self) -> pd.DataFrame:
+        kept = self._base[~self._base.index.isin(list(self._pending))] if len(self._base) \
+            else self._base
+        new = [row for row in self._pending.values() if row is not None]
+        if not new:
+            return kept
+        added = self._indexed(pd.DataFrame(new))
+        return pd.concat([kept, added]) if len(kept) else added
+
+    def _indexed(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """``rows`` indexed by key (the key columns stay columns too)."""
+        index: Any = (pd.Index(rows[self.keys[0]]) if len(self.keys) == 1
+                      else pd.MultiIndex.from_frame(rows[list(self.keys)]))
+        return rows.set_axis(index, axis=0)
+
+    def _key(self, row: dict[str, Any]) -> Hashable:
+        return row[self.keys[0]] if len(self.keys) == 1 else tuple(row[k] for k in self.keys)
+
+
+def _by_batch(rows: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
+    """Change rows split by batch, in batch then row order, without the hidden columns."""
+    if rows.empty:
+        return []
+    ordered = rows.sort_values([BATCH_COLUMN, ROW_COLUMN], kind="stable")
+    return [(int(batch), group.drop(columns=[c for c in HIDDEN if c in group.columns])
+             .reset_index(drop=True))
+            for batch, group in ordered.groupby(BATCH_COLUMN, sort=True)]
