@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import direct
 from .tables import local_commit_versions, local_path
 
 VERSION = "_commit_version"
@@ -60,21 +61,25 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     commit version in column ``_commit_version``, sorted by version then ``order_by`` (default:
     every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
     """
-    table = spark.read.format("delta").load(path)
-    schema = table.schema
+    known = direct.table_schema(path)  # a local table's, from its log: no Spark job to plan
+    schema = T.StructType.fromJson(known) if known else _table(spark, path).schema
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
     rows = _from_files(path, first, last, schema, time_zone)
     if rows is None:
         rows = _from_change_feed(spark, path, first, last)
     elif rows.empty:  # commits that inserted nothing: Spark gives the empty frame its dtypes
-        empty: pd.DataFrame = table.limit(0).toPandas()
+        empty: pd.DataFrame = _table(spark, path).limit(0).toPandas()
         empty.insert(0, VERSION, pd.Series([], dtype="int64"))
         rows = empty
     keys = [VERSION, *(order_by or schema.names)]
     if not _in_order(rows, keys):
         rows = rows.sort_values(keys, kind="stable", na_position="first")
     return rows.reset_index(drop=True)
+
+
+def _table(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.format("delta").load(path)
 
 
 def _in_order(rows: pd.DataFrame, keys: list[str]) -> bool:

@@ -129,11 +129,9 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     """Append ``rows`` to the local Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     ``spark``, when given, writes a log checkpoint every tenth version in the background."""
-    if "://" in path and not path.startswith("file:"):
-        return None
-    local = "/" + path[len("file:"):].lstrip("/") if path.startswith("file:") else path
-    logdir = os.path.join(local, "_delta_log")
-    if not os.path.isdir(logdir):
+    local = _local(path)
+    logdir = os.path.join(local or "", "_delta_log")
+    if local is None or not os.path.isdir(logdir):
         return None
     with _lock_for(local):
         table = _synced(local, logdir)
@@ -161,6 +159,24 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
                 return Outcome.SKIPPED
         _remove(local, adds)
         return None
+
+
+def table_schema(path: str) -> dict[str, Any] | None:
+    """The schema of the local Delta table at ``path`` as of its latest commit (Delta's JSON
+    form), read from its log as appends follow it, without Spark; ``None`` when there is no
+    such table or its log is not one this module reads."""
+    local = _local(path)
+    if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
+        return None
+    with _lock_for(local):
+        table = _synced(local, os.path.join(local, "_delta_log"))
+    return None if table is None else json.loads(table.metadata["schemaString"])
+
+
+def _local(path: str) -> str | None:
+    if "://" in path and not path.startswith("file:"):
+        return None
+    return "/" + path[len("file:"):].lstrip("/") if path.startswith("file:") else path
 
 
 def _lock_for(local: str) -> threading.Lock:
