@@ -1,50 +1,159 @@
-"""Asset checks of a pipeline asset: its checkpoint, its global tables and its dead-letter ratio,
-evaluated after every materialisation."""
+"""Asset checks of a pipeline asset, each a definition of its own (``@dg.asset_check``): it runs
+with the asset (a job that selects the asset runs its checks after it, in the same run) or alone
+(the UI's *Checks* tab, ``dg.materialize(..., selection=AssetSelection.checks(...))``). Every
+check reads what the warehouse holds, so a check run alone says the same as one run with the
+asset: the checkpoint, the global tables, and the dead letters of the last run that read input.
+"""
 
-
-from collections.abc import Iterator
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import dagster as dg
+from pydantic import Field
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import ops
-from ops import Pipeline, RunReport
+from ops import Pipeline
+from state import PipelineLayout, tables
+
+from .resources import SparkResource, WarehouseResource
 
 CHECKPOINT_CHECK = "checkpoint_consistent"
 GLOBAL_TABLE_CHECK = "global_tables_within_marker"
 DEAD_LETTER_CHECK = "dead_letters_below_threshold"
+# How many of the asset's latest materialisations the dead-letter check looks through for the
+# last one that read input (runs that found nothing new come in between).
+_LOOKBACK = 25
+EAGER = dg.AutomationCondition.eager()
 
 
-def check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
-    """The checks of the pipeline asset ``key``. Only the checkpoint check blocks (a failure
-    stops the run's downstream assets): they would read output a broken checkpoint no longer
-    vouches for."""
-    return [
-        dg.AssetCheckSpec(CHECKPOINT_CHECK, asset=key, blocking=True,
-                          description="The last checkpoint is readable and consistent"),
-        dg.AssetCheckSpec(GLOBAL_TABLE_CHECK, asset=key,
-                          description="No global-table row beyond its checkpoint marker"),
-        dg.AssetCheckSpec(DEAD_LETTER_CHECK, asset=key,
-                          description="Dead letters below the configured share of records"),
-    ]
+class DeadLetterCheckConfig(dg.Config):
+    """Launchpad config of the dead-letter check."""
+
+    max_dead_letter_ratio: float = Field(
+        default=0.01, description="Dead letters / records read above which the check fails")
 
 
-def check_results(session: SparkSession, pipeline: Pipeline, report: RunReport, warehouse: str,
-                  max_dead_letter_ratio: float, severity: dg.AssetCheckSeverity
-                  ) -> Iterator[dg.AssetCheckResult]:
-    """The result of each check in :func:`check_specs` after the run ``report`` describes; the
-    dead-letter check fails with ``severity`` above ``max_dead_letter_ratio``."""
-    problems = ops.checkpoint_problems(session, pipeline, warehouse)
+def make_pipeline_checks(pipeline: Pipeline, *,
+                         dead_letter_severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.WARN,
+                         automation_condition: dg.AutomationCondition | None = EAGER
+                         ) -> list[dg.AssetChecksDefinition]:
+    """The checks of ``pipeline``'s asset: :data:`CHECKPOINT_CHECK` (blocking: a failure stops
+    the run's downstream assets, which would read output a broken checkpoint no longer vouches
+    for), :data:`GLOBAL_TABLE_CHECK` and :data:`DEAD_LETTER_CHECK` (failing with
+    ``dead_letter_severity``). They sit in the pipeline's pool, so a check never reads the
+    tables while a run of the pipeline is writing them.
+
+    A job that selects the asset runs its checks after it, in the same run. With
+    ``automation_condition`` (default ``AutomationCondition.eager()``) the automation sensor
+    runs them after a materialisation whose run left them out, and with the asset when it
+    requests the asset itself (a run of a non-subsettable multi-asset requested by automation
+    holds only the asset's keys, not its checks).
+
+    >>> import ops as sp
+    >>> prices = (sp.read.from_callback("ticks", schema={"sym": "string", "px": "double"})
+    ...           .as_table("sym").write.to_table("latest")).named("prices")
+    >>> sorted(key.name for checks in make_pipeline_checks(prices) for key in checks.check_keys)
+    ['checkpoint_consistent', 'dead_letters_below_threshold', 'global_tables_within_marker']
+    """
+    return [_checkpoint_check(pipeline, automation_condition),
+            _global_table_check(pipeline, automation_condition),
+            _dead_letter_check(pipeline, dead_letter_severity, automation_condition)]
+
+
+def _checkpoint_check(pipeline: Pipeline, condition: dg.AutomationCondition | None
+                      ) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=dg.AssetKey(pipeline.id), name=CHECKPOINT_CHECK, blocking=True,
+                    pool=f"lakestream_{pipeline.id}", automation_condition=condition,
+                    description="The last checkpoint is readable and consistent")
+    def _check(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        problems = ops.checkpoint_problems(spark.session(), pipeline, warehouse.root)
+        return dg.AssetCheckResult(passed=not problems,
+                                   metadata={"problems": "; ".join(problems) or "none"})
+
+    return _check
+
+
+def _global_table_check(pipeline: Pipeline, condition: dg.AutomationCondition | None
+                        ) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=dg.AssetKey(pipeline.id), name=GLOBAL_TABLE_CHECK,
+                    pool=f"lakestream_{pipeline.id}", automation_condition=condition,
+                    description="No global-table row beyond its checkpoint marker")
+    def _check(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        problems = ops.global_table_problems(spark.session(), pipeline, warehouse.root)
+        return dg.AssetCheckResult(passed=not problems,
+                                   metadata={"problems": "; ".join(problems) or "none"})
+
+    return _check
+
+
+def _dead_letter_check(pipeline: Pipeline, severity: dg.AssetCheckSeverity,
+                       condition: dg.AutomationCondition | None) -> dg.AssetChecksDefinition:
     key = dg.AssetKey(pipeline.id)
-    yield dg.AssetCheckResult(asset_key=key, check_name=CHECKPOINT_CHECK, passed=not problems,
-                              metadata={"problems": "; ".join(problems) or "none",
-                                        "checkpoint_id": report.checkpoint_id or -1})
-    problems = ops.global_table_problems(session, pipeline, warehouse)
-    yield dg.AssetCheckResult(asset_key=key, check_name=GLOBAL_TABLE_CHECK, passed=not problems,
-                              metadata={"problems": "; ".join(problems) or "none"})
-    ratio = report.dead_letters / report.rows_in if report.rows_in else 0.0
-    yield dg.AssetCheckResult(
-        asset_key=key, check_name=DEAD_LETTER_CHECK, passed=ratio <= max_dead_letter_ratio,
-        severity=severity,
-        metadata={"dead_letters": report.dead_letters, "rows_in": report.rows_in,
-                  "ratio": round(ratio, 6), "threshold": max_dead_letter_ratio})
+
+    @dg.asset_check(asset=key, name=DEAD_LETTER_CHECK, pool=f"lakestream_{pipeline.id}",
+                    automation_condition=condition,
+                    description="Dead letters below the configured share of the records read by "
+                                "the last run that read any")
+    def _check(context: dg.AssetCheckExecutionContext, config: DeadLetterCheckConfig,
+               spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        window = last_window(context.instance, key)
+        if window is None:
+            return dg.AssetCheckResult(passed=True, severity=severity, metadata={
+                "window": "no materialisation has read any records yet"})
+        dead = dead_letters_in(spark.session(), pipeline.layout(warehouse.root), window)
+        ratio = dead / window.rows_in
+        return dg.AssetCheckResult(
+            passed=ratio <= config.max_dead_letter_ratio, severity=severity,
+            metadata={"dead_letters": dead, "rows_in": window.rows_in, "ratio": round(ratio, 6),
+                      "threshold": config.max_dead_letter_ratio, "batches": window.describe(),
+                      "run_id": window.run_id})
+
+    return _check
+
+
+@dataclass(frozen=True)
+class BatchWindow:
+    """The batches one materialisation ran, ``first..last``, and the records they read."""
+
+    first: int
+    last: int
+    rows_in: int
+    run_id: str
+
+    def describe(self) -> str:
+        return f"{self.first}..{self.last}"
+
+
+def last_window(instance: dg.DagsterInstance, key: dg.AssetKey) -> BatchWindow | None:
+    """The batches of ``key``'s latest materialisation that read any records (``None``: none of
+    the last few did). The tables hold each batch's dead letters but not how many records it
+    read; the materialisation's metadata holds both ends and the count."""
+    records = instance.fetch_materializations(key, limit=_LOOKBACK).records
+    for record in records:
+        materialisation = record.asset_materialization
+        window = _window(materialisation.metadata if materialisation else {}, record.run_id)
+        if window is not None:
+            return window
+    return None
+
+
+def _window(metadata: Mapping[str, dg.MetadataValue], run_id: str) -> BatchWindow | None:
+    values: dict[str, int] = {}
+    for name in ("first_batch_id", "last_batch_id", "rows_in"):
+        value = metadata[name].value if name in metadata else None
+        if isinstance(value, int):
+            values[name] = value
+    if len(values) < 3 or not values["rows_in"]:
+        return None  # read nothing, or recorded before first_batch_id was
+    return BatchWindow(values["first_batch_id"], values["last_batch_id"], values["rows_in"], run_id)
+
+
+def dead_letters_in(session: SparkSession, layout: PipelineLayout, window: BatchWindow) -> int:
+    """How many records batches ``window.first..window.last`` sent to dead letters."""
+    if not tables.exists(session, layout.dead_letters):
+        return 0
+    return (tables.read(session, layout.dead_letters)
+            .where(F.col("batch_id").between(window.first, window.last)).count())
+

@@ -1,7 +1,10 @@
-"""Sensors: one per pipeline, requesting a run when its source has new input or a timer of its
-operators falls due."""
+"""Sensors: one per pipeline that reads input from outside Dagster (an inbox, files, a topic or
+table no pipeline of the code location writes), requesting a run when that input moves or a
+timer of its operators falls due. Input another pipeline's asset writes needs no sensor: the
+reading pipeline's asset runs by declarative automation (:func:`needs_sensor`)."""
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
@@ -9,12 +12,33 @@ import dagster as dg
 from ops import Pipeline
 from state import PipelineLayout, checkpointed_offsets, wake_time
 
+from .lineage import external_inputs
 from .resources import WarehouseResource
 
 PIPELINE_TAG = "lakestream/pipeline"
 _IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
               dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
               dg.DagsterRunStatus.CANCELING]
+
+
+def needs_sensor(pipeline: Pipeline, pipelines: Sequence[Pipeline],
+                 warehouse: str | None = None) -> bool:
+    """Whether ``pipeline`` needs a sensor besides declarative automation: it reads input from
+    outside ``pipelines`` (see :func:`~assets.lineage.external_inputs`), or keeps timers, which
+    fall due with no new input at all.
+
+    >>> import ops as sp
+    >>> catalog = sp.Catalog()
+    >>> catalog.register("sales", sp.read.from_callback("sales", schema={"title": "string"}))
+    >>> sold = sp.sql("CREATE TABLE sold AS SELECT title, COUNT(*) AS n FROM sales GROUP BY title",
+    ...               catalog=catalog)
+    >>> top = sp.sql("CREATE TABLE top AS SELECT n, COUNT(*) AS titles FROM sold GROUP BY n",
+    ...              catalog=catalog)
+    >>> needs_sensor(sold, [sold, top]), needs_sensor(top, [sold, top])
+    (True, False)
+    """
+    timers = any(op.declares().clock is not None for op in pipeline.stream.operators)
+    return timers or external_inputs(pipeline, pipelines, warehouse)
 
 
 def make_pipeline_sensor(pipeline: Pipeline, job: Any,

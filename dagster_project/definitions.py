@@ -6,11 +6,14 @@ import dagster as dg
 from assets import (
     SparkResource,
     WarehouseResource,
+    make_continuous_job,
     make_maintenance_schedules,
     make_operation_jobs,
-    make_pipeline_asset,
+    make_pipeline_assets,
+    make_pipeline_checks,
     make_pipeline_job,
     make_pipeline_sensor,
+    needs_sensor,
     resources_for_deployment,
 )
 
@@ -28,16 +31,22 @@ def running_sum_seed(context: dg.AssetExecutionContext, spark: SparkResource,
     return dg.MaterializeResult(metadata={"records": len(SEED_ROWS)})
 
 
-pipeline_assets = {p.name: make_pipeline_asset(p, deps=[running_sum_seed]) for p in EXAMPLES}
-pipeline_jobs = [make_pipeline_job(p, pipeline_assets[p.name]) for p in EXAMPLES]
-sensors = [make_pipeline_sensor(p, job) for p, job in zip(EXAMPLES, pipeline_jobs)]
-
-# The Kafka example (python -m dagster_project.kafka_example): a state table over a topic, run
-# by its own job, and by a sensor on the topic's offsets when that is turned on.
-kafka_asset = make_pipeline_asset(item_totals)
-kafka_orders_job = make_pipeline_job(item_totals, kafka_asset)  # run_item_totals
-sensors.append(make_pipeline_sensor(item_totals, kafka_orders_job))
-operation_jobs = make_operation_jobs((*EXAMPLES, item_totals))
+# Every pipeline of the code location: the two KX examples, and the Kafka example (a state table
+# over a topic, run with `python -m dagster_project.kafka_example`, or by its sensor on the
+# topic's offsets when that is turned on). The examples read the inbox running_sum_seed writes:
+# they depend on it, so they run by declarative automation once it is materialised (and by their
+# sensors for what else is published to their inboxes).
+PIPELINES = (*EXAMPLES, item_totals)
+assets_by_pipeline = make_pipeline_assets(
+    PIPELINES, deps={pipeline.id: [running_sum_seed] for pipeline in EXAMPLES})
+pipeline_assets = {p.id: assets_by_pipeline[p.id] for p in EXAMPLES}
+checks = [check for pipeline in PIPELINES for check in make_pipeline_checks(pipeline)]
+jobs_by_pipeline = {p.id: make_pipeline_job(p, assets_by_pipeline[p.id]) for p in PIPELINES}
+sensors = [make_pipeline_sensor(p, jobs_by_pipeline[p.id]) for p in PIPELINES
+           if needs_sensor(p, PIPELINES)]
+operation_jobs = make_operation_jobs(PIPELINES)
+# live_<pipeline>: the pipeline run continuously until the run is terminated from the UI
+live_jobs = [make_continuous_job(p) for p in PIPELINES]
 
 running_sum_job = dg.define_asset_job(
     "running_sum_job", selection=[running_sum_seed, *pipeline_assets.values()],
@@ -46,8 +55,9 @@ running_sum_job = dg.define_asset_job(
     executor_def=dg.in_process_executor)
 
 defs = dg.Definitions(
-    assets=[running_sum_seed, *pipeline_assets.values(), kafka_asset],
-    jobs=[running_sum_job, *pipeline_jobs, kafka_orders_job, *operation_jobs],
+    assets=[running_sum_seed, *assets_by_pipeline.values()],
+    asset_checks=checks,
+    jobs=[running_sum_job, *jobs_by_pipeline.values(), *live_jobs, *operation_jobs],
     sensors=sensors,
     schedules=make_maintenance_schedules(operation_jobs),
     resources=resources_for_deployment(),

@@ -1,4 +1,4 @@
-"""A real ``dagster dev`` on loopback, with the project's instance config, for UI tests."""
+"""A real ``dg dev`` (the UI and daemon) on loopback, with the project's instance config, for UI tests."""
 
 import json
 import os
@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+WARNINGS = ("DeprecationWarning", "SupersessionWarning", "PreviewWarning", "BetaWarning")
 
 
 def graphql(port: int, query: str, variables: dict | None = None) -> dict:
@@ -28,20 +29,19 @@ def graphql(port: int, query: str, variables: dict | None = None) -> dict:
 
 @pytest.fixture
 def dagster_dev(tmp_path, child_env):
-    """Start ``dagster dev``; yield its port once it answers; stop it (its whole group)."""
+    """Start ``dg dev``; yield its port once it answers; stop it (its whole group)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
     port = free_port()
     server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster")), "dev", "-w", "workspace.yaml",
-         "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=dict(child_env, DAGSTER_HOME=str(home)),
+        [str(Path(sys.executable).with_name("dg")), "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=dict(child_env, DAGSTER_HOME=str(home)),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while True:
             assert server.poll() is None, server.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "dagster dev did not answer within 180 s"
+            assert time.monotonic() < deadline, "dg dev did not answer within 180 s"
             try:
                 graphql(port, "{ version }")
                 break
@@ -54,3 +54,6 @@ def dagster_dev(tmp_path, child_env):
             server.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
+    # what a user sees at start: no deprecation, supersession or preview warning
+    said = server.stderr.read()
+    assert not [w for w in WARNINGS if w in said], said[-3000:]

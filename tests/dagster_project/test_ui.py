@@ -1,4 +1,4 @@
-"""The UI: ``dagster dev`` loads the code location; a run launched through its GraphQL API shows
+"""The UI: ``dg dev`` loads the code location; a run launched through its GraphQL API shows
 its materialisation and metadata on the asset's page in headless Chromium."""
 
 import shutil
