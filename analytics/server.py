@@ -121,8 +121,12 @@ class QueryServer:
         """End every open stream (from any thread), e.g. before stopping the server: the ASGI
         server waits for open responses, and an event stream does not end by itself. Clients
         keep their handles and reconnect (with their Last-Event-ID) to this or a new server."""
-        if self._loop is not None:
+        if self._loop is None or self._loop.is_closed():
+            return  # never served, or stopped already: no stream is open
+        try:
             self._loop.call_soon_threadsafe(self._end_streams)
+        except RuntimeError:  # the server stopped (its loop closed) since the check above
+            pass
 
     def _end_streams(self) -> None:
         for client in self.clients.values():

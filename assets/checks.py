@@ -5,7 +5,7 @@ check reads what the warehouse holds, so a check run alone says the same as one 
 asset: the checkpoint, the global tables, and the dead letters of the last run that read input.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
@@ -64,24 +64,25 @@ def make_pipeline_checks(pipeline: Pipeline, *,
 
 def _checkpoint_check(pipeline: Pipeline, condition: dg.AutomationCondition | None
                       ) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=dg.AssetKey(pipeline.id), name=CHECKPOINT_CHECK, blocking=True,
-                    pool=f"lakestream_{pipeline.id}", automation_condition=condition,
-                    description="The last checkpoint is readable and consistent")
-    def _check(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-        problems = ops.checkpoint_problems(spark.session(), pipeline, warehouse.root)
-        return dg.AssetCheckResult(passed=not problems,
-                                   metadata={"problems": "; ".join(problems) or "none"})
-
-    return _check
+    return _problems_check(pipeline, condition, CHECKPOINT_CHECK, ops.checkpoint_problems,
+                           "The last checkpoint is readable and consistent", blocking=True)
 
 
 def _global_table_check(pipeline: Pipeline, condition: dg.AutomationCondition | None
                         ) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=dg.AssetKey(pipeline.id), name=GLOBAL_TABLE_CHECK,
+    return _problems_check(pipeline, condition, GLOBAL_TABLE_CHECK, ops.global_table_problems,
+                           "No global-table row beyond its checkpoint marker")
+
+
+def _problems_check(pipeline: Pipeline, condition: dg.AutomationCondition | None, name: str,
+                    problems_of: Callable[[SparkSession, Pipeline, str], list[str]],
+                    description: str, blocking: bool = False) -> dg.AssetChecksDefinition:
+    """A check that passes when ``problems_of`` finds none in the warehouse."""
+    @dg.asset_check(asset=dg.AssetKey(pipeline.id), name=name, blocking=blocking,
                     pool=f"lakestream_{pipeline.id}", automation_condition=condition,
-                    description="No global-table row beyond its checkpoint marker")
+                    description=description)
     def _check(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-        problems = ops.global_table_problems(spark.session(), pipeline, warehouse.root)
+        problems = problems_of(spark.session(), pipeline, warehouse.root)
         return dg.AssetCheckResult(passed=not problems,
                                    metadata={"problems": "; ".join(problems) or "none"})
 

@@ -79,6 +79,7 @@ class _TableLog:
     """What this process knows of one table's log, as of ``version``."""
 
     version: int = -1
+    stamp: tuple[int, int] | None = None  # inode and size of that version's commit file
     protocol: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     txns: dict[str, int] = field(default_factory=dict)
@@ -147,7 +148,7 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         for _ in range(_RETRIES):
             version = table.version + 1
             if _commit(logdir, version, _actions(adds, table, txn, user_metadata)):
-                _remember(table, version, txn)
+                _remember(table, logdir, version, txn)
                 _checkpoint_now_and_then(spark, path, version)
                 return Outcome.COMMITTED
             table = _synced(local, logdir)  # another writer took it: read what it did, retry
@@ -189,8 +190,10 @@ def _synced(local: str, logdir: str) -> _TableLog | None:
     read afresh from the last log checkpoint (``None``: a checkpoint this reader cannot read)."""
     with _cache_lock:
         table = _cache.get(local)
-    if table is None or not os.path.exists(_commit_file(logdir, table.version)):
-        table = _from_checkpoint(logdir)  # first use, or the log was cleaned up since
+    # the cached state holds while its last commit file is the one it read: a table deleted and
+    # made again at the same path has new files (and maybe other transactions)
+    if table is None or _stamp(_commit_file(logdir, table.version)) != table.stamp:
+        table = _from_checkpoint(logdir)  # first use, or the log changed under the cache
         if table is None:
             return None
     while True:
@@ -203,6 +206,7 @@ def _synced(local: str, logdir: str) -> _TableLog | None:
             if line.strip():
                 table.apply(json.loads(line))
         table.version += 1
+        table.stamp = _stamp(_commit_file(logdir, table.version))
     if table.version < 0 or not table.metadata:
         return None
     with _cache_lock:
@@ -234,6 +238,7 @@ def _from_checkpoint(logdir: str) -> _TableLog | None:
             row["metaData"]["configuration"] = dict(row["metaData"]["configuration"])
         table.apply({key: value for key, value in row.items() if value is not None})
     table.version = version
+    table.stamp = _stamp(_commit_file(logdir, version))
     return table
 
 
@@ -328,8 +333,17 @@ def _commit(logdir: str, version: int, actions: list[dict[str, Any]]) -> bool:
         os.unlink(temporary)
 
 
-def _remember(table: _TableLog, version: int, txn: tuple[str, int] | None) -> None:
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_size
+
+
+def _remember(table: _TableLog, logdir: str, version: int, txn: tuple[str, int] | None) -> None:
     table.version = version
+    table.stamp = _stamp(_commit_file(logdir, version))
     if txn is not None:
         table.txns[txn[0]] = max(txn[1], table.txns.get(txn[0], -1))
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -101,3 +102,14 @@ def test_two_processes_appending_at_once_lose_nothing(spark, tmp_path):
     assert versions == list(range(51))  # every version once: none overwritten
     read = tables.read(spark, path).where("op = 'w'").toPandas()
     assert sorted(read.groupby("name")["k"].apply(sorted).tolist()) == [list(range(25))] * 2
+
+
+def test_a_table_made_again_at_the_same_path_is_read_afresh(spark, tmp_path):
+    path = str(tmp_path / "t")
+    _table(spark, path)
+    assert direct.append(ROWS, path, txn=("app", 5)) is Outcome.COMMITTED
+    shutil.rmtree(path)
+    _table(spark, path)  # a new table: it has seen only ("app", 0)
+    tables.append(tables.to_frame(spark, ROWS), path, txn=("other", 1))  # as many commits
+    assert direct.append(ROWS, path, txn=("app", 3)) is Outcome.COMMITTED
+    assert tables.read(spark, path).count() == 3 * 3

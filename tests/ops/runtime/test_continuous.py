@@ -7,10 +7,11 @@ import sys
 import threading
 import time
 
+import pandas as pd
 import pytest
 
 import ops as sp
-from state import CheckpointLog
+from state import CheckpointLog, tables
 from tests.ops.runtime import continuous_child as child
 
 
@@ -57,6 +58,28 @@ def test_runs_each_new_publish_then_stops_after_a_checkpoint(spark, warehouse):
     sink = pipeline.read_sink(spark, "out", warehouse)
     assert sink.sort_values(["_batch_id", "_row"])["total"].tolist() == [1, 10, 3, 20, 6, 30]
     assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 3
+
+
+def _fire_after_a_second(op, md, data):
+    if md.timer is not None:  # no rows: the key's timer fell due while the run was idle
+        return pd.DataFrame({"k": [md.key], "fired": [True]})
+    sp.set_timer(op, md, after="1s")
+    return None
+
+
+def test_an_idle_run_fires_timers_as_they_fall_due(spark, warehouse):
+    pipeline = (sp.read.from_callback("events", key="k", schema=child.SCHEMA)
+                .map(_fire_after_a_second, state=0, timers=True)
+                .write.to_delta("fired")).named("timed_live")
+    thread, stop, outcome = _in_thread(pipeline, spark, warehouse, trigger="100ms")
+    pipeline.publish(spark, [{"k": 4, "x": 1}], warehouse)
+    _until(lambda: tables.exists(spark, pipeline.layout(warehouse).table("fired")),
+           what="the timer to fire")
+    stop.set("test done")
+    thread.join(60)
+    assert "error" not in outcome, outcome.get("error")
+    assert pipeline.read_sink(spark, "fired", warehouse)[["k", "fired"]].values.tolist() == [[4, True]]
+    assert outcome["report"].totals.batches == 2  # the record's batch, then one with no input
 
 
 def test_time_limit_and_bad_trigger(spark, warehouse):
