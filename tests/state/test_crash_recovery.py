@@ -94,10 +94,9 @@ def _crash_and_recover(spark, warehouse, child_env, published, variant, crash_at
 
 # A continuous run keeps its process between batches; a kill at these steps must leave what
 # the next (continuous) run recovers to the oracle.
-CONTINUOUS_STEPS = [  # the same executor: two steps, the batch written and the checkpoint not
-    "after_sink_write:3",
-    "before_checkpoint_commit:2",
-]
+# Continuous runs use the same executor, whose every step the tests above kill; here the step
+# that matters most to a run that stays up: a batch written, its checkpoint not (suite time).
+CONTINUOUS_STEPS = ["after_sink_write:3"]
 
 
 @pytest.mark.slow
