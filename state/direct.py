@@ -11,14 +11,18 @@ append retried after them, as Delta's optimistic concurrency does for blind appe
 It is used only where that is exactly what Delta's protocol asks of a writer; anything else
 (:func:`append` returns ``None``) goes through Spark:
 
-- the table is on the local file system and exists (Spark created it, with its properties);
+- the table is on the local file system. It exists, or the append creates it (version 0 then
+  holds the protocol and the metadata as well) when the caller describes the table
+  (:class:`NewTable`), its columns are of the types below and its properties need no more than
+  Delta's base protocol (reader 1, writer 2);
 - its protocol is reader version 1 and writer version 4 or lower, or 7 with the features
   ``appendOnly``, ``invariants`` and ``changeDataFeed`` at most; and nothing this writer would
   have to enforce: no CHECK constraints, generated or identity columns, column mapping, NOT
   NULL columns or invariants (an add-only commit needs no change-data files even with the
   change data feed on: readers derive inserts from the added files);
 - the rows have exactly the table's columns, each of a plain type (numbers, booleans,
-  strings, binary, dates, timestamps);
+  strings, binary, dates, timestamps, or ``void``: a column Spark typed from nothing but
+  nulls, which no data file stores);
 - the partition values are plain names (letters, digits, ``_ . -``), so no path escaping.
 
 Idempotence is Delta's own: with ``txn=(app_id, version)`` the append is skipped when the table
@@ -64,6 +68,9 @@ _TYPES: dict[str, pa.DataType] = {
 # table features an append satisfies by what it is (only added files) and by the checks of
 # `writable` (no column carries an invariant)
 _WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
+_VOID = "void"  # Spark's type for a column created from nulls only: in the schema, in no file
+# table properties a table created here may have: none needs more than protocol (1, 2)
+_CREATABLE_PROPERTIES = {"delta.dataSkippingStatsColumns"}
 _STATS_TYPES = {"long", "integer", "short", "byte"}  # exact min/max; floats' NaN would need care
 
 
@@ -115,9 +122,63 @@ class _TableLog:
                     key.startswith(("delta.generationExpression", "delta.identity", "delta.invariants"))
                     for key in meta):
                 return f"column {spec['name']!r} has a constraint"
-            if not isinstance(spec["type"], str) or spec["type"] not in _TYPES:
+            if not isinstance(spec["type"], str) or spec["type"] not in (*_TYPES, _VOID):
                 return f"column {spec['name']!r} is of type {spec['type']}"
         return None
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """What an append that finds no table creates, as Spark's first append would: the rows'
+    columns (typed from the rows, or ``fields`` in Delta's JSON form), partitioned by
+    ``partition_by``, with table ``properties``.
+
+    >>> NewTable(partition_by=("operator",)).partition_by
+    ('operator',)
+    """
+
+    partition_by: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = ()
+    fields: tuple[dict[str, Any], ...] | None = None
+
+    def log(self, rows: pd.DataFrame) -> _TableLog | None:
+        """The log of the table as its first commit will make it, or ``None`` when this
+        writer must leave its creation to Spark."""
+        fields = list(self.fields) if self.fields is not None else _inferred_fields(rows)
+        if fields is None or any(key not in _CREATABLE_PROPERTIES for key, _ in self.properties):
+            return None
+        metadata = {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps({"type": "struct", "fields": fields}),
+                    "partitionColumns": list(self.partition_by),
+                    "configuration": dict(self.properties), "createdTime": int(time.time() * 1000)}
+        table = _TableLog(protocol={"minReaderVersion": 1, "minWriterVersion": 2}, metadata=metadata)
+        return table if table.writable() is None else None
+
+
+def _inferred_fields(rows: pd.DataFrame) -> list[dict[str, Any]] | None:
+    """The Delta columns Spark would create from ``rows`` (``None``: a type this writer leaves
+    to Spark, such as naive timestamps, lists or decimals)."""
+    try:
+        schema = pa.Schema.from_pandas(rows, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    fields = []
+    for column in schema:
+        kind = _delta_type(column.type)
+        if kind is None:
+            return None
+        fields.append({"name": column.name, "type": kind, "nullable": True, "metadata": {}})
+    return fields
+
+
+def _delta_type(kind: pa.DataType) -> str | None:
+    if pa.types.is_null(kind):
+        return _VOID
+    if pa.types.is_timestamp(kind):
+        return "timestamp" if kind.tz is not None else None
+    if pa.types.is_large_string(kind):
+        return "string"
+    return next((name for name, arrow in _TYPES.items() if arrow == kind and name != "timestamp"), None)
 
 
 _cache: OrderedDict[str, _TableLog] = OrderedDict()
@@ -126,16 +187,20 @@ _table_locks: dict[str, threading.Lock] = {}
 
 
 def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
-           user_metadata: str | None = None, spark: Any = None) -> Outcome | None:
+           user_metadata: str | None = None, spark: Any = None,
+           create: NewTable | None = None) -> Outcome | None:
     """Append ``rows`` to the local Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
+    With ``create``, a table that does not exist yet is created by this commit.
     ``spark``, when given, writes a log checkpoint every tenth version in the background."""
     local = _local(path)
     logdir = os.path.join(local or "", "_delta_log")
-    if local is None or not os.path.isdir(logdir):
+    if local is None or not (os.path.isdir(logdir) or create is not None):
         return None
     with _lock_for(local):
-        table = _synced(local, logdir)
+        table = _synced(local, logdir) if os.path.isdir(logdir) else None
+        if table is None and create is not None and not _has_commits(logdir):
+            table = create.log(rows)
         if table is None or table.writable() is not None or not _fits(rows, table):
             return None
         if txn is not None and table.txns.get(txn[0], -1) >= txn[1]:
@@ -145,6 +210,8 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
             log.debug("direct append to %s left to Spark: %s", path, error)
             return None
+        written_as = table.fields  # the files' columns and types
+        os.makedirs(logdir, exist_ok=True)
         for _ in range(_RETRIES):
             version = table.version + 1
             if _commit(logdir, version, _actions(adds, table, txn, user_metadata)):
@@ -152,7 +219,8 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
                 _checkpoint_now_and_then(spark, path, version)
                 return Outcome.COMMITTED
             table = _synced(local, logdir)  # another writer took it: read what it did, retry
-            if table is None or table.writable() is not None or not _fits(rows, table):
+            if (table is None or table.writable() is not None or not _fits(rows, table)
+                    or table.fields != written_as):
                 _remove(local, adds)
                 return None
             if txn is not None and table.txns.get(txn[0], -1) >= txn[1]:
@@ -242,9 +310,16 @@ def _from_checkpoint(logdir: str) -> _TableLog | None:
     return table
 
 
+def _has_commits(logdir: str) -> bool:
+    return os.path.isdir(logdir) and any(name.endswith(".json") for name in os.listdir(logdir))
+
+
 def _fits(rows: pd.DataFrame, table: _TableLog) -> bool:
-    """The rows have exactly the table's columns, and partition values that need no escaping."""
+    """The rows have exactly the table's columns (nothing but nulls in a ``void`` one), and
+    partition values that need no escaping."""
     if set(rows.columns) != {spec["name"] for spec in table.fields} or rows.columns.duplicated().any():
+        return False
+    if any(spec["type"] == _VOID and rows[spec["name"]].notna().any() for spec in table.fields):
         return False
     for column in table.metadata.get("partitionColumns") or []:
         values = rows[column]
@@ -258,7 +333,8 @@ def _write_files(rows: pd.DataFrame, local: str, table: _TableLog) -> list[dict[
     partitions = list(table.metadata.get("partitionColumns") or [])
     kinds = {spec["name"]: spec["type"] for spec in table.fields}
     data_columns = [spec["name"] for spec in table.fields if spec["name"] not in partitions]
-    schema = pa.schema([(name, _TYPES[kinds[name]]) for name in data_columns])
+    stored = [name for name in data_columns if kinds[name] != _VOID]  # void: in no file
+    schema = pa.schema([(name, _TYPES[kinds[name]]) for name in stored])
     stats_columns = _stats_columns(table, data_columns, kinds)
     groups = rows.groupby(partitions, sort=False) if partitions else [((), rows)]
     adds = []
@@ -268,7 +344,7 @@ def _write_files(rows: pd.DataFrame, local: str, table: _TableLog) -> list[dict[
         name = f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
         relative = f"{folder}/{name}" if folder else name
         os.makedirs(os.path.join(local, folder), exist_ok=True)
-        arrow = pa.Table.from_pandas(part[data_columns], schema=schema, preserve_index=False)
+        arrow = pa.Table.from_pandas(part[stored], schema=schema, preserve_index=False)
         pq.write_table(arrow, os.path.join(local, relative), compression="snappy")
         adds.append({"add": {
             "path": relative, "partitionValues": dict(zip(partitions, map(str, values))),
@@ -304,13 +380,16 @@ def _actions(adds: list[dict[str, Any]], table: _TableLog, txn: tuple[str, int] 
         "timestamp": now, "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": json.dumps(
             table.metadata.get("partitionColumns") or [])},
-        "readVersion": table.version, "isolationLevel": "WriteSerializable",
+        **({"readVersion": table.version} if table.version >= 0 else {}),
+        "isolationLevel": "WriteSerializable",
         "isBlindAppend": True, "engineInfo": "lakestream-direct-append", "txnId": str(uuid.uuid4()),
         "operationMetrics": {"numFiles": str(len(adds)), "numOutputRows": str(sum(
             json.loads(a["add"]["stats"])["numRecords"] for a in adds))}}
     if user_metadata is not None:
         info["userMetadata"] = user_metadata
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    if table.version < 0:  # this commit creates the table
+        actions += [{"metaData": table.metadata}, {"protocol": table.protocol}]
     if txn is not None:
         actions.append({"txn": {"appId": txn[0], "version": txn[1], "lastUpdated": now}})
     return actions + adds

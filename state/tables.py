@@ -84,7 +84,8 @@ def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: 
     pandas-to-row conversion cost about 2.5 s per million rows, reading the file back a fraction
     of that. Anything else takes :func:`to_frame` (with ``schema`` when given).
     """
-    done = direct.append(rows, path, txn=txn, user_metadata=user_metadata, spark=spark)
+    done = direct.append(rows, path, txn=txn, user_metadata=user_metadata, spark=spark,
+                         create=new_table(schema))
     if done is not None:
         return done
     staged = _stage(rows, staging) if staging else None
@@ -95,6 +96,16 @@ def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: 
         if staged:
             shutil.rmtree(staged, ignore_errors=True)
     return None
+
+
+def new_table(schema: StructType | None = None, partition_by: tuple[str, ...] = (),
+              properties: dict[str, str] | None = None) -> direct.NewTable:
+    """How a direct append creates a missing table, as Spark's first append would have: with
+    ``schema``'s columns (else the rows' own), every column nullable (Spark's creation makes
+    them so too), partitioned by ``partition_by``, with table ``properties``."""
+    fields = None if schema is None else tuple(
+        {**field, "nullable": True} for field in schema.jsonValue()["fields"])
+    return direct.NewTable(partition_by, tuple((properties or {}).items()), fields)
 
 
 def clear_staging(staging: str) -> None:

@@ -21,16 +21,24 @@ def plain_rows(n: int = ROWS) -> pd.DataFrame:
         "ts": pd.Timestamp("2026-01-01", tz="UTC") + pd.to_timedelta(np.arange(n), unit="ms")})
 
 
-def test_staged_rows_read_back_as_spark_would_have_converted_them(spark, tmp_path):
+def test_rows_read_back_as_spark_would_have_converted_them(spark, tmp_path):
+    """Both ways around Spark's own conversion: a table created by a direct commit, and rows
+    staged through a Parquet file into a table direct commits must leave to Spark (it has a
+    CHECK constraint)."""
     rows, staging = plain_rows(), str(tmp_path / "_staging")
     assert tables._stage(rows, str(tmp_path / "probe")) is not None   # it takes the staged path
-    tables.append_rows(spark, rows, str(tmp_path / "staged"), staging=staging)
-    tables.append(tables.to_frame(spark, rows), str(tmp_path / "direct"))
+    tables.append(tables.to_frame(spark, rows), str(tmp_path / "spark"))
+    tables.append_rows(spark, rows, str(tmp_path / "created"), staging=staging)
+    assert not os.path.exists(staging)                                 # committed directly
+    tables.append(tables.to_frame(spark, rows.iloc[1:2]), str(tmp_path / "staged"))  # no nulls
+    spark.sql(f"ALTER TABLE delta.`{tmp_path / 'staged'}` ADD CONSTRAINT k_known CHECK (k >= 0)")
+    tables.append_rows(spark, rows.drop(index=1), str(tmp_path / "staged"), staging=staging)
 
-    staged = tables.read(spark, str(tmp_path / "staged"))
-    direct = tables.read(spark, str(tmp_path / "direct"))
-    assert staged.schema == direct.schema
-    assert staged.orderBy("k").toPandas().equals(direct.orderBy("k").toPandas())
+    converted = tables.read(spark, str(tmp_path / "spark"))
+    for other in ("created", "staged"):
+        table = tables.read(spark, str(tmp_path / other))
+        assert table.schema == converted.schema, other
+        assert table.orderBy("k").toPandas().equals(converted.orderBy("k").toPandas()), other
     assert os.listdir(staging) == []                         # the staged file is gone
 
 

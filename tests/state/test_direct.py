@@ -81,26 +81,45 @@ def test_a_log_checkpoint_every_tenth_version_and_state_read_from_it(spark, tmp_
     assert tables.read(spark, path).count() == 3 * 14
 
 
+def test_a_table_created_by_its_first_append(spark, tmp_path):
+    """Created as Spark's first append would: columns typed from the rows (a column of nulls
+    only is void, as Spark types it), partitions and properties; Spark reads and appends."""
+    path = str(tmp_path / "t")
+    rows = ROWS.assign(nothing=None)
+    create = direct.NewTable(("op",), (("delta.dataSkippingStatsColumns", "k"),))
+    assert direct.append(rows, path, txn=("app", 0), create=create) is Outcome.COMMITTED
+    spark_made = str(tmp_path / "spark_made")
+    tables.append(tables.to_frame(spark, rows), spark_made, partition_by=("op",))
+    assert tables.read(spark, path).schema == tables.read(spark, spark_made).schema
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    assert detail["partitionColumns"] == ["op"]
+    assert detail["properties"] == {"delta.dataSkippingStatsColumns": "k"}
+    tables.append(tables.to_frame(spark, rows.assign(k=rows.k + 10)), path, txn=("app", 1))
+    assert direct.append(rows.assign(k=rows.k + 20), path, txn=("app", 2)) is Outcome.COMMITTED
+    assert sorted(tables.read(spark, path).toPandas()["k"]) == [1, 2, 3, 11, 12, 13, 21, 22, 23]
+    assert direct.append(ROWS, str(tmp_path / "naive"), create=direct.NewTable(
+        fields=({"name": "k", "type": "decimal(10,2)", "nullable": True, "metadata": {}},))) is None
+
+
 WRITER = """
 import sys, pandas as pd
 from state import direct
 path, app = sys.argv[1], sys.argv[2]
 for n in range(25):
     assert direct.append(pd.DataFrame({"k": [n], "name": [app], "x": [1.0], "op": ["w"]}), path,
-                         txn=(app, n)) is direct.Outcome.COMMITTED
+                         txn=(app, n), create=direct.NewTable(("op",))) is direct.Outcome.COMMITTED
 """
 
 
-def test_two_processes_appending_at_once_lose_nothing(spark, tmp_path):
-    path = str(tmp_path / "t")
-    _table(spark, path)
+def test_two_processes_creating_and_appending_at_once_lose_nothing(spark, tmp_path):
+    path = str(tmp_path / "t")  # no table yet: both race to create it, one commit wins
     env = dict(os.environ, PYTHONPATH=str(os.getcwd()))
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, app], env=env)
                for app in ("one", "two")]
     assert [w.wait(120) for w in writers] == [0, 0]
     versions = tables.local_commit_versions(path)
-    assert versions == list(range(51))  # every version once: none overwritten
-    read = tables.read(spark, path).where("op = 'w'").toPandas()
+    assert versions == list(range(50))  # every version once: none overwritten
+    read = tables.read(spark, path).toPandas()
     assert sorted(read.groupby("name")["k"].apply(sorted).tolist()) == [list(range(25))] * 2
 
 
