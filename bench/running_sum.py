@@ -61,6 +61,13 @@ def per_key_sum(op, md, data):
     return data.assign(total=total)
 
 
+def per_key_arrays_sum(op, md, data):
+    """:func:`per_key_sum` on the key's rows as NumPy arrays (``map(..., data="arrays")``)."""
+    total = sp.get(op, md) + np.cumsum(data["x"])
+    sp.set(op, md, int(total[-1]))
+    return {**data, "total": total}
+
+
 def drain_pipeline(spark, pipeline: sp.Pipeline, warehouse: str) -> dict:
     """Run ``pipeline`` until its source is drained: wall seconds, input rows, per-batch
     latencies (from a batch's start until its output is written; the checkpoint after it

@@ -93,7 +93,7 @@ class Stream:
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
             vectorized: bool = False, codec: str = "json", hooks: Hooks | None = None,
             timers: bool = False, ttl: Any = None, event_time: str | None = None,
-            delay: Any = None) -> Stream:
+            delay: Any = None, data: str = "frame") -> Stream:
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
@@ -102,6 +102,10 @@ class Stream:
         calls ``fn`` once per batch with every key (``get`` returns a Series indexed by key);
         ``codec="pickle"`` stores arbitrary objects; ``hooks`` are this operator's lifecycle hooks.
         State is kept per value of the stream's key (``key=`` of the reader), or unkeyed.
+        ``data="arrays"`` (per-key calls) hands ``fn`` its key's rows as ``{column: NumPy
+        array}`` instead of a DataFrame, and ``fn`` returns such a dict (or a DataFrame, or
+        None): NumPy on a few values costs microseconds where pandas costs a hundred. Results
+        with a row per input row keep the input's order; others follow the batch's rows.
 
         Keyed maps may have time act on their keys (:mod:`ops.operators.timing` states the
         rules): ``timers=True`` lets ``fn`` call ``sp.set_timer(op, md, at=…)``, and a due timer
@@ -124,7 +128,7 @@ class Stream:
         named = self._name_for(name, fn)
         clock = _clock(named, timers, ttl, event_time, delay)
         op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
-                 keys=self.source.schema.key_fields, clock=clock, timers=timers)
+                 keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:

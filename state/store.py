@@ -107,13 +107,21 @@ class OperatorState:
     def get_values(self, keys: Sequence[Hashable]) -> list[Any]:
         """Values for many keys at once, as a list in the order of ``keys``."""
         self.prefetch(keys)
-        return [self._value_of(key) for key in keys]
+        held = self._values.get
+        values = [held(key, _MISSING) for key in keys]  # one dict lookup per key: a hot loop
+        for position, value in enumerate(values):
+            if value is _MISSING:
+                values[position] = self._value_of(keys[position])
+        return values
 
     def _value_of(self, key: Hashable) -> Any:
         value = self._values.get(key, _MISSING)
         if value is _MISSING:
-            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys
-            value = self._initial if _immutable(self._initial) else copy.deepcopy(self._initial)
+            if _immutable(self._initial):  # nothing to hold: every read gives the same value
+                return self._initial
+            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys,
+            # held so that changes made to it in place are seen by the next read
+            value = copy.deepcopy(self._initial)
             self._values[key] = value
             self._placeholders.add(key)
         return value
@@ -144,9 +152,24 @@ class OperatorState:
         self.set_values(values.index, values.tolist())
 
     def set_values(self, keys: Iterable[Hashable], values: Iterable[Any]) -> None:
-        """Replace the value of each key by the value at the same position."""
-        for key, value in zip(keys, values):
-            self.set(key, value)
+        """Replace the value of each key by the value at the same position (what :meth:`set`
+        does per key, a set operation at a time: windowed batches set tens of thousands)."""
+        keys = list(keys)
+        self._note_stored(keys)
+        self._values.update(zip(keys, values))
+        if self._placeholders:
+            self._placeholders.difference_update(keys)
+        self._changed.update(keys)
+        self._dirty.update(keys)
+
+    def _note_stored(self, keys: list[Hashable]) -> None:
+        """Keys not seen before in this run: whether the last checkpoint holds them is what
+        the run knows of unread keys."""
+        stored = self._stored
+        unread = self._unread
+        for key in keys:
+            if key not in stored:
+                stored[key] = unread
 
     def delete(self, key: Hashable) -> None:
         """Forget ``key``: a tombstone is written and the key reads as initial state again."""
@@ -155,10 +178,12 @@ class OperatorState:
     def delete_many(self, keys: Iterable[Hashable]) -> None:
         """Forget every key in ``keys`` (see :meth:`delete`)."""
         keys = list(keys)
+        self._note_stored(keys)
+        pop = self._values.pop
         for key in keys:
-            self._stored.setdefault(key, self._unread)
-            self._values.pop(key, None)
-            self._placeholders.discard(key)
+            pop(key, None)
+        if self._placeholders:
+            self._placeholders.difference_update(keys)
         self._changed.update(keys)
         self._dirty.update(keys)
 
@@ -184,8 +209,8 @@ class OperatorState:
                             columns=["operator", "key", "value", "deleted"])
 
     def mark_checkpointed(self) -> None:
-        for key in self._changed:
-            self._stored[key] = key in self._values
+        values = self._values
+        self._stored.update((key, key in values) for key in self._changed)
         self._changed.clear()
         self._encoded.clear()
 

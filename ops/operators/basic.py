@@ -14,6 +14,7 @@ from ..api import Metadata, Op, Running, running
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
+from .arrays import KeyBlocks, as_arrays, gathered
 from .base import Operator, StateDeclaration, TimerDeclaration
 from .timing import KeyClock
 
@@ -38,8 +39,10 @@ GLOBAL_STATE = "__global__"  # the state name of a pipeline's global storage (sp
 class Map(Operator):
     """``fn(data)`` or, with ``state``, ``fn(op, md, data)`` returning a DataFrame (or None).
 
-    Per-key mode calls ``fn`` once per key of ``keys`` with that key's rows (KX semantics);
-    vectorized mode calls it once with every row and ``md.key`` holding all the batch's keys.
+    Per-key mode calls ``fn`` once per key of ``keys`` with that key's rows (KX semantics), as
+    a DataFrame or, with ``data="arrays"``, as ``{column: NumPy array}`` (see
+    :mod:`ops.operators.arrays`); vectorized mode calls it once with every row and ``md.key``
+    holding all the batch's keys.
     Without ``keys`` the state is the stream's one unkeyed value. ``clock`` (keyed maps only)
     gives it timers and state TTL (see :mod:`ops.operators.timing`).
     """
@@ -53,8 +56,16 @@ class Map(Operator):
     keys: tuple[str, ...] = ()
     clock: TimerDeclaration | None = None
     timers: bool = False  # sp.set_timer allowed (else the clock serves TTL only)
+    data: str = "frame"  # what a per-key call gets: "frame" (a DataFrame) or "arrays"
 
     def __post_init__(self) -> None:
+        if self.data not in ("frame", "arrays"):
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: data must be 'frame' or 'arrays', not {self.data!r}")
+        if self.data == "arrays" and (self.vectorized or not (self.stateful and self.keys)):
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: data='arrays' is for per-key calls: it needs state (state=…), "
+                "a keyed stream (key= on the reader) and vectorized=False")
         if self.clock is not None and not (self.stateful and self.keys):
             raise PipelineDefinitionError(
                 f"map {self.name!r}: timers and ttl need state (state=…) and a keyed stream "
@@ -94,6 +105,8 @@ class Map(Operator):
             fired = clock.fire(present)
         if self.vectorized:
             out = self._vectorized(scope, frame, present, fired, op, now)
+        elif self.data == "arrays":
+            out = self._per_key_arrays(scope, frame, keys, fired, op, now)
         else:
             out = self._per_key(scope, frame, keys, fired, op, now)
         if clock is not None:
@@ -113,6 +126,28 @@ class Map(Operator):
         timed = [self._call(scope, key, frame.iloc[0:0], op=op,
                             md=self._md(scope, key, timer=at), now=now) for key, at in fired]
         return _after(ordered, timed)
+
+    def _per_key_arrays(self, scope: BatchScope, frame: pd.DataFrame, keys: pd.Series,
+                        fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
+        blocks = KeyBlocks.of(frame, keys)
+        results: list[tuple[Any, Any]] = [
+            (rows, self._call_arrays(scope, key, data, op, self._md(scope, key), now))
+            for (key, data), rows in zip(blocks, blocks.rows)]
+        results += [(None, self._call_arrays(scope, key, blocks.empty(), op,
+                                             self._md(scope, key, timer=at), now))
+                    for key, at in fired]
+        return gathered(results, frame.index)
+
+    def _call_arrays(self, scope: BatchScope, key: Any, data: dict, op: Op, md: Metadata,
+                     now: Running) -> Any:
+        try:
+            with running(now):
+                return as_arrays(self.fn(op, md, data))
+        except EncodingError as exc:
+            raise EncodingError(f"{scope.where(self.name, key)}: {exc}. {_RETRIED}") from exc
+        except Exception as exc:
+            raise OperatorError(
+                f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. {_RETRIED}") from exc
 
     def _vectorized(self, scope: BatchScope, frame: pd.DataFrame, present: list,
                     fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
