@@ -40,12 +40,15 @@ def write_batches(spark, path: str, frames) -> int:
 
 
 def events(keys: int, sizes: list[int], seed: int = 42):
-    """Frames of ``k`` (uniform over ``keys``), ``x`` in 1..99 and the input order ``seq``."""
+    """Frames of ``k`` (uniform over ``keys``), ``x`` in 1..99 and ``seq``, which numbers every
+    event of all the frames once, in input order."""
     rng = np.random.default_rng(seed)
+    first = 0
     for size in sizes:
         yield pd.DataFrame({"k": rng.integers(0, keys, size, dtype=np.int64),
                             "x": rng.integers(1, 100, size, dtype=np.int64),
-                            "seq": np.arange(size, dtype=np.int64)})
+                            "seq": np.arange(first, first + size, dtype=np.int64)})
+        first += size
 
 
 def vectorized_sum(op, md, data):
@@ -83,12 +86,18 @@ def drain_pipeline(spark, pipeline: sp.Pipeline, warehouse: str) -> dict:
     return result
 
 
-def run_lakestream(spark, source: str, warehouse: str, vectorized: bool) -> dict:
-    fn = vectorized_sum if vectorized else per_key_sum
-    pipeline = (sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
-                .map(fn, state=0, vectorized=vectorized, name="sum")
-                .write.to_delta("out")).named("vectorized" if vectorized else "per_key")
-    return drain_pipeline(spark, pipeline, warehouse)
+def summing(source: str, vectorized: bool, data: str = "frame") -> sp.Pipeline:
+    """The running sum over the Delta table ``source``, one commit per batch, into sink ``out``:
+    vectorized, or per key on DataFrames or (``data="arrays"``) on NumPy arrays."""
+    fn = vectorized_sum if vectorized else per_key_arrays_sum if data == "arrays" else per_key_sum
+    name = "vectorized" if vectorized else f"per_key_{data}"
+    return (sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
+            .map(fn, state=0, vectorized=vectorized, data=data, name="sum")
+            .write.to_delta("out")).named(name)
+
+
+def run_lakestream(spark, source: str, warehouse: str, vectorized: bool, data: str = "frame") -> dict:
+    return drain_pipeline(spark, summing(source, vectorized, data), warehouse)
 
 
 def anchor_sum(timeout_ms: int | None = None):

@@ -6,6 +6,7 @@ same generated input. Prints a table per workload and a summary against the targ
     .venv/bin/python bench/suite.py --scale 0.05    # same shapes, small: a quick look
     .venv/bin/python bench/suite.py --only windowed,checkpoint
     .venv/bin/python bench/suite.py --only kafka        # starts an embedded Kafka broker of its own
+    .venv/bin/python bench/suite.py --only peers        # PyFlink and Bytewax too (bench/install_peers)
 """
 
 from __future__ import annotations
@@ -23,9 +24,17 @@ import ops as sp  # noqa: E402
 
 from _common import print_table, write_results  # noqa: E402
 
-WORKLOADS = ("running_sum", "windowed", "checkpoint", "recovery", "overhead", "kafka")
+WORKLOADS = ("running_sum", "windowed", "checkpoint", "recovery", "overhead", "kafka", "peers")
 TARGETS = {"running_sum": "vectorized >= 10x anchor at 100k keys", "windowed": ">= 1x anchor",
            "checkpoint": "largest/smallest state <= 2"}
+#: issue 24's targets, each a ratio within the peers workload: (workload, system, ratio) -> target
+PEER_TARGETS = {
+    ("running_sum", "lakestream vectorized", "x_spark"): 50.0,
+    ("running_sum", "lakestream vectorized", "x_pyflink_datastream"): 1.0,
+    ("windowed", "lakestream", "x_spark"): 3.0,
+    ("running_sum", "lakestream per-key, arrays", "x_bytewax"): 1.0,
+    ("running_sum", "lakestream per-key, DataFrames", "x_bytewax"): 1.0,
+}
 
 
 def main() -> None:
@@ -122,8 +131,15 @@ def _kafka(spark, workdir, n, args) -> dict:
     return result
 
 
+def _peers(spark, workdir, n, args) -> dict:
+    """PyFlink and Bytewax beside lakestream and Spark (``bench/peers.py``; the peers need
+    ``bench/install_peers``)."""
+    from peers import run_all
+    return run_all(spark, f"{workdir}/peers", args.scale)
+
+
 RUNNERS = {"running_sum": _running_sum, "windowed": _windowed, "checkpoint": _checkpoint,
-           "recovery": _recovery, "overhead": _overhead, "kafka": _kafka}
+           "recovery": _recovery, "overhead": _overhead, "kafka": _kafka, "peers": _peers}
 
 
 def summary(results: dict) -> list[dict]:
@@ -151,6 +167,13 @@ def summary(results: dict) -> list[dict]:
         if row["system"].startswith("lakestream"):
             lines.append({"workload": "running sum from Kafka", "system": row["system"],
                           "ratio": row["x_anchor"], "target": "-"})
+    for (workload, system, ratio), target in PEER_TARGETS.items():
+        for row in results.get("peers", {}).get(workload, []):
+            if row["system"] == system and row.get(ratio) is not None and (
+                    workload == "windowed" or row["keys"] >= 100_000 * results["scale"]):
+                lines.append({"workload": f"peers: {workload}, {row['keys']:,} keys",
+                              "system": f"{system} ({ratio})", "ratio": row[ratio],
+                              "target": f">= {target:g}x"})
     _table("summary (ratio: x anchor, or largest/smallest)", lines,
            ["workload", "system", "ratio", "target"])
     return lines

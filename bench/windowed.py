@@ -22,7 +22,8 @@ START = pd.Timestamp("2026-01-01", tz="UTC")
 
 
 def clicks(keys: int, batch: int, batches: int, minutes_per_batch: int = 2, seed: int = 3):
-    """Frames in event-time order, each covering the next ``minutes_per_batch`` minutes."""
+    """Frames in event-time order, each covering the next ``minutes_per_batch`` minutes;
+    ``seq`` numbers every event once."""
     rng = np.random.default_rng(seed)
     span_ms = minutes_per_batch * 60_000
     for b in range(batches):
@@ -30,7 +31,7 @@ def clicks(keys: int, batch: int, batches: int, minutes_per_batch: int = 2, seed
         yield pd.DataFrame({"k": rng.integers(0, keys, batch, dtype=np.int64),
                             "x": rng.integers(1, 100, batch, dtype=np.int64),
                             "ts": START + pd.to_timedelta(offsets, unit="ms"),
-                            "seq": np.arange(batch, dtype=np.int64)})
+                            "seq": np.arange(b * batch, (b + 1) * batch, dtype=np.int64)})
 
 
 def run_lakestream(spark, source: str, warehouse: str) -> dict:
