@@ -84,6 +84,36 @@ def drain_query(spark, stream, workdir: str, sink: str = "delta", options: dict 
     return result
 
 
+@contextmanager
+def phase_times(into: dict[str, list[float]], phases: dict[str, tuple[type, str]]):
+    """Append the seconds of every call of the methods ``phases`` names (phase -> (class,
+    method)) to ``into[phase]`` for the block's duration: the methods are wrapped, then put
+    back. Calls in other threads (a run's writer threads) are timed too."""
+    originals = [(owner, name, owner.__dict__[name]) for owner, name in phases.values()]
+    for phase, (owner, name, original) in zip(phases, originals):
+        setattr(owner, name, _timed(original, into[phase]))
+    try:
+        yield into
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def _timed(function, seconds: list[float]):
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+    return timed
+
+
+def per_batch(times: dict[str, list[float]], batches: int, phases: dict) -> dict[str, float]:
+    """Each phase's total seconds divided by ``batches`` (phases that never ran left out)."""
+    return {phase: sum(times[phase]) / batches for phase in phases if times.get(phase)}
+
+
 def write_results(name: str, payload: dict) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -56,14 +56,13 @@ import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pandas as pd  # noqa: E402
-from _common import drain_query, print_table, write_results  # noqa: E402
+from _common import drain_query, per_batch, phase_times, print_table, write_results  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from running_sum import anchor_running_sum, drain_pipeline, events, per_key_sum, vectorized_sum  # noqa: E402
 
@@ -152,36 +151,6 @@ def as_kafka_records(stream):
                          F.to_json(F.struct("k", "x", "total")).alias("value"))
 
 
-# --- timing lakestream's phases -------------------------------------------------------------------
-@contextmanager
-def phase_times(into: dict[str, list[float]]):
-    """Append the seconds of every call of the :data:`PHASES` methods to ``into[phase]`` for the
-    block's duration (the methods are wrapped, then put back)."""
-    originals = [(owner, name, owner.__dict__[name]) for owner, name in PHASES.values()]
-    for phase, (owner, name, original) in zip(PHASES, originals):
-        setattr(owner, name, _timed(original, into[phase]))
-    try:
-        yield into
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
-
-
-def _timed(function, seconds: list[float]):
-    def timed(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - started)
-    return timed
-
-
-def per_batch(phases: dict[str, list[float]], batches: int) -> dict[str, float]:
-    """Each phase's total seconds divided by ``batches`` (phases that never ran left out)."""
-    return {phase: sum(phases[phase]) / batches for phase in PHASES if phases.get(phase)}
-
-
 # --- throughput ---------------------------------------------------------------------------------
 def throughput(spark, bootstrap: str, workdir: str, topic: str, frames: list[pd.DataFrame],
                batch: int, per_key: bool) -> tuple[list[dict], dict]:
@@ -195,9 +164,9 @@ def throughput(spark, bootstrap: str, workdir: str, topic: str, frames: list[pd.
         name = "vectorized" if vectorized else "per_key"
         pipeline = lakestream(bootstrap, topic, name, batch, vectorized)
         timed: dict[str, list[float]] = defaultdict(list)
-        with phase_times(timed):
+        with phase_times(timed, PHASES):
             runs[system] = drain_pipeline(spark, pipeline, f"{workdir}/wh")
-        phases[system] = per_batch(timed, len(runs[system]["batch_latencies"]))
+        phases[system] = per_batch(timed, len(runs[system]["batch_latencies"]), PHASES)
         sinks[system] = pipeline.table_path("out", f"{workdir}/wh")
     runs[ANCHOR] = drain_query(spark, anchor(spark, bootstrap, topic, batch), f"{workdir}/anchor")
     sinks[ANCHOR] = f"{workdir}/anchor/out"
@@ -222,11 +191,11 @@ def kafka_sinks(spark, bootstrap: str, workdir: str, topic: str, frames: list[pd
     for out in (ours, theirs):
         new_topic(bootstrap, out)
     timed: dict[str, list[float]] = defaultdict(list)
-    with phase_times(timed):
+    with phase_times(timed, PHASES):
         run = drain_pipeline(spark, lakestream(bootstrap, topic, f"to_kafka{tag}", batch, to_topic=ours),
                              f"{workdir}/wh")
     runs = {OURS_KAFKA: run}
-    phases = {OURS_KAFKA: per_batch(timed, len(run["batch_latencies"]))}
+    phases = {OURS_KAFKA: per_batch(timed, len(run["batch_latencies"]), PHASES)}
     runs[ANCHOR_KAFKA] = drain_query(
         spark, as_kafka_records(anchor(spark, bootstrap, topic, batch)), f"{workdir}/anchor_kafka",
         sink="kafka", options={"kafka.bootstrap.servers": bootstrap, "topic": theirs})
@@ -316,7 +285,7 @@ class LatencyRig:
                                       started + VISIBLE_WITHIN_S)
         produce(self.bootstrap, "latency_lakestream", frame)
         produced = time.time()
-        with phase_times(phases):
+        with phase_times(phases, PHASES):
             report = self.pipeline.run_once(self.spark, self.warehouse)
         ran = time.time()
         assert report.rows_in == len(frame), report

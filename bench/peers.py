@@ -45,15 +45,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # run from anywhere
 
+from collections import defaultdict  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from _common import peak_memory, print_table, write_results  # noqa: E402
+from _common import peak_memory, per_batch, phase_times, print_table, write_results  # noqa: E402
 from peer_io import RUNNING_SUM_COLUMNS, WINDOW_COLUMNS, parse_result, read_output, write_input  # noqa: E402
 
 import ops as sp  # noqa: E402
+from ops.operators.basic import Map  # noqa: E402
+from ops.operators.windows import WindowAggregate  # noqa: E402
+from ops.runtime.executor import _Run  # noqa: E402  (planning, timed by phase)
+from ops.sinks.delta import DeltaSink  # noqa: E402
+from ops.sources.delta import DeltaTableSource  # noqa: E402
+from state import CheckpointLog, StateStore  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 PEER_VENVS = BENCH.parent / ".venv-peers"
+#: lakestream's steps timed per batch: phase -> (class, method). The sink and checkpoint commits
+#: run in writer threads beside the next batch (write-behind), so phases add up to more than a
+#: batch's wall time.
+PHASES = {"plan (and its commit)": (_Run, "plan_next"), "read": (DeltaTableSource, "read"),
+          "operator: map": (Map, "apply"), "operator: window": (WindowAggregate, "apply"),
+          "state encode (thread)": (StateStore, "encode_changes"),
+          "sink commit (thread)": (DeltaSink, "write"),
+          "checkpoint commit (thread)": (CheckpointLog, "commit")}
 PEER_TIMEOUT_S = 1800  # a peer that has not drained by then fails the workload, it never hangs it
 SPARK = "Spark applyInPandasWithState + RocksDB"
 SPARK_WINDOW = "Spark window() + watermark + RocksDB"
@@ -106,7 +122,7 @@ def running_sums(spark, workdir: str, keys: int, batch: int, batches: int,
                                      ("lakestream per-key, arrays", False, "arrays"),
                                      ("lakestream per-key, DataFrames", False, "frame")):
         warehouse = f"{workdir}/{tag}_{data}_{vectorized}"
-        run = run_lakestream(spark, source, warehouse, vectorized, data)
+        run = timed_phases(run_lakestream, spark, source, warehouse, vectorized, data)
         run["output"] = summing(source, vectorized, data).read_sink(spark, "out", warehouse)
         runs[system] = run
     anchor = run_anchor(spark, source, f"{workdir}/{tag}_spark")
@@ -126,6 +142,15 @@ def running_sums(spark, workdir: str, keys: int, batch: int, batches: int,
         got = run["output"] if isinstance(run["output"], pd.DataFrame) else read_output(run["output"])
         rows.append(row(keys, batch, batches, system, total, run, same_sums(got, expected)))
     return with_ratios(rows)
+
+
+def timed_phases(run, *args) -> dict:
+    """``run(*args)``'s result with the seconds per batch of each of lakestream's :data:`PHASES`."""
+    times: dict[str, list[float]] = defaultdict(list)
+    with phase_times(times, PHASES):
+        result = run(*args)
+    result["phases"] = per_batch(times, len(result["batch_latencies"]), PHASES)
+    return result
 
 
 def oracle_sums(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -153,7 +178,7 @@ def windowed(spark, workdir: str, keys: int, batch: int, batches: int) -> list[d
     write_input(frames, files)
     expected = oracle_windows(frames)
     w.warm_up(spark, source, workdir)
-    runs = {"lakestream": w.run_lakestream(spark, source, f"{workdir}/win_ours"),
+    runs = {"lakestream": timed_phases(w.run_lakestream, spark, source, f"{workdir}/win_ours"),
             SPARK_WINDOW: w.run_anchor(spark, source, f"{workdir}/win_spark"),
             "PyFlink SQL TUMBLE": run_peer("flink", "window_sql", files, f"{workdir}/win_flink"),
             "Bytewax fold_window": run_peer("bytewax", "window", files, f"{workdir}/win_bytewax")}
@@ -241,6 +266,7 @@ def row(keys: int, batch: int, batches: int, system: str, total: int, run: dict,
             "latency_of": "batch" if latencies else "event, sampled" if median is not None else "",
             "startup_s": run.get("startup_seconds"), "peak_rss_mb": run.get("peak_rss_mb"),
             "output_correct": correct and events == total, "config": run.get("config"),
+            "phases_per_batch_s": run.get("phases"),
             **extra}
 
 
@@ -265,6 +291,10 @@ COLUMNS = ["system", "events_per_s", "x_spark", "x_pyflink_datastream", "x_pyfli
 def print_rows(title: str, rows: list[dict]) -> None:
     print_table(title, COLUMNS + ["error"], [[r.get(c, "") if r.get(c) is not None else ""
                                              for c in COLUMNS + ["error"]] for r in rows])
+    for r in rows:
+        if r.get("phases_per_batch_s"):
+            print(f"  {r['system']}, seconds per batch: " + ", ".join(
+                f"{phase} {seconds:.3f}" for phase, seconds in r["phases_per_batch_s"].items()))
     sys.stdout.flush()
 
 

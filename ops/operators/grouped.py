@@ -134,8 +134,8 @@ class GroupAggregate(TableOperator):
         group_keys = index.tolist()
         # Plain lists by position: a Series lookup per key (a MultiIndex search for several
         # group columns) made this loop the slowest part of a windowed batch.
-        columns = {name: (p if p.index.equals(index) else p.reindex(index)).tolist()
-                   for name, p in partials.items()}
+        aligned = {name: p if p.index.equals(index) else p.reindex(index) for name, p in partials.items()}
+        columns = {name: p.tolist() for name, p in aligned.items()}
         store = scope.store.operator(self.name, initial=None)
         previous = store.get_values(group_keys)
         before: list[Mapping[str, Any] | None] = []
@@ -143,8 +143,8 @@ class GroupAggregate(TableOperator):
         states: list[dict[str, Any]] = []
         # A key seen for the first time takes its partials as they are when every aggregate's
         # accumulator is its result (count, sum, min, max, latest): no combine() call per value.
-        firsts = ({name: _without_nan(values) for name, values in columns.items()}
-                  if self._direct else None)
+        firsts = ({name: _without_nan(values) if aligned[name].hasnans else values
+                   for name, values in columns.items()} if self._direct else None)
         for position, old in enumerate(previous):
             if old is None and firsts is not None:
                 acc = {name: values[position] for name, values in firsts.items()}
