@@ -70,6 +70,8 @@ PHASES = {"plan (and its commit)": (_Run, "plan_next"), "read": (DeltaTableSourc
           "state encode (thread)": (StateStore, "encode_changes"),
           "sink commit (thread)": (DeltaSink, "write"),
           "checkpoint commit (thread)": (CheckpointLog, "commit")}
+#: PyFlink's Python functions run in the JVM's embedded interpreter: 2.5-3x its process mode here
+FLINK_THREAD_MODE = ("--execution-mode", "thread")
 PEER_TIMEOUT_S = 1800  # a peer that has not drained by then fails the workload, it never hangs it
 SPARK = "Spark applyInPandasWithState + RocksDB"
 SPARK_WINDOW = "Spark window() + watermark + RocksDB"
@@ -128,11 +130,12 @@ def running_sums(spark, workdir: str, keys: int, batch: int, batches: int,
     anchor = run_anchor(spark, source, f"{workdir}/{tag}_spark")
     anchor["output"] = spark.read.format("delta").load(f"{workdir}/{tag}_spark/out").toPandas()
     runs[SPARK] = anchor
-    peers = [("PyFlink SQL OVER", "flink", "running_sum_sql"),
-             *([("PyFlink DataStream", "flink", "running_sum_datastream")] if flink_datastream else []),
-             ("Bytewax stateful_map", "bytewax", "running_sum")]
-    for system, peer, workload in peers:
-        runs[system] = run_peer(peer, workload, files, f"{workdir}/{tag}_{peer}_{workload}")
+    peers = [("PyFlink SQL OVER", "flink", "running_sum_sql", ()),
+             *([("PyFlink DataStream", "flink", "running_sum_datastream", FLINK_THREAD_MODE)]
+               if flink_datastream else []),
+             ("Bytewax stateful_map", "bytewax", "running_sum", ())]
+    for system, peer, workload, options in peers:
+        runs[system] = run_peer(peer, workload, files, f"{workdir}/{tag}_{peer}_{workload}", options)
     rows = []
     for system, run in runs.items():
         if "error" in run:
@@ -219,7 +222,7 @@ def _epoch_ms(values: pd.Series) -> pd.Series:
 
 
 # --- the peers' processes -----------------------------------------------------------------------
-def run_peer(peer: str, workload: str, files: str, workdir: str) -> dict:
+def run_peer(peer: str, workload: str, files: str, workdir: str, options: tuple[str, ...] = ()) -> dict:
     """Run ``<peer>_peer.py`` in its own venv on ``files``; its result line, wall seconds, peak
     RSS of its process tree, and where its output is. ``error`` when it is not installed or
     failed (the other systems still run)."""
@@ -228,7 +231,7 @@ def run_peer(peer: str, workload: str, files: str, workdir: str) -> dict:
         return {"error": f"not installed: run bench/install_peers ({python} is missing)"}
     output = f"{workdir}/out"
     command = [str(python), str(BENCH / f"{peer}_peer.py"), "--workload", workload,
-               "--input", files, "--output", output, "--work", f"{workdir}/work"]
+               "--input", files, "--output", output, "--work", f"{workdir}/work", *options]
     os.makedirs(workdir, exist_ok=True)
     print(f"    {peer} {workload} ...", flush=True)
     with open(f"{workdir}/log.txt", "w") as log:
