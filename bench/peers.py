@@ -82,24 +82,33 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply keys and sizes by this")
     parser.add_argument("--no-flink-datastream", action="store_true",
                         help="skip PyFlink's per-event DataStream job (the slowest system)")
+    parser.add_argument("--keys", default=",".join(map(str, GRID)),
+                        help=f"running-sum key counts, of {sorted(GRID)}")
     args = parser.parse_args()
     spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2,
                                             extra={"spark.driver.memory": "2g"}))
     workdir = tempfile.mkdtemp(prefix="lakestream-peers-")
     try:
-        results = run_all(spark, workdir, args.scale, not args.no_flink_datastream)
+        results = run_all(spark, workdir, args.scale, not args.no_flink_datastream,
+                          tuple(int(k) for k in args.keys.split(",")))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nresults: {write_results('peers', results)}")
 
 
-def run_all(spark, workdir: str, scale: float, flink_datastream: bool = True) -> dict:
-    """Both workloads at the suite's sizes times ``scale``; rows and the versions used."""
+GRID = {10_000: (100_000, 4), 100_000: (1_000_000, 3)}  # running sum: keys -> (batch, batches)
+
+
+def run_all(spark, workdir: str, scale: float, flink_datastream: bool = True,
+            key_counts: tuple[int, ...] = tuple(GRID)) -> dict:
+    """Both workloads at the suite's sizes times ``scale`` (the running sum for ``keys`` of
+    :data:`GRID`, for each of ``key_counts``); rows and the versions used."""
     import running_sum
     n = lambda size: max(100, int(size * scale))  # noqa: E731
     running_sum.warm_up(spark, workdir)
     sums = []
-    for keys, batch, batches in ((10_000, 100_000, 4), (100_000, 1_000_000, 3)):
+    for keys in key_counts:
+        batch, batches = GRID[keys]
         sums += running_sums(spark, workdir, n(keys), n(batch), batches, flink_datastream)
         print_rows(f"keyed running sum, {n(keys):,} keys, {batches} batches of {n(batch):,}",
                    [r for r in sums if r["keys"] == n(keys)])

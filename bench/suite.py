@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply keys and sizes by this")
     parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
     parser.add_argument("--no-per-key", action="store_true", help="skip per-key mode (the slow one)")
+    parser.add_argument("--peer-keys", default="10000,100000", help="peers: running-sum key counts")
     args = parser.parse_args()
     chosen = [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = set(chosen) - set(WORKLOADS)
@@ -135,7 +136,8 @@ def _peers(spark, workdir, n, args) -> dict:
     """PyFlink and Bytewax beside lakestream and Spark (``bench/peers.py``; the peers need
     ``bench/install_peers``)."""
     from peers import run_all
-    return run_all(spark, f"{workdir}/peers", args.scale)
+    return run_all(spark, f"{workdir}/peers", args.scale,
+                   key_counts=tuple(int(k) for k in args.peer_keys.split(",")))
 
 
 RUNNERS = {"running_sum": _running_sum, "windowed": _windowed, "checkpoint": _checkpoint,

@@ -443,8 +443,8 @@ def _commit_file(logdir: str, version: int) -> str:
 def _checkpoint_now_and_then(spark: Any, path: str, version: int) -> None:
     """Every tenth version, have Spark write the log checkpoint its own commit would have
     written, in a background thread, so reading the table never replays a long log."""
-    if spark is None or version % _CHECKPOINT_EVERY:
-        return
+    if spark is None or version == 0 or version % _CHECKPOINT_EVERY:
+        return  # as Spark: none for the commit that creates a table
 
     def checkpoint() -> None:
         try:
