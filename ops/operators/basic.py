@@ -131,23 +131,13 @@ class Map(Operator):
                         fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
         blocks = KeyBlocks.of(frame, keys)
         results: list[tuple[Any, Any]] = [
-            (rows, self._call_arrays(scope, key, data, op, self._md(scope, key), now))
+            (rows, self._call(scope, key, data, op=op, md=self._md(scope, key), now=now,
+                              result=as_arrays))
             for (key, data), rows in zip(blocks, blocks.rows)]
-        results += [(None, self._call_arrays(scope, key, blocks.empty(), op,
-                                             self._md(scope, key, timer=at), now))
+        results += [(None, self._call(scope, key, blocks.empty(), op=op, now=now, result=as_arrays,
+                                      md=self._md(scope, key, timer=at)))
                     for key, at in fired]
         return gathered(results, frame.index)
-
-    def _call_arrays(self, scope: BatchScope, key: Any, data: dict, op: Op, md: Metadata,
-                     now: Running) -> Any:
-        try:
-            with running(now):
-                return as_arrays(self.fn(op, md, data))
-        except EncodingError as exc:
-            raise EncodingError(f"{scope.where(self.name, key)}: {exc}. {_RETRIED}") from exc
-        except Exception as exc:
-            raise OperatorError(
-                f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. {_RETRIED}") from exc
 
     def _vectorized(self, scope: BatchScope, frame: pd.DataFrame, present: list,
                     fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
@@ -160,14 +150,18 @@ class Map(Operator):
         return Metadata(key=key, batch_id=scope.batch_id, pipeline=scope.pipeline,
                         operator=self.name, batch_time=scope.batch_time, timer=timer)
 
-    def _call(self, scope: BatchScope, key: Any, rows: pd.DataFrame, *, op: Op | None = None,
-              md: Metadata | None = None, now: Running | None = None) -> pd.DataFrame:
+    def _call(self, scope: BatchScope, key: Any, rows: Any, *, op: Op | None = None,
+              md: Metadata | None = None, now: Running | None = None,
+              result: Callable[[Any], Any] | None = None) -> Any:
+        """``fn`` on ``rows``, its return value through ``result`` (a DataFrame by default); an
+        error names the pipeline, operator, batch and key."""
+        convert = result or _as_frame
         try:
             if op is None:
-                return _as_frame(self.fn(rows))
+                return convert(self.fn(rows))
             assert now is not None
             with running(now):
-                return _as_frame(self.fn(op, md, rows))
+                return convert(self.fn(op, md, rows))
         except EncodingError as exc:  # keeps its type: a value set cannot be stored
             raise EncodingError(f"{scope.where(self.name, key)}: {exc}. {_RETRIED}") from exc
         except Exception as exc:
