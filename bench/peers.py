@@ -145,15 +145,11 @@ def running_sums(spark, workdir: str, keys: int, batch: int, batches: int,
              ("Bytewax stateful_map", "bytewax", "running_sum", ())]
     for system, peer, workload, options in peers:
         runs[system] = run_peer(peer, workload, files, f"{workdir}/{tag}_{peer}_{workload}", options)
-    rows = []
-    for system, run in runs.items():
-        if "error" in run:
-            rows.append({"keys": keys, "batch": batch, "batches": batches, "system": system,
-                         "error": run["error"]})
-            continue
+    def checked(run: dict) -> tuple[bool, dict]:
         got = run["output"] if isinstance(run["output"], pd.DataFrame) else read_output(run["output"])
-        rows.append(row(keys, batch, batches, system, total, run, same_sums(got, expected)))
-    return with_ratios(rows)
+        return same_sums(got, expected), {}
+
+    return with_ratios(rows_of(runs, keys, batch, batches, total, checked))
 
 
 def timed_phases(run, *args) -> dict:
@@ -194,18 +190,12 @@ def windowed(spark, workdir: str, keys: int, batch: int, batches: int) -> list[d
             SPARK_WINDOW: w.run_anchor(spark, source, f"{workdir}/win_spark"),
             "PyFlink SQL TUMBLE": run_peer("flink", "window_sql", files, f"{workdir}/win_flink"),
             "Bytewax fold_window": run_peer("bytewax", "window", files, f"{workdir}/win_bytewax")}
-    rows = []
-    for system, run in runs.items():
-        if "error" in run:
-            rows.append({"keys": keys, "batch": batch, "batches": batches, "system": system,
-                         "error": run["error"]})
-            continue
-        got = (run["windows"] if "windows" in run
-               else read_output(run["output"], WINDOW_COLUMNS))
+    def checked(run: dict) -> tuple[bool, dict]:
+        got = run["windows"] if "windows" in run else read_output(run["output"], WINDOW_COLUMNS)
         agreeing, emitted = same_windows(got, expected)
-        rows.append(row(keys, batch, batches, system, total, run, agreeing == emitted,
-                        windows_out=emitted, windows_agreeing=agreeing))
-    return with_ratios(rows, spark_system=SPARK_WINDOW)
+        return agreeing == emitted, {"windows_out": emitted, "windows_agreeing": agreeing}
+
+    return with_ratios(rows_of(runs, keys, batch, batches, total, checked), spark_system=SPARK_WINDOW)
 
 
 def oracle_windows(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -263,6 +253,21 @@ def run_peer(peer: str, workload: str, files: str, workdir: str, options: tuple[
 
 
 # --- rows ---------------------------------------------------------------------------------------
+def rows_of(runs: dict[str, dict], keys: int, batch: int, batches: int, total: int,
+            checked) -> list[dict]:
+    """A row per system: its error, or its figures and whether ``checked(run)`` found its
+    output right (``checked`` returns that and extra columns)."""
+    rows = []
+    for system, run in runs.items():
+        if "error" in run:
+            rows.append({"keys": keys, "batch": batch, "batches": batches, "system": system,
+                         "error": run["error"]})
+            continue
+        correct, extra = checked(run)
+        rows.append(row(keys, batch, batches, system, total, run, correct, **extra))
+    return rows
+
+
 def row(keys: int, batch: int, batches: int, system: str, total: int, run: dict, correct: bool,
         **extra) -> dict:
     """One table row: throughput, latency, memory and whether the output was the oracle's."""
