@@ -73,13 +73,8 @@ def test_arrays_need_a_keyed_stateful_per_key_map():
 
 
 def test_an_arrays_map_runs_and_resumes_from_its_checkpoint(spark, warehouse):
-    def summed(op, md, data):
-        total = sp.get(op, md) + np.cumsum(data["x"])
-        sp.set(op, md, int(total[-1]))
-        return {**data, "total": total}
-
     pipeline = (sp.read.from_callback("publish", key="y", schema=SCHEMA)
-                .map(summed, state=0, data="arrays").write.to_delta("sums")).named("arrays_sum")
+                .map(on_arrays, state=0, data="arrays").write.to_delta("sums")).named("arrays_sum")
     pipeline.publish(spark, SEED_ROWS[:4], warehouse)
     pipeline.run_once(spark, warehouse)
     pipeline.publish(spark, SEED_ROWS[4:], warehouse)
