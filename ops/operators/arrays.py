@@ -45,9 +45,6 @@ class KeyBlocks:
         columns = {str(name): frame[name].to_numpy()[order] for name in frame.columns}
         return cls(list(uniques), columns, order, bounds)
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def __iter__(self) -> Iterator[tuple[Any, Arrays]]:
         bounds = self._bounds
         for position, key in enumerate(self.keys):
