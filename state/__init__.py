@@ -25,7 +25,7 @@ from .errors import (
 from .faults import fault_point
 from .global_tables import GlobalTable, global_table
 from .hooks import HookContext, Hooks
-from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column
+from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
 from .layout import PipelineLayout, check_name, resolve_warehouse
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
@@ -36,7 +36,7 @@ from .tracking import Tracked, restore_all, save_all, track
 from .warmup import TransactionWarmer, warming
 
 __all__ = [
-    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
+    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group", "key_groups",
     "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
     "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
     "EncodingError", "GlobalTable",

@@ -158,7 +158,7 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
                     _SAME_IN_PANDAS[type(field.dataType)](table.schema.field(field.name).type)
                     for field in schema.fields):
                 return None
-            parts.append(table.add_column(0, VERSION, pa.array([version] * len(table), pa.int64())))
+            parts.append(table.add_column(0, VERSION, pa.array(np.full(len(table), version, np.int64))))
     if not parts:
         return pd.DataFrame()  # nothing inserted: the caller has Spark give it dtypes
     rows = pa.concat_tables(parts).to_pandas()

@@ -29,7 +29,7 @@ from . import direct, tables
 from .direct import Outcome
 from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
-from .keygroups import DEFAULT_KEY_GROUPS, key_group
+from .keygroups import DEFAULT_KEY_GROUPS, key_groups
 from .layout import PipelineLayout
 
 CHECKPOINT_OPERATOR = "__checkpoint__"
@@ -149,13 +149,13 @@ class CheckpointLog:
         """
         record = pd.DataFrame([{
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
-            "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}])
+            "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}]
+        ).astype({"key_group": "Int32"})
         if isinstance(state_rows, DataFrame):
             frame: pd.DataFrame | DataFrame = (
                 state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
                 .select(*STATE_SCHEMA.names)
-                .unionByName(tables.to_frame(self._spark, record.astype({"key_group": "Int32"}),
-                                             STATE_SCHEMA)))
+                .unionByName(tables.to_frame(self._spark, record, STATE_SCHEMA)))
         else:
             frame = self._rows(checkpoint, state_rows, record)
         self._append(checkpoint, frame)
@@ -163,9 +163,8 @@ class CheckpointLog:
     def _rows(self, checkpoint: Checkpoint, state_rows: pd.DataFrame,
               record: pd.DataFrame) -> pd.DataFrame:
         if len(state_rows):
-            groups = checkpoint.key_groups
-            state_rows = state_rows.assign(
-                key_group=[key_group(key, groups) for key in state_rows["key"]])
+            state_rows = state_rows.assign(key_group=pd.array(
+                key_groups(state_rows["key"], checkpoint.key_groups), dtype="Int32"))
         rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
         rows["checkpoint_id"] = checkpoint.checkpoint_id
         rows["key_group"] = rows["key_group"].astype("Int32")

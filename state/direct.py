@@ -52,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 log = logging.getLogger(__name__)
@@ -344,13 +345,13 @@ def _write_files(rows: pd.DataFrame, local: str, table: _TableLog) -> list[dict[
         name = f"part-00000-{uuid.uuid4()}.c000.snappy.parquet"
         relative = f"{folder}/{name}" if folder else name
         os.makedirs(os.path.join(local, folder), exist_ok=True)
-        arrow = pa.Table.from_pandas(part[stored], schema=schema, preserve_index=False)
+        arrow = pa.Table.from_pandas(part, schema=schema, preserve_index=False)  # schema's columns
         pq.write_table(arrow, os.path.join(local, relative), compression="snappy")
         adds.append({"add": {
             "path": relative, "partitionValues": dict(zip(partitions, map(str, values))),
             "size": os.path.getsize(os.path.join(local, relative)),
             "modificationTime": int(time.time() * 1000), "dataChange": True,
-            "stats": json.dumps(_stats(part, stats_columns, data_columns))}})
+            "stats": json.dumps(_stats(arrow, stats_columns, data_columns))}})
     return adds
 
 
@@ -363,14 +364,18 @@ def _stats_columns(table: _TableLog, data_columns: list[str], kinds: dict[str, s
     return [c for c in chosen if c in data_columns and kinds[c] in _STATS_TYPES]
 
 
-def _stats(part: pd.DataFrame, stats_columns: list[str], data_columns: list[str]) -> dict[str, Any]:
+def _stats(arrow: pa.Table, stats_columns: list[str], data_columns: list[str]) -> dict[str, Any]:
+    """Delta's file statistics, from the rows as written (``void`` columns are in no file:
+    all null)."""
     mins, maxes = {}, {}
     for column in stats_columns:
-        values = part[column].dropna()
-        if len(values):
-            mins[column], maxes[column] = int(values.min()), int(values.max())
-    return {"numRecords": len(part), "minValues": mins, "maxValues": maxes,
-            "nullCount": {c: int(part[c].isna().sum()) for c in data_columns}}
+        bounds = pc.min_max(arrow[column])
+        if bounds["min"].is_valid:
+            mins[column], maxes[column] = bounds["min"].as_py(), bounds["max"].as_py()
+    stored = set(arrow.column_names)
+    return {"numRecords": arrow.num_rows, "minValues": mins, "maxValues": maxes,
+            "nullCount": {c: arrow[c].null_count if c in stored else arrow.num_rows
+                          for c in data_columns}}
 
 
 def _actions(adds: list[dict[str, Any]], table: _TableLog, txn: tuple[str, int] | None,

@@ -12,7 +12,9 @@ move keys between groups. The hash is CRC-32 of the key's UTF-8 encoding, which 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 
+import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -23,6 +25,18 @@ MAX_KEY_GROUPS = 32_768  # Flink's upper bound too: far more groups than any clu
 def key_group(encoded_key: str, groups: int) -> int:
     """The group of an encoded key (see :func:`state.encode_key`)."""
     return zlib.crc32(encoded_key.encode("utf-8")) % groups
+
+
+def key_groups(encoded_keys: Iterable[str], groups: int) -> np.ndarray:
+    """:func:`key_group` of every key, as an ``int32`` array: one pass with no call per key
+    (a checkpoint hashes every key it changed, 100k and more).
+
+    >>> key_groups(['"sensor-7"', "12", ""], 256).tolist()
+    [107, 205, 0]
+    """
+    crc32 = zlib.crc32
+    hashes = np.fromiter((crc32(key.encode("utf-8")) for key in encoded_keys), np.int64)
+    return (hashes % groups).astype(np.int32)
 
 
 def key_group_column(encoded_key: Column, groups: int) -> Column:

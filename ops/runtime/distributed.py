@@ -62,8 +62,8 @@ from state import (
     StateStore,
     decode_key,
     encode_key,
-    key_group,
     key_group_column,
+    key_groups,
     stored_values,
 )
 
@@ -172,7 +172,7 @@ class TaskSpec:
             encoded_keys = [encode_key(operator.owner(decode_key(key))) for key in encoded_keys]
             groups = None  # the owners' groups, not the keys'
         if groups is None:
-            groups = np.array([key_group(key, self.key_groups) for key in encoded_keys], "int64")
+            groups = key_groups(encoded_keys, self.key_groups).astype("int64")
         return self.bucket(groups)
 
     def bucket(self, group: Any) -> Any:
@@ -359,7 +359,7 @@ def _ticked(spark: SparkSession, task: TaskSpec, clock: StateStore, late: int) -
     store, held = operator.clock(scope)
     operator.tick(scope, store, held, task.stream_time[operator.name], late)
     rows = store.changed_rows()
-    rows["key_group"] = [key_group(key, task.key_groups) for key in rows["key"]]
+    rows["key_group"] = key_groups(rows["key"], task.key_groups)
     columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
     return spark.createDataFrame(rows[columns.names], columns)
 
@@ -447,8 +447,7 @@ def _with_buckets(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd
         else:
             encoded = [encode_key(operator.state_key(tuple(to_python(v) for v in row)))
                        for row in chunk[list(keys)].itertuples(index=False)]
-        groups = np.fromiter((key_group(key, task.key_groups) for key in encoded), "int64",
-                             len(encoded))
+        groups = key_groups(encoded, task.key_groups).astype("int64")
         yield chunk.assign(**{KEY_COLUMN: encoded, BUCKET_COLUMN: task.bucket(groups).astype("int32")})
 
 
@@ -536,7 +535,7 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
     rows = store.changed_rows()
     if rows.empty:
         return rows
-    groups = np.array([key_group(k, task.key_groups) for k in rows["key"]], dtype="int32")
+    groups = key_groups(rows["key"], task.key_groups)
     if task.stage.keys and bucket is not None:
         elsewhere = task.owning_bucket(rows["key"], groups) != bucket
         if elsewhere.any():  # a key encoded unlike its rows: its state would be lost next batch

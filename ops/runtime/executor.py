@@ -119,6 +119,10 @@ class _Run:
         # Two lanes, so a batch's sinks are written while the checkpoint before it commits
         self.sink_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-sinks")
         self.commit_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-commit")
+        # Reads the next planned batch while this one's operators run; the source's only user
+        # meanwhile (a source is read one slice at a time, and plans are made between batches)
+        self.reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakestream-read")
+        self.ahead: tuple[BatchPlan, Future] | None = None  # the next batch's read under way
         self.encoding: Future | None = None  # the pending checkpoint's state rows
         self.batch_encoding: Future | None = None  # the last batch's changed state
         self.written: deque[tuple[Future, _Output]] = deque()  # sink writes not yet reported
@@ -243,6 +247,21 @@ class _Run:
         return min((t for t in times if t is not None), default=None)
 
     def read(self, plan: BatchPlan) -> Slice:
+        """The batch's input: read ahead while the batch before it ran, else read now."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[0] == plan:
+            return ahead[1].result()
+        return self.read_now(plan)
+
+    def read_next(self, batch_id: int) -> None:
+        """Start reading the batch planned after ``batch_id``, if one is, so that its input is
+        ready when it runs: reading (files, Arrow, the network) mostly waits, and a batch's
+        operators mostly compute."""
+        plan = self.pending_plans.get(batch_id + 1)
+        if plan is not None:
+            self.ahead = plan, self.reader.submit(self.read_now, plan)
+
+    def read_now(self, plan: BatchPlan) -> Slice:
         """The batch's input: its planned slice, or no rows (a batch for timers)."""
         source = self.pipeline.source
         if source.name not in plan.ranges:
@@ -256,13 +275,16 @@ class _Run:
                           operators=self.pipeline.stateful_operators)
 
     # 3. run operators ------------------------------------------------------------------------
-    def run_batch(self, plan: BatchPlan, replayed: bool) -> _Output:
-        """Read the batch's slice and run the operators on it; nothing is written yet."""
+    def run_batch(self, plan: BatchPlan, replayed: bool, read_ahead: bool = True) -> _Output:
+        """Read the batch's slice and run the operators on it; nothing is written yet. With
+        ``read_ahead``, the next planned batch is read meanwhile."""
         started = time.perf_counter()
         self.beat.doing(f"{self.pipeline.name}: running batch {plan.batch_id}")
         self.warmer.warm()  # the tables this batch appends to, while it reads and computes
         source = self.pipeline.source
         sliced = self.read(plan)
+        if read_ahead:
+            self.read_next(plan.batch_id)
         self.take_encoded()
         if self.hooks:
             self.finish_checkpoint()
@@ -534,6 +556,7 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
             run.sink_lane.shutdown(wait=False)
             run.commit_lane.shutdown(wait=False)
             run.encoder.shutdown(wait=False)
+            run.reader.shutdown(wait=False, cancel_futures=True)
             run.close_sinks()
             run.call_hooks_quietly("on_teardown")
     report.checkpoint_id = run.last.checkpoint_id if run.last else None
@@ -564,7 +587,7 @@ def _run_batches(run: _Run, max_batches: int | None) -> None:
             live.idle()
             run.woken = False  # timers may fall due again while it waits
             continue
-        output = run.run_batch(*planned)
+        output = run.run_batch(*planned, read_ahead=max_batches is None or ran + 1 < max_batches)
         ran, since_batches = ran + 1, since_batches + 1
         run.write_behind(output)
         run.finish_checkpoint()  # the previous checkpoint is committed before the next is taken

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,8 +33,8 @@ class DeltaSink(StoredSink):
     def write(self, ctx: RunContext, batch_id: int, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
-        rows = frame.reset_index(drop=True).assign(
-            **{BATCH_COLUMN: batch_id, ROW_COLUMN: range(len(frame))})
+        rows = frame.assign(**{BATCH_COLUMN: batch_id, ROW_COLUMN: np.arange(len(frame))})
+        rows.index = pd.RangeIndex(len(rows))  # renumbered in place: the copy is assign's alone
         tables.append_rows(ctx.spark, rows, self.location(ctx.layout), staging=ctx.layout.staging,
                            txn=ctx.txn(f"sink/{self.name}", batch_id))
 
