@@ -36,8 +36,8 @@ from .tracking import Tracked, restore_all, save_all, track
 from .warmup import TransactionWarmer, warming
 
 __all__ = [
-    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group", "key_groups",
-    "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
+    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
+    "key_groups", "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
     "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
     "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",

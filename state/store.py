@@ -12,7 +12,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import tables
-from .codecs import Codec, codec_named, decode_key, decode_value, encode_key, encode_value
+from .codecs import (
+    Codec,
+    codec_named,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_keys,
+    encode_value,
+)
 from .layout import PipelineLayout
 from .timers import Timers, timer_state
 
@@ -195,14 +203,25 @@ class OperatorState:
         """Encode the values changed since the last call: a value the codec cannot store raises
         an :class:`EncodingError` naming the operator and key here, at the end of the batch
         that set it, before any of that batch's output is written."""
-        for key in self._dirty:
-            value = self._values.get(key, _MISSING)
-            if value is not _MISSING:
-                text = encode_value(self._codec, value, operator=self.name, key=key)
-                self._encoded[key] = (self.name, encode_key(key), text, False)
-            elif self._stored.get(key, self._unread) is not False:  # may hold a value
-                self._encoded[key] = (self.name, encode_key(key), None, True)
-            else:  # set and deleted again before any checkpoint held it: nothing to write
+        # A few passes over lists rather than one loop with a call per key: a windowed batch
+        # changes tens of thousands of keys, and this runs between two batches.
+        values, stored, unread, name = self._values, self._stored, self._unread, self.name
+        held = [key for key in self._dirty if key in values]
+        gone = [key for key in self._dirty if key not in values]
+        try:
+            texts = self._codec.encode_many([values[key] for key in held])
+        except Exception:
+            for key in held:  # find the value, and raise naming its key
+                encode_value(self._codec, values[key], operator=name, key=key)
+            raise
+        self._encoded.update(zip(held, [(name, encoded, text, False)
+                                        for encoded, text in zip(encode_keys(held), texts)]))
+        # a key set and deleted again before any checkpoint held it has nothing to write
+        tombstones = [key for key in gone if stored.get(key, unread) is not False]
+        self._encoded.update(zip(tombstones, [(name, encoded, None, True)
+                                              for encoded in encode_keys(tombstones)]))
+        if len(tombstones) < len(gone):
+            for key in set(gone).difference(tombstones):
                 self._encoded.pop(key, None)
         self._dirty.clear()
 
@@ -299,6 +318,13 @@ class StateStore:
     def mark_checkpointed(self) -> None:
         for op in self._operators.values():
             op.mark_checkpointed()
+
+    def take_changes(self) -> pd.DataFrame:
+        """The changed rows for a checkpoint; the store then counts changes anew, as after
+        :meth:`mark_checkpointed` (a run takes them in its encoder thread, between batches)."""
+        rows = self.changed_rows()
+        self.mark_checkpointed()
+        return rows
 
     def _given_values(self, operator: str, keys: list[str] | None) -> dict[str, str]:
         assert self._given is not None

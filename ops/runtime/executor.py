@@ -474,20 +474,19 @@ class _Run:
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
                                     run_id=self.ctx.run_id, key_groups=self.pipeline.key_groups,
                                     wake_at=self.wake_at(self.batch_time))
-        self.encoding = self.encoder.submit(self.store.changed_rows)
+        self.encoding = self.encoder.submit(self.store.take_changes)
         return _Pending(checkpoint, self.encoding)
 
     def take_encoded(self) -> None:
         """Before operators change state again: the last batch's changes are encoded (raising
-        what its state cannot be stored as) and so are the pending checkpoint's rows, so the
-        store can start counting changes for the next one."""
+        what its state cannot be stored as) and the pending checkpoint has taken its rows, so
+        the store counts changes for the next one."""
         batch, self.batch_encoding = self.batch_encoding, None
         if batch is not None:
             batch.result()
         encoding, self.encoding = self.encoding, None
         if encoding is not None:
             encoding.result()
-            self.store.mark_checkpointed()
 
     def settle(self, error: BaseException) -> None:
         """After ``error``: let the writes under way finish (what they make durable is valid),

@@ -10,7 +10,15 @@ from pyspark.sql import functions as F
 
 import ops as sp
 from ops import ConfigError, PipelineDefinitionError
-from state import CHECKPOINT_OPERATOR, STATE_SCHEMA, encode_key, key_group, key_group_column, tables
+from state import (
+    CHECKPOINT_OPERATOR,
+    STATE_SCHEMA,
+    encode_key,
+    key_group,
+    key_group_column,
+    key_groups,
+    tables,
+)
 from state import compact as state_compact
 
 
@@ -36,6 +44,7 @@ def test_python_and_spark_put_every_key_in_the_same_group(spark):
     for groups in (1, 7, 256):
         spark_groups = [row[0] for row in frame.select(key_group_column(F.col("key"), groups)).collect()]
         assert spark_groups == [key_group(k, groups) for k in keys]
+        assert key_groups(keys, groups).tolist() == spark_groups  # the bulk form agrees
     assert len({key_group(k, 256) for k in keys}) > 100  # spread, not clumped
 
 
