@@ -166,8 +166,7 @@ class CheckpointLog:
             state_rows = state_rows.assign(key_group=pd.array(
                 key_groups(state_rows["key"], checkpoint.key_groups), dtype="Int32"))
         rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
-        rows["checkpoint_id"] = checkpoint.checkpoint_id
-        rows["key_group"] = rows["key_group"].astype("Int32")
+        rows["checkpoint_id"] = checkpoint.checkpoint_id  # key_group: Int32 in both parts already
         return rows[STATE_SCHEMA.names]
 
     def _append(self, checkpoint: Checkpoint, frame: pd.DataFrame | DataFrame) -> None:
