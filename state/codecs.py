@@ -132,10 +132,9 @@ def _compact_encoder() -> Callable[[Any], str]:
     once instead, with the same arguments (no check for cycles: a cyclic value fails with a
     ``RecursionError``, which :func:`encode_value` reports as for any value it cannot
     store)."""
-    fallback = json.JSONEncoder(separators=(",", ":"), default=_json_default, allow_nan=True,
-                                check_circular=False).encode
     if c_make_encoder is None:  # an interpreter without the C accelerator
-        return fallback
+        return json.JSONEncoder(separators=(",", ":"), default=_json_default, allow_nan=True,
+                                check_circular=False).encode
     encoder = c_make_encoder(None, _json_default, encode_basestring_ascii, None, ":", ",",
                              False, False, True)
 
