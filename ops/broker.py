@@ -95,6 +95,10 @@ class EmbeddedKafka:
         it does not come up."""
         folder = Path(folder).resolve()
         (folder / "data").mkdir(parents=True, exist_ok=True)
+        if port is not None and _listening(port):
+            # else the readiness check would be answered by whatever listens there
+            raise ConfigError(f"cannot start a Kafka broker on 127.0.0.1:{port}: something "
+                              "listens there already (a broker still running?)")
         port = port or free_port()
         classpath = kafka_broker_bundle().classpath()
         properties = folder / "server.properties"
@@ -182,6 +186,13 @@ class EmbeddedKafka:
             if path.exists():
                 lines += path.read_text(errors="replace").splitlines()[-15:]
         return "\n".join(lines) or "(no log)"
+
+
+def _listening(port: int) -> bool:
+    """Whether something accepts connections on ``127.0.0.1:port``."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:

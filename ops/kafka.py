@@ -12,8 +12,9 @@ offset to read, Kafka's own convention: a slice ``(start, end]`` reads offsets
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,42 @@ class _ClientLog:
 _client_log = _ClientLog()
 #: Seconds a call to the brokers may take before lakestream says they are unreachable.
 DEFAULT_TIMEOUT = 15.0
+
+
+def call_within(timeout: float, doing: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, waited for no longer than ``timeout`` seconds (and one of grace), for
+    the librdkafka calls that can ignore their own timeout: ``send_offsets_to_transaction``
+    waits for good when the group coordinator goes down during the call (librdkafka issue
+    5456, still open in 2.16). A call given up on goes on in a daemon thread, and the caller
+    gets ``TimeoutError`` naming what was being ``doing``; the call's own error is re-raised.
+
+    >>> call_within(1, "adding", sum, [1, 2])
+    3
+    >>> call_within(1, "parsing", int, "x")
+    Traceback (most recent call last):
+    ValueError: invalid literal for int() with base 10: 'x'
+    >>> import threading
+    >>> call_within(0.1, "waiting for nothing", threading.Event().wait)
+    Traceback (most recent call last):
+    TimeoutError: waiting for nothing did not return within 0.1 s
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(*args)))
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=run, name="lakestream-kafka-call", daemon=True)
+    worker.start()
+    worker.join(timeout + 1.0)
+    if not outcome:
+        raise TimeoutError(f"{doing} did not return within {timeout:g} s")
+    returned, value = outcome[0]
+    if not returned:
+        raise value
+    return value
 
 
 def part_id(topic: str, partition: int) -> str:

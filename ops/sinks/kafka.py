@@ -37,7 +37,7 @@ from state import fault_point
 from ..columns import KAFKA_COLUMNS, ORDER_COLUMN, ROW_COLUMN, WRITTEN_COLUMNS
 from ..context import RunContext
 from ..errors import PipelineDefinitionError, SinkError
-from ..kafka import KafkaConnection
+from ..kafka import KafkaConnection, call_within
 from .base import Sink
 
 log = logging.getLogger(__name__)
@@ -228,15 +228,17 @@ class KafkaSink(Sink):
                     fault_point("kafka_mid_send")
                 _produce(producer, self.topic, key, value, headers)
             marker = json.dumps({"epoch": ctx.epoch, "batch": batch_id, "pipeline": ctx.pipeline})
-            producer.send_offsets_to_transaction(
-                [TopicPartition(self.topic, 0, batch_id, metadata=marker)],
-                transactions.group.consumer_group_metadata(), timeout)
+            call_within(timeout, "adding the marker to the transaction",
+                        producer.send_offsets_to_transaction,
+                        [TopicPartition(self.topic, 0, batch_id, metadata=marker)],
+                        transactions.group.consumer_group_metadata(), timeout)
             producer.commit_transaction(timeout)
         except Exception as error:
             _abort_quietly(producer, timeout)
             raise SinkError(f"sink {self.name!r}: batch {batch_id} could not be written to Kafka "
                             f"topic {self.topic!r} at {self.connection.bootstrap} ({error}); the "
-                            "transaction is aborted and the next run writes the batch again") from error
+                            "transaction is not committed (if this producer could not abort it, "
+                            "the next run's does) and the next run writes the batch again") from error
         fault_point("kafka_after_commit")
         transactions.marker = Marker(ctx.epoch, batch_id)
 
