@@ -1,7 +1,5 @@
 """Small readers shared by tests."""
 
-import socket
-
 import pandas as pd
 
 from ops import Pipeline
@@ -24,10 +22,3 @@ def dead_letters(spark, pipeline: Pipeline, warehouse: str):
     if not tables.exists(spark, path):
         return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("position").toPandas()
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
