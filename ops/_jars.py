@@ -115,6 +115,23 @@ def spark_kafka_bundle() -> JarBundle:
         Artifact("org.apache.commons", "commons-pool2", "2.13.1")))
 
 
+def s3a_bundle() -> JarBundle:
+    """Hadoop's ``s3a`` connector at the version of the Hadoop client PySpark ships, with the AWS
+    SDK bundle and the rest of what it needs at run time (its pom's compile and runtime scope)."""
+    version = hadoop_version()
+    return JarBundle("Hadoop S3A connector", f"hadoop-aws-{version}", (
+        Artifact("org.apache.hadoop", "hadoop-aws", version, transitive=True),))
+
+
+def hadoop_version() -> str:
+    """The version of the Hadoop client jars PySpark ships (``hadoop-client-api-<v>.jar``)."""
+    found = sorted(Path(pyspark.__file__).parent.glob("jars/hadoop-client-api-*.jar"))
+    if not found:
+        raise ConfigError(f"no hadoop-client-api jar in {Path(pyspark.__file__).parent / 'jars'}: "
+                          "is PySpark installed whole?")
+    return found[-1].name[len("hadoop-client-api-"):-len(".jar")]
+
+
 def kafka_broker_bundle() -> JarBundle:
     """A Kafka broker with everything it runs on, and a log4j binding for its logs."""
     return JarBundle("Kafka broker", f"kafka-broker-{KAFKA_BROKER_VERSION}", (
@@ -162,10 +179,20 @@ def _older_copy_of_pinned(jar: str, pinned: set[str], bundle: JarBundle) -> bool
 
 
 def spark_jar_conf() -> dict[str, str]:
-    """Spark config entries that put the Delta and Kafka connector jars on the classpath,
-    fetching them if needed (``spark.jars``; else ``spark.jars.packages`` for Spark to resolve)."""
+    """Spark config entries that put the Delta, Kafka connector and S3A jars on the classpath,
+    fetching them if needed (``spark.jars``; else ``spark.jars.packages`` for Spark to resolve).
+
+    The S3A jars (700 MB, most of it the AWS SDK bundle) go on the driver's and executors'
+    class path from where they lie instead: through ``spark.jars`` every executor would copy
+    them at start. A cluster's nodes have them at the same path (one machine, or an image
+    built with ``.ci/install``), or their own S3 connector, as Spark deployments usually do.
+    """
     bundles = [delta_bundle(), spark_kafka_bundle()]
     fetched = [bundle.jars() for bundle in bundles]
-    if all(fetched):
-        return {"spark.jars": ",".join(str(jar) for jars in fetched for jar in jars)}
-    return {"spark.jars.packages": ",".join(a.coordinate for b in bundles for a in b.artifacts)}
+    conf = ({"spark.jars": ",".join(str(jar) for jars in fetched for jar in jars)} if all(fetched)
+            else {"spark.jars.packages": ",".join(a.coordinate for b in bundles for a in b.artifacts)})
+    s3a = s3a_bundle()
+    if s3a.jars():
+        path = os.pathsep.join(str(jar) for jar in sorted(s3a.path().glob("*.jar")))
+        conf.update({"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path})
+    return conf

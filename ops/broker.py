@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -29,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ._jars import kafka_broker_bundle
+from ._process import free_port, listening, stop
 from .errors import ConfigError
 
 _READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
@@ -64,11 +63,7 @@ logger.server.level=INFO
 """
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+__all__ = ["EmbeddedKafka", "free_port", "main"]
 
 
 @dataclass
@@ -95,7 +90,7 @@ class EmbeddedKafka:
         it does not come up."""
         folder = Path(folder).resolve()
         (folder / "data").mkdir(parents=True, exist_ok=True)
-        if port is not None and _listening(port):
+        if port is not None and listening(port):
             # else the readiness check would be answered by whatever listens there
             raise ConfigError(f"cannot start a Kafka broker on 127.0.0.1:{port}: something "
                               "listens there already (a broker still running?)")
@@ -159,17 +154,7 @@ class EmbeddedKafka:
 
     def stop(self, grace: float = 20.0) -> None:
         """Stop the broker by its pid: SIGTERM (a clean shutdown), SIGKILL after ``grace`` s."""
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _alive(self.pid, self.process):
-            time.sleep(0.2)
-        if _alive(self.pid, self.process):
-            os.kill(self.pid, signal.SIGKILL)
-            if self.process is not None:
-                self.process.wait(10)
+        stop(self.pid, self.process, grace)
         (self.folder / "broker.pid").unlink(missing_ok=True)
 
     def __enter__(self) -> EmbeddedKafka:
@@ -186,23 +171,6 @@ class EmbeddedKafka:
             if path.exists():
                 lines += path.read_text(errors="replace").splitlines()[-15:]
         return "\n".join(lines) or "(no log)"
-
-
-def _listening(port: int) -> bool:
-    """Whether something accepts connections on ``127.0.0.1:port``."""
-    with socket.socket() as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
-    if process is not None:
-        return process.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _run_storage_tool(classpath: str, properties: Path) -> None:

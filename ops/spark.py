@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 _LISTS = ("spark.jars", "spark.jars.packages", "spark.sql.extensions")
 #: Settings a running session cannot change: asking for other values gets a warning.
 _FIXED_AT_START = ("spark.master", "spark.jars", "spark.jars.packages", "spark.sql.extensions",
-                   "spark.driver.extraJavaOptions")
+                   "spark.driver.extraJavaOptions", "spark.driver.extraClassPath")
 
 CONNECT_UNSUPPORTED = (
     "Spark Connect (sc://…) is not supported: lakestream uses Delta's table API (MERGE, DELETE, "
@@ -85,9 +86,35 @@ class SparkConfig:
         elif self.master.startswith("spark://"):
             conf["spark.driver.host"] = os.environ.get("LAKESTREAM_DRIVER_HOST", "127.0.0.1")
         conf.update(spark_jar_conf())
+        conf.update(s3a_conf(os.environ))
         for key, value in self.extra.items():
             conf[key] = _merged(conf[key], value) if key in _LISTS and key in conf else value
         return conf
+
+
+def s3a_conf(environ: Mapping[str, str]) -> dict[str, str]:
+    """Spark's ``fs.s3a.*`` settings from the standard AWS environment, so Spark and delta-rs
+    (which reads that environment itself) reach the same store: the endpoint
+    (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``; then path-style requests, as S3-compatible
+    servers want), the region, and ``s3://`` served by S3A too. Credentials are not copied:
+    S3A's default provider chain reads the same environment (then profiles, web identity,
+    instance roles), so they never enter Spark's configuration, its logs or its UI.
+
+    >>> conf = s3a_conf({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+    >>> conf["spark.hadoop.fs.s3a.endpoint"], conf["spark.hadoop.fs.s3a.connection.ssl.enabled"]
+    ('http://127.0.0.1:9000', 'false')
+    """
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        conf.update({"spark.hadoop.fs.s3a.endpoint": endpoint,
+                     "spark.hadoop.fs.s3a.path.style.access": "true",
+                     "spark.hadoop.fs.s3a.connection.ssl.enabled":
+                         "false" if endpoint.startswith("http://") else "true"})
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return conf
 
 
 def spark_session(config: SparkConfig | None = None) -> SparkSession:

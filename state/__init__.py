@@ -20,6 +20,7 @@ from .errors import (
     CorruptStateError,
     EncodingError,
     StateError,
+    StorageError,
     StreamError,
 )
 from .faults import fault_point
@@ -41,7 +42,8 @@ __all__ = [
     "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
     "EncodingError", "GlobalTable",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
-    "StateError", "StateStore", "StreamError", "Tracked", "TransactionWarmer", "changed_keys", "check_name",
+    "StateError", "StateStore", "StorageError", "StreamError", "Tracked", "TransactionWarmer",
+    "changed_keys", "check_name",
     "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",

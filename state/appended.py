@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import direct
+from . import delta_io, direct
 from .tables import local_commit_versions, local_path
 
 VERSION = "_commit_version"
@@ -141,8 +141,17 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
     """The rows read from the files the commits added (none for commits that insert nothing);
     ``None`` when a commit is neither a plain append nor one of those, or a file's columns are
     not exactly the table's."""
+    if not _plain_columns(schema):
+        return None
+    if delta_io.on_object_store(path):
+        found = delta_io.inserted_rows(path, first, last)  # the feed, read by delta-rs
+        if found is None or found.column_names[1:] != schema.names or not all(
+                _SAME_IN_PANDAS[type(field.dataType)](found.schema.field(field.name).type)
+                for field in schema.fields):
+            return None
+        return _as_spark_gives(found, schema, time_zone) if len(found) else pd.DataFrame()
     local = local_path(path)
-    if local is None or not _plain_columns(schema):
+    if local is None:
         return None
     parts = []
     for version in range(first, last + 1):
@@ -161,7 +170,13 @@ def _from_files(path: str, first: int, last: int, schema: T.StructType,
             parts.append(table.add_column(0, VERSION, pa.array(np.full(len(table), version, np.int64))))
     if not parts:
         return pd.DataFrame()  # nothing inserted: the caller has Spark give it dtypes
-    rows = pa.concat_tables(parts).to_pandas()
+    return _as_spark_gives(pa.concat_tables(parts), schema, time_zone)
+
+
+def _as_spark_gives(rows_read: pa.Table, schema: T.StructType, time_zone: str) -> pd.DataFrame | None:
+    """The rows as pandas, with timestamps as Spark's ``toPandas`` gives them (``None``: a time
+    zone only Spark knows)."""
+    rows = rows_read.to_pandas()
     for field in schema.fields:
         if isinstance(field.dataType, T.TimestampType):  # Spark: naive, in the session time zone
             column = rows[field.name]

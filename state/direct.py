@@ -1,4 +1,7 @@
-"""Blind appends to a local Delta table, committed by this process without Spark.
+"""Blind appends to a Delta table committed by this process, without Spark.
+
+A table on an object store is appended to through delta-rs (:mod:`state.delta_io`, which
+commits with S3's conditional put); a local one as follows.
 
 A micro-batch of a few rows spends most of its time in Delta commits made through Spark: each
 plans a job, rebuilds the table's snapshot and writes through an executor (0.2-0.5 s warm, and
@@ -54,6 +57,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from . import delta_io
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +198,10 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     """Append ``rows`` to the local Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     With ``create``, a table that does not exist yet is created by this commit.
-    ``spark``, when given, writes a log checkpoint every tenth version in the background."""
+    ``spark``, when given, writes a log checkpoint every tenth version in the background.
+    A table on an object store is appended to by delta-rs (:func:`state.delta_io.append`)."""
+    if delta_io.on_object_store(path):
+        return _append_remote(rows, path, txn, user_metadata, create)
     local = _local(path)
     logdir = os.path.join(local or "", "_delta_log")
     if local is None or not (os.path.isdir(logdir) or create is not None):
@@ -231,10 +239,23 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
         return None
 
 
+def _append_remote(rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
+                   user_metadata: str | None, create: NewTable | None) -> Outcome | None:
+    creation = None
+    if create is not None:
+        fields = list(create.fields) if create.fields is not None else _inferred_fields(rows)
+        if fields is not None:
+            creation = delta_io.Creation(tuple(fields), create.partition_by, create.properties)
+    done = delta_io.append(rows, path, txn=txn, user_metadata=user_metadata, create=creation)
+    return None if done is None else Outcome.COMMITTED if done else Outcome.SKIPPED
+
+
 def table_schema(path: str) -> dict[str, Any] | None:
     """The schema of the local Delta table at ``path`` as of its latest commit (Delta's JSON
     form), read from its log as appends follow it, without Spark; ``None`` when there is no
     such table or its log is not one this module reads."""
+    if delta_io.on_object_store(path):
+        return delta_io.schema_json(path)
     local = _local(path)
     if local is None or not os.path.isdir(os.path.join(local, "_delta_log")):
         return None

@@ -13,6 +13,11 @@ class EncodingError(StateError):
     """A state value or tracked variable could not be encoded; names the operator and key."""
 
 
+class StorageError(StateError):
+    """The object store holding a table refused a request or could not be reached; names the
+    bucket, the path and what was being done. Nothing of the commit being made is in force."""
+
+
 class CheckpointConflict(StateError):
     """Another run committed the same checkpoint first: this run stops, nothing of it is committed."""
 

@@ -15,14 +15,16 @@ from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from . import direct
+from . import delta_io, direct
 from .errors import CheckpointConflict, ConfigError
 from .warmup import note_append
 
 
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table (a local one is told by its first commit file,
-    without a Spark job)."""
+    without a Spark job; one on an object store by delta-rs)."""
+    if delta_io.on_object_store(path):
+        return delta_io.latest_version(path) >= 0
     if local_commit_versions(path):
         return True
     return DeltaTable.isDeltaTable(spark, path)
@@ -32,6 +34,9 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
            properties: dict[str, str] | None = None) -> None:
     """Create an empty Delta table at ``path`` unless one is there (safe when two runs race)."""
     if exists(spark, path):
+        return
+    if delta_io.on_object_store(path) and delta_io.create(path, delta_io.Creation(
+            tuple(schema.jsonValue()["fields"]), (), tuple((properties or {}).items()))):
         return
     try:
         _appender(spark.createDataFrame([], schema), (), properties).save(path)
@@ -203,6 +208,8 @@ def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[s
     An idempotent append that Delta skipped leaves no commit, so finding one's own metadata here
     proves the write happened without reading the table back.
     """
+    if delta_io.on_object_store(path):
+        return delta_io.recent_metadata(path, commits)
     versions = local_commit_versions(path)
     if versions is not None:  # a local path: read the newest commit files directly, no Spark job
         local = local_path(path)
@@ -244,15 +251,19 @@ def local_commit_versions(path: str) -> list[int] | None:
 
 def history_version(spark: SparkSession, path: str) -> int:
     """Latest version of the existing Delta table at ``path``, from its history."""
+    if delta_io.on_object_store(path):
+        return delta_io.latest_version(path)
     return int(DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0])
 
 
 def latest_version(path: str, spark: SparkSession | None = None) -> int:
     """Latest version of the Delta table at ``path``; -1 when there is none yet.
 
-    A local table is read from its ``_delta_log`` folder directly, so sensors need no JVM;
-    other URIs need ``spark``.
+    A local table is read from its ``_delta_log`` folder directly, one on an object store by
+    delta-rs, so sensors need no JVM; other URIs need ``spark``.
     """
+    if delta_io.on_object_store(path):
+        return delta_io.latest_version(path)
     versions = local_commit_versions(path)
     if versions is not None:
         return versions[-1] if versions else -1
@@ -264,7 +275,11 @@ def latest_version(path: str, spark: SparkSession | None = None) -> int:
 def local_columns(path: str) -> tuple[str, ...] | None:
     """The column names of the local Delta table at ``path``, from the newest ``metaData``
     action in its JSON commits (no Spark); ``None`` when there is no such table or the log's
-    JSON commits no longer hold its schema (older ones cleaned up after a checkpoint)."""
+    JSON commits no longer hold its schema (older ones cleaned up after a checkpoint). A table
+    on an object store is read by delta-rs."""
+    if delta_io.on_object_store(path):
+        schema = delta_io.schema_json(path)
+        return None if schema is None else tuple(field["name"] for field in schema["fields"])
     versions = local_commit_versions(path)
     local = local_path(path)
     if not versions or local is None:

@@ -10,7 +10,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def spark():
+def s3(tmp_path_factory):
+    """One local S3 server for the test session (``ops.objectstore``), with bucket ``lake``.
+    Its standard AWS environment is set for the whole session, before Spark starts, so the
+    Spark session, delta-rs and child processes all reach it as they would reach AWS."""
+    from ops.objectstore import LocalS3
+
+    server = LocalS3.start(tmp_path_factory.mktemp("s3"))
+    server.create_bucket(S3_BUCKET)
+    saved = {key: os.environ.get(key) for key in server.env()}
+    os.environ.update(server.env())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(s3):
     import ops
 
     # 3 GiB of heap: the one session serves 230-odd tests, and at the default 1 GiB it ran out
@@ -34,6 +54,15 @@ def _forget_delta_logs(request):
 @pytest.fixture
 def warehouse(tmp_path) -> str:
     return str(tmp_path / "warehouse")
+
+
+S3_BUCKET = "lake"
+
+
+@pytest.fixture
+def s3_warehouse(s3, tmp_path) -> str:
+    """A warehouse of the test's own on the session's S3 server (``s3a://lake/<test>-<n>``)."""
+    return f"s3a://{S3_BUCKET}/{tmp_path.parent.name}-{tmp_path.name}/warehouse"
 
 
 @pytest.fixture

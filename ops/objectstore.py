@@ -1,0 +1,173 @@
+"""A local S3-compatible server for development, tests, benchmarks and the examples.
+
+It is moto's server mode (``moto[server]`` on PyPI, installed with the project): one Python
+process on loopback that speaks the S3 API, including the conditional write a Delta commit on
+S3 relies on (``PutObject`` with ``If-None-Match: *`` fails with 412 when the key exists). Its
+buckets live in memory: stopping it loses them, as tests want. moto rather than a MinIO binary
+because it installs from PyPI like every other dependency, with nothing to download at run
+time, and starts in about a second.
+
+Clients reach it as they reach AWS, through the standard environment (:meth:`LocalS3.env`):
+``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, which
+delta-rs reads directly and lakestream's Spark session turns into ``fs.s3a.*`` settings.
+
+>>> from ops.objectstore import LocalS3
+>>> with LocalS3.start(".s3") as s3:                       # doctest: +SKIP
+...     s3.create_bucket("lake")
+...     print(s3.endpoint)
+http://127.0.0.1:...
+
+From a shell: ``python -m ops.objectstore start [--dir .s3] [--port 9000] [--bucket lake]``
+starts one in the background and prints the environment to use it;
+``python -m ops.objectstore stop [--dir .s3]`` stops it by the pid it recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ._process import free_port, listening, stop
+from .errors import ConfigError
+
+__all__ = ["LocalS3", "main"]
+
+_READY_SECONDS = 60  # moto imports in 1-3 s; a busy 2-core machine takes longer
+_REGION = "us-east-1"
+_ACCESS_KEY = "lakestream-local"
+_SECRET_KEY = "lakestream-local-secret"  # moto checks no signature; any key pair works
+
+
+@dataclass
+class LocalS3:
+    """A running server: its port, its process and the folder holding its pid file and log."""
+
+    folder: Path
+    port: int
+    process: subprocess.Popen[bytes] | None
+    pid: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, folder: str | Path, port: int | None = None) -> LocalS3:
+        """Start a server on ``127.0.0.1:port`` (a free port when omitted), its log and pid in
+        ``folder``; returns once it answers. Raises ``ConfigError`` with the end of its log if
+        it does not come up."""
+        folder = Path(folder).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        if port is not None and listening(port):
+            raise ConfigError(f"cannot start the S3 server on 127.0.0.1:{port}: something "
+                              "listens there already (a server still running?)")
+        port = port or free_port()
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        with open(folder / "server.log", "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        server = cls(folder, port, process, process.pid)
+        (folder / "server.pid").write_text(f"{process.pid} {port}\n")
+        server.wait_until_ready()
+        return server
+
+    @classmethod
+    def attach(cls, folder: str | Path) -> LocalS3 | None:
+        """The server a ``start`` left running with its pid file in ``folder``, if it still runs."""
+        folder = Path(folder).resolve()
+        try:
+            pid, port = (int(n) for n in (folder / "server.pid").read_text().split())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return cls(folder, port, None, pid)
+
+    def wait_until_ready(self) -> None:
+        """Return once the server answers an S3 request; raise if it died or took too long."""
+        deadline = time.monotonic() + _READY_SECONDS
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ConfigError(f"the S3 server ({self.folder}) exited with code "
+                                  f"{self.process.returncode}: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(self.endpoint + "/", timeout=2):
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.3)
+        self.stop()
+        raise ConfigError(f"the S3 server ({self.folder}) did not answer on {self.endpoint} "
+                          f"within {_READY_SECONDS} s: {self._log_tail()}")
+
+    def create_bucket(self, bucket: str) -> None:
+        """Create ``bucket`` (nothing when it exists)."""
+        request = urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT")
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:  # BucketAlreadyOwnedByYou
+                raise ConfigError(f"creating bucket {bucket!r} on {self.endpoint} failed: "
+                                  f"HTTP {exc.code}") from exc
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS environment that points clients (delta-rs, Spark's s3a, boto3)
+        at this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": _ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": _SECRET_KEY, "AWS_REGION": _REGION,
+                "AWS_ALLOW_HTTP": "true"}
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the server by its pid (its buckets are gone then)."""
+        stop(self.pid, self.process, grace)
+        (self.folder / "server.pid").unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalS3:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def _log_tail(self) -> str:
+        path = self.folder / "server.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-15:]) if path.exists() \
+            else "(no log)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ops.objectstore start|stop|status [--dir DIR] [--port N] [--bucket NAME]``."""
+    parser = argparse.ArgumentParser(prog="python -m ops.objectstore",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--dir", default=".s3", help="its pid file and log (default .s3)")
+    parser.add_argument("--port", type=int, default=9000, help="the S3 port (default 9000)")
+    parser.add_argument("--bucket", action="append", default=[],
+                        help="a bucket to create once it runs (repeatable)")
+    args = parser.parse_args(argv)
+    running = LocalS3.attach(args.dir)
+    if args.action == "start":
+        if running is None:
+            running = LocalS3.start(args.dir, args.port)
+            running.process = None  # it outlives this command
+        for bucket in args.bucket:
+            running.create_bucket(bucket)
+        print(f"S3 server running at {running.endpoint} (pid {running.pid}); to use it:")
+        for key, value in running.env().items():
+            print(f"export {key}={value}")
+    elif args.action == "stop":
+        if running is not None:
+            running.stop()
+        print("S3 server stopped" if running else f"no S3 server running from {args.dir}")
+    else:
+        print(f"running at {running.endpoint} (pid {running.pid})" if running else "not running")
+
+
+if __name__ == "__main__":
+    main()

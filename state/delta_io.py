@@ -1,0 +1,290 @@
+"""Delta I/O without Spark or a JVM on object stores, through delta-rs (``deltalake``): the one
+module that calls it.
+
+A table on S3 (``s3://``, ``s3a://``; delta-rs also reads ``gs://``, ``abfss://``, ``az://``)
+costs a Spark job for every small append or log read: on the local S3 server a one-row batch
+took seconds where a local disk takes 100 ms. delta-rs speaks the Delta protocol from this
+process in a few S3 requests instead: opening a table is a ``LIST`` of its log plus the commits
+since its checkpoint, following it is a ``LIST`` from the version it knows, an append is a
+Parquet ``PUT`` and the commit file's ``PUT`` with ``If-None-Match: *``, so two writers can
+never both write one version (the loser reads what the winner did and retries at the next
+version, as Delta's optimistic concurrency does for blind appends).
+
+Credentials, endpoint and region come from the standard AWS environment (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``AWS_PROFILE`` …), which delta-rs reads itself; nothing here handles a secret, and errors
+carry the store's words with the bucket and path, never the request's credentials.
+
+Local tables keep :mod:`state.direct` (an atomic link on the local file system); anything
+delta-rs should not write here (see :func:`append`) goes through Spark.
+
+>>> on_object_store("s3a://lake/wh/p/_state"), on_object_store("hdfs://nn/wh"), on_object_store("/tmp/wh")
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from .errors import StorageError
+
+log = logging.getLogger(__name__)
+
+_RETRIES = 20  # commits lost to other writers before giving up
+_CACHED_TABLES = 256
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
+    "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
+    "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+}
+# table features a blind append satisfies by what it is; anything more is left to Spark, which
+# enforces every feature Delta has (delta-rs enforces many, but not all the same way)
+_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
+
+
+#: The object stores delta-rs reaches (HDFS and the like stay with Spark).
+OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "abfs", "abfss", "az", "azure"})
+
+
+def on_object_store(path: str) -> bool:
+    """Whether ``path`` is a URI of an object store this module reaches."""
+    return urlparse(path).scheme in OBJECT_STORE_SCHEMES
+
+
+@dataclass(frozen=True)
+class Creation:
+    """What an append that finds no table creates: ``fields`` in Delta's JSON form, partitioned
+    by ``partition_by``, with table ``properties``."""
+
+    fields: tuple[dict[str, Any], ...]
+    partition_by: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def arrow_schema(self) -> pa.Schema | None:
+        """The columns as Arrow types; ``None`` when one is of a type left to Spark (``void``,
+        nested or decimal)."""
+        kinds = [(spec["name"], spec["type"]) for spec in self.fields]
+        if not all(isinstance(kind, str) and kind in ARROW_TYPES for _, kind in kinds):
+            return None
+        return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in kinds])
+
+
+_cache: OrderedDict[str, DeltaTable] = OrderedDict()
+_cache_lock = threading.Lock()
+_table_locks: dict[str, threading.Lock] = {}
+
+
+def table(path: str) -> DeltaTable | None:
+    """The table at ``path`` as of its latest commit (``None``: no table there). A table this
+    process opened before is brought up to date from the commits since, not read afresh."""
+    with _lock_for(path):
+        return _synced(path)
+
+
+def latest_version(path: str) -> int:
+    """The latest version of the table at ``path``; -1 when there is none."""
+    found = table(path)
+    return -1 if found is None else int(found.version())
+
+
+def recent_metadata(path: str, commits: int = 10) -> list[str]:
+    """``userMetadata`` of the last ``commits`` commits, newest first."""
+    found = table(path)
+    if found is None:
+        return []
+    history = _calling(path, "reading the history", lambda: found.history(commits))
+    return [str(entry["userMetadata"]) for entry in history if entry.get("userMetadata")]
+
+
+def schema_json(path: str) -> dict[str, Any] | None:
+    """The table's schema in Delta's JSON form; ``None`` when there is no table."""
+    found = table(path)
+    return None if found is None else dict(json.loads(found.schema().to_json()))
+
+
+def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
+           user_metadata: str | None = None, create: Creation | None = None) -> bool | None:
+    """Append ``rows`` to the table at ``path`` in one commit; ``True`` when committed, ``False``
+    when skipped (the table has seen ``txn``'s version, or a later one, for its app id), ``None``
+    when this writer leaves the append to Spark: the table's protocol asks for more than a blind
+    append, the rows do not have exactly its columns, or there is no table and ``create`` is not
+    given or has a column of a type left to Spark.
+
+    Idempotence is Delta's ``txn`` action: checked against the snapshot the commit is made on,
+    and written with it, so a racing writer with the same app id makes this commit fail (then
+    it is read again and checked again)."""
+    with _lock_for(path):
+        current = _synced(path)
+        for _ in range(_RETRIES):
+            if txn is not None and current is not None and \
+                    (current.transaction_version(txn[0]) or -1) >= txn[1]:
+                return False
+            data = _arrow(rows, current, create)
+            if data is None:
+                return None
+            try:
+                _write(path, current, data, txn, user_metadata, create)
+                return True
+            except CommitFailedError as conflict:  # another writer's commit conflicts: read it
+                log.debug("append to %s lost a race, retrying: %s", path, conflict)
+                current = _synced(path, fresh=True)
+        raise StorageError(f"appending to {path} lost {_RETRIES} races with other writers in a row; "
+                           "is another run of this pipeline writing the same table?")
+
+
+def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
+    """The rows commits ``first..last`` inserted, from the change data feed, with their commit
+    version first (``_commit_version``, int64), in commit order; ``None`` when there is no
+    table or its feed is off now (Spark then says which versions it cannot give). delta-rs
+    reads an append's rows from the files it added, a MERGE's or UPDATE's from its change
+    files."""
+    found = table(path)
+    if found is None or (found.metadata().configuration or {}).get(
+            "delta.enableChangeDataFeed", "false").lower() != "true":
+        return None
+    read = pa.table(_calling(path, f"reading the changes of versions {first}-{last} of", lambda:
+                             found.load_cdf(starting_version=first, ending_version=last)))
+    changes = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
+    inserts = changes.filter(pa.compute.equal(changes["_change_type"], "insert"))
+    rows = inserts.select([name for name in inserts.column_names if not name.startswith("_")])
+    return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
+
+
+def _unviewed(kind: pa.DataType) -> pa.DataType:
+    """String and binary views as the plain types pandas and Spark's Parquet give."""
+    return {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(kind, kind)
+
+
+def create(path: str, creation: Creation) -> bool:
+    """Create an empty table at ``path`` unless one is there; ``False`` when ``creation`` has a
+    column of a type left to Spark. Two processes racing to create it both succeed: the
+    commit of version 0 is a conditional put, and the loser finds the winner's table."""
+    schema = creation.arrow_schema()
+    if schema is None:
+        return False
+    with _lock_for(path):
+        if _synced(path) is not None:
+            return True
+        try:
+            _calling(path, "creating the table", lambda: DeltaTable.create(
+                path, schema, mode="ignore", partition_by=list(creation.partition_by) or None,
+                configuration=dict(creation.properties) or None))
+        except CommitFailedError:
+            pass  # another writer created it first: that is fine
+        _forget(path)
+    return True
+
+
+def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str, int] | None,
+           user_metadata: str | None, create: Creation | None) -> None:
+    properties = CommitProperties(
+        app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
+        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
+    if current is not None:
+        _calling(path, "appending", lambda: write_deltalake(
+            current, data, mode="append", commit_properties=properties))
+        return
+    assert create is not None  # _arrow gave no data for a missing table without it
+    _calling(path, "creating the table", lambda: write_deltalake(
+        path, data, mode="append", partition_by=list(create.partition_by) or None,
+        configuration=dict(create.properties) or None, commit_properties=properties))
+    _forget(path)  # opened on the next use, as the table it made
+
+
+def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | None) -> pa.Table | None:
+    """``rows`` as Arrow in the table's column types, or ``None`` when this writer must leave
+    the append to Spark."""
+    if current is None:
+        schema = create.arrow_schema() if create is not None else None
+    else:
+        schema = _writable_schema(current)
+    if schema is None or set(rows.columns) != set(schema.names) or rows.columns.duplicated().any():
+        return None
+    try:
+        return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
+        log.debug("append left to Spark: %s", error)
+        return None
+
+
+def _writable_schema(current: DeltaTable) -> pa.Schema | None:
+    """The table's columns as Arrow types, when a blind append by this writer is all its
+    protocol and metadata ask for; else ``None``."""
+    protocol = current.protocol()
+    features = set(protocol.writer_features or ())
+    config = current.metadata().configuration or {}
+    if protocol.min_reader_version > 1 or (protocol.min_writer_version > 4 and not (
+            protocol.min_writer_version == 7 and features <= _WRITER_FEATURES)):
+        return None
+    if any(key.startswith("delta.constraints.") for key in config) or \
+            config.get("delta.columnMapping.mode", "none") != "none":
+        return None
+    fields = json.loads(current.schema().to_json())["fields"]
+    if any(not spec.get("nullable", True) or spec.get("metadata") for spec in fields):
+        return None  # NOT NULL, generated, identity or invariant columns: Spark enforces them
+    return Creation(tuple(fields)).arrow_schema()
+
+
+def _lock_for(path: str) -> threading.Lock:
+    with _cache_lock:
+        return _table_locks.setdefault(path, threading.Lock())
+
+
+def _synced(path: str, fresh: bool = False) -> DeltaTable | None:
+    """The cached table brought up to date, or the table opened (``None``: none there)."""
+    with _cache_lock:
+        cached = None if fresh else _cache.get(path)
+    if cached is not None:
+        _calling(path, "reading the log", cached.update_incremental)
+        return cached
+    try:
+        opened = _calling(path, "opening the table", lambda: DeltaTable(path))
+    except TableNotFoundError:
+        return None
+    with _cache_lock:
+        _cache[path] = opened
+        _cache.move_to_end(path)
+        while len(_cache) > _CACHED_TABLES:
+            _cache.popitem(last=False)
+    return opened
+
+
+def _forget(path: str) -> None:
+    with _cache_lock:
+        _cache.pop(path, None)
+
+
+def _calling(path: str, doing: str, call: Any) -> Any:
+    """``call()``, with an object store's failure raised as :class:`StorageError` naming the
+    bucket, the path and what was being done (a missing table passes as it is)."""
+    try:
+        return call()
+    except (TableNotFoundError, CommitFailedError):
+        raise  # not a failure of the store: no table there / another writer's commit won
+    except (OSError, DeltaError) as exc:
+        raise StorageError(describe(path, doing, exc)) from exc
+
+
+def describe(path: str, doing: str, error: BaseException) -> str:
+    """A one-paragraph account of a failed object-store call: bucket, path, what was being
+    done, and the store's own words (without terminal colours or the request's headers)."""
+    where = urlparse(path)
+    words = " ".join(_ANSI.sub("", str(error)).split())
+    return (f"{doing} {path} failed (bucket {where.netloc!r}, path {where.path.lstrip('/')!r}): "
+            f"{words[:600]}. Check that the bucket exists, the endpoint (AWS_ENDPOINT_URL) "
+            "answers and the credentials in the AWS environment may read and write it.")

@@ -1,0 +1,28 @@
+"""A pipeline whose warehouse is on S3 (the session's local S3 server): state, sinks,
+checkpoints and recovery hold there as on a local disk."""
+
+import time
+
+import ops as sp
+from state import CheckpointLog
+from tests.state import crash_pipeline as cp
+
+
+def test_running_sum_on_s3_continues_its_state_across_runs(spark, s3_warehouse):
+    pipeline = cp.build_plain("on_s3")
+    started = time.monotonic()
+    for rows in cp.INPUT[:3]:
+        pipeline.publish(spark, rows, s3_warehouse)
+    first = pipeline.run_once(spark, s3_warehouse)
+    for rows in cp.INPUT[3:]:
+        pipeline.publish(spark, rows, s3_warehouse)
+    second = pipeline.run_once(spark, s3_warehouse)
+    print(f"6 publishes and two runs on S3: {time.monotonic() - started:.1f} s")
+
+    assert (first.last_batch_id, second.last_batch_id) == (3, 6)
+    state = sp.read_state(spark, pipeline, "running_sum", warehouse=s3_warehouse)
+    expected = {k: sum(r["x"] for batch in cp.INPUT for r in batch if r["k"] == k) for k in (0, 1, 2, 7)}
+    assert dict(zip(state["key"].astype(int), state["value"])) == expected
+    sink = pipeline.read_sink(spark, "out", s3_warehouse)
+    assert len(sink) == sum(len(batch) for batch in cp.INPUT)
+    assert CheckpointLog(spark, pipeline.layout(s3_warehouse)).latest().batch_id == 6
