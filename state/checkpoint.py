@@ -25,7 +25,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from . import direct, tables
+from . import delta_io, direct, tables
 from .direct import Outcome
 from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
@@ -200,7 +200,8 @@ class CheckpointLog:
 
 def wake_time(layout: PipelineLayout, spark: SparkSession | None = None) -> int | None:
     """The ``wake_at`` of the pipeline's latest checkpoint (``None``: no timer held), read from
-    the commit log's metadata: for a local warehouse no Spark session is needed (sensors)."""
+    the commit log's metadata: for a local or object-store warehouse no Spark session is
+    needed (sensors)."""
     stamp = _latest_stamp(layout, spark)
     return None if stamp is None else stamp.get("wake_at")
 
@@ -215,8 +216,10 @@ def checkpointed_offsets(layout: PipelineLayout, spark: SparkSession | None = No
 
 def _latest_stamp(layout: PipelineLayout, spark: SparkSession | None) -> dict[str, Any] | None:
     """What the latest checkpoint's commit says of it in its metadata (``None``: none found)."""
-    if tables.local_path(layout.state) is None and spark is None:
-        raise ValueError(f"reading {layout.state} needs a Spark session (it is not a local path)")
+    if tables.local_path(layout.state) is None and not delta_io.on_object_store(layout.state) \
+            and spark is None:
+        raise ValueError(f"reading {layout.state} needs a Spark session (it is not a local path "
+                         "or on an object store delta-rs reaches)")
     for stamp in tables.recent_metadata(spark, layout.state):  # type: ignore[arg-type]
         fields = json.loads(stamp)
         if "checkpoint_id" in fields:  # not a compaction's or a reset's commit

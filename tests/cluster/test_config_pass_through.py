@@ -4,7 +4,7 @@ is refused with its reason rather than failing half-way."""
 import pytest
 
 import ops as sp
-from state import PipelineLayout, resolve_warehouse, tables
+from state import PipelineLayout, StorageError, resolve_warehouse, tables
 
 S3_SETTINGS = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
                "spark.hadoop.fs.s3a.path.style.access": "true"}
@@ -24,12 +24,14 @@ def test_storage_settings_reach_the_spark_conf_unchanged():
     assert {key: conf[key] for key in S3_SETTINGS} == S3_SETTINGS
 
 
-def test_an_s3a_table_path_is_handed_to_hadoop_as_is(spark):
-    # No S3 connector is installed here, so Hadoop itself must refuse the s3a scheme: proof that
-    # the URI reached it untouched rather than being made into a local path.
-    with pytest.raises(Exception, match='(?i)no filesystem for scheme "s3a"|S3AFileSystem'):
-        tables.ensure(spark, "s3a://lake-bucket/warehouse/orders/_state",
-                      "operator STRING, key STRING")
+def test_a_table_in_a_missing_bucket_fails_naming_bucket_and_path_and_leaks_no_secret(spark, s3):
+    # the URI reaches the object store untouched (not made into a local path), and the store's
+    # refusal comes back naming what is missing, without the credentials it was asked with
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket', path 'wh/orders/_state'") as error:
+        tables.ensure(spark, "s3a://no-such-bucket/wh/orders/_state", "operator STRING, key STRING")
+    assert "NoSuchBucket" in str(error.value)
+    assert s3.env()["AWS_SECRET_ACCESS_KEY"] not in str(error.value)
+    assert not tables.exists(spark, "s3a://lake/wh/never-written/_state")
 
 
 def test_spark_connect_is_refused_with_the_reason():

@@ -1,0 +1,59 @@
+"""The crash tests on an S3 warehouse (the session's local S3 server): SIGKILL a child at a
+protocol step, recover in a fresh run, and compare to the oracle the same pipeline left on a
+local disk. Commits there are delta-rs's (conditional puts) and Spark's (s3a), so every step
+where one of them is cut short is covered; the steps are those of the local tests where a
+commit is in flight or just made."""
+
+import signal
+
+import pytest
+
+from tests.state import crash_pipeline as cp
+from tests.state.crash_pipeline import outcome, publish_all
+from tests.state.test_crash_recovery import _child
+
+S3_STEPS = [
+    "after_plan:1",                # the plans committed (delta-rs), nothing run
+    "before_checkpoint_commit:2",  # the checkpoint's rows encoded, its commit not made
+    "after_checkpoint_commit:1",   # committed, not yet verified nor post-checkpoint hooks
+    # killed at after_sink_write:3 first (a sink's commit made, its checkpoint not), then
+    # again while recovering from that
+    "hook_on_recover:1",
+]
+
+
+@pytest.fixture
+def s3_child_env(child_env, s3_warehouse):
+    return dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", S3_STEPS)
+def test_crash_on_s3_then_recover_matches_the_local_oracle(spark, s3_warehouse, s3_child_env,
+                                                           oracle, crash_at):
+    pipeline = cp.build()
+    publish_all(spark, pipeline, s3_warehouse)
+    if crash_at.startswith("hook_on_recover"):
+        first = _child(s3_child_env, "after_sink_write:3")
+        assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    crashed = _child(s3_child_env, crash_at)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    report = pipeline.run_once(spark, s3_warehouse)
+
+    assert report.last_batch_id == 6
+    assert outcome(spark, pipeline, s3_warehouse) == oracle
+
+
+@pytest.mark.slow
+def test_distributed_crash_on_s3_then_recover_matches_the_local_oracle(
+        spark, s3_warehouse, s3_child_env, distributed_oracle):
+    pipeline = cp.build_distributed()
+    publish_all(spark, pipeline, s3_warehouse)
+    crashed = _child(s3_child_env, "before_checkpoint_commit:2", pipeline="distributed")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    report = pipeline.run_once(spark, s3_warehouse)
+
+    assert report.last_batch_id == 2
+    assert outcome(spark, pipeline, s3_warehouse) == distributed_oracle
