@@ -1,10 +1,11 @@
 """A state table kept in memory from its changelog: what snapshots filter and deltas come from.
 
-A :class:`LiveTable` reads the changelog once when created (its files, or Spark once when the
-files hold something :mod:`analytics.delta_files` does not read), then follows it commit by
-commit: :meth:`LiveTable.follow` stats the log for the next commit and reads only the files it
-added. So a subscriber's snapshot is a filter over memory, and a batch reaches subscribers a
-poll interval after its changelog commit, without a Spark job on the way.
+A :class:`LiveTable` reads the changelog once when created (through delta-rs, or Spark once when
+the table holds something :mod:`analytics.delta_files` does not read), then follows it commit
+by commit: :meth:`LiveTable.follow` asks the log for the next commit and reads only the rows
+it added. So a subscriber's snapshot is a filter over memory, and a batch reaches subscribers a
+poll interval after its changelog commit, without a Spark job on the way, on a local disk or
+an object store.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from ops import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN
 
-from .delta_files import DeltaFiles, Unreadable, read_files
+from .delta_files import Commit, DeltaFiles, Unreadable
 
 log = logging.getLogger(__name__)
 #: Changelog columns a subscriber never sees: a row's position and the values it replaced.
@@ -38,8 +39,8 @@ class Followed:
 class LiveTable:
     """The latest row per key of the state table whose changelog is at ``path``.
 
-    ``spark`` is used only when the changelog's files cannot be read directly (see the module
-    docstring), and then only to load the table, not per batch. ``after``: load the table as of
+    ``spark`` is used only when delta-rs cannot read the changelog (see the module docstring),
+    and then only to load the table, not per batch. ``after``: load the table as of
     that batch, and let the first :meth:`follow` return the later ones (a manager catching up
     from its stored position); ``None``: as it is now.
     """
@@ -48,11 +49,8 @@ class LiveTable:
                  after: int | None = None):
         self.path, self.keys = path, keys
         self._spark = spark
-        self._files: DeltaFiles | None
-        try:
-            self._files = DeltaFiles(path)
-        except Unreadable:
-            self._files = None
+        self._files = DeltaFiles(path)
+        self._with_spark = False  # delta-rs could not read it: Spark reloads it per poll
         self.version = -1  # the last changelog commit applied
         self.batch = 0      # the last batch applied (0: none)
         self._base = pd.DataFrame()
@@ -83,12 +81,12 @@ class LiveTable:
         self._frame = None
 
     def _read_all(self) -> tuple[int, pd.DataFrame]:
-        if self._files is not None:
+        if not self._with_spark:
             try:
-                version, files = self._files.snapshot()
-                return version, read_files(files)
+                return self._files.snapshot()
             except Unreadable as exc:
                 log.info("reading %s through Spark: %s", self.path, exc)
+                self._with_spark = True
         return self._read_with_spark()
 
     def _read_with_spark(self) -> tuple[int, pd.DataFrame]:
@@ -123,28 +121,25 @@ class LiveTable:
                          commit.version)
                 self.load()
                 return Followed(rewound=True)
-            rows = read_files(commit.added)
             self.version = commit.version
-            for batch, changes in _by_batch(rows):
+            for batch, changes in _by_batch(commit.inserted):
                 self.apply(batch, changes)
                 found.batches.append((batch, changes))
 
-    def _next_commit(self) -> Any:
-        if self._files is None:  # not local: Spark finds the new rows (rare; kept simple)
+    def _next_commit(self) -> Commit | None:
+        if self._with_spark:  # delta-rs cannot read it: Spark finds the new rows (rare)
             return self._next_with_spark()
         try:
-            return self._files.commit(self.version + 1)
+            return self._files.commits()
         except Unreadable as exc:
             log.info("%s: %s; re-reading it", self.path, exc)
             self.load()
             return None
 
-    def _next_with_spark(self) -> Any:
-        from .delta_files import Commit
-
+    def _next_with_spark(self) -> Commit | None:
         before = self.version
         self.load()
-        return None if self.version == before else Commit(self.version, (), True)
+        return None if self.version == before else Commit(self.version, pd.DataFrame(), True)
 
     # -- the table --------------------------------------------------------------------------
     def apply(self, batch: int, changes: pd.DataFrame) -> None:

@@ -27,7 +27,7 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 
 from state import resolve_warehouse, tables
 
-from .delta_files import DeltaFiles, Unreadable, read_files
+from .delta_files import DeltaFiles, Unreadable
 from .registry import Subscription, canonical
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,7 @@ class AnalyticsStore:
     def _rows_from_files(self, subscription: str, after: int) -> list[tuple[int, str]]:
         """(batch, rows) of ``subscription``'s stored rows: all with batch > ``after`` and, to
         tell where they start, at least its oldest one (read from files whose bounds allow)."""
-        _, files = DeltaFiles(self.deltas_path).snapshot()
-        wanted = [f for f in files if f.may_hold("subscription", equal=subscription)]
-        frame = read_files(wanted)
+        frame = DeltaFiles(self.deltas_path).rows_where("subscription", subscription)
         if frame.empty:
             return []
         mine = frame[frame["subscription"] == subscription]

@@ -3,7 +3,7 @@
 Nothing here imports Dagster or the pipeline API; ``ops`` builds on it.
 """
 
-from . import tables
+from . import delta_io, tables
 from .checkpoint import (
     CHECKPOINT_OPERATOR,
     STATE_SCHEMA,
@@ -47,5 +47,5 @@ __all__ = [
     "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "restore_all", "save_all", "stored_values", "tables", "track", "wake_time", "warming",
+    "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
 ]

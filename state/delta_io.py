@@ -36,6 +36,7 @@ from urllib.parse import urlparse
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.dataset
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -55,6 +56,8 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 # table features a blind append satisfies by what it is; anything more is left to Spark, which
 # enforces every feature Delta has (delta-rs enforces many, but not all the same way)
 _WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
+#: The columns Delta's change feed adds to a table's own.
+FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 #: The object stores delta-rs reaches (HDFS and the like stay with Spark).
@@ -150,19 +153,75 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
 def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
     """The rows commits ``first..last`` inserted, from the change data feed, with their commit
     version first (``_commit_version``, int64), in commit order; ``None`` when there is no
-    table or its feed is off now (Spark then says which versions it cannot give). delta-rs
-    reads an append's rows from the files it added, a MERGE's or UPDATE's from its change
-    files."""
+    table or its feed is off now (Spark then says which versions it cannot give)."""
     found = table(path)
     if found is None or (found.metadata().configuration or {}).get(
             "delta.enableChangeDataFeed", "false").lower() != "true":
         return None
+    feed = changes(path, first, last)
+    inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
+    rows = inserts.select([name for name in inserts.column_names if name not in FEED_COLUMNS])
+    return rows.add_column(0, "_commit_version", inserts["_commit_version"])
+
+
+def changes(path: str, first: int, last: int) -> pa.Table:
+    """What commits ``first..last`` of the table at ``path`` did to its rows, as Delta's change
+    feed gives it: the table's columns plus ``_change_type`` (``insert``, ``delete``,
+    ``update_preimage``, ``update_postimage``) and ``_commit_version`` (int64), in commit order.
+    An append's rows are read from the files it added, whether the table's feed is on or not;
+    a MERGE's, UPDATE's or DELETE's from its change files when the feed is on, else as the
+    rows of the files it removed (deleted) and added (inserted)."""
+    found = table(path)
+    if found is None:
+        raise StorageError(f"no Delta table at {path}")
     read = pa.table(_calling(path, f"reading the changes of versions {first}-{last} of", lambda:
                              found.load_cdf(starting_version=first, ending_version=last)))
-    changes = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
-    inserts = changes.filter(pa.compute.equal(changes["_change_type"], "insert"))
-    rows = inserts.select([name for name in inserts.column_names if not name.startswith("_")])
-    return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
+    plain = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
+    return plain.set_column(plain.schema.get_field_index("_commit_version"), "_commit_version",
+                            plain["_commit_version"].cast(pa.int64()))
+
+
+def data_files(path: str) -> tuple[int, dict[str, int]]:
+    """The table's latest version (-1: no table) and its data files as of that version, each
+    with the time it was added (epoch ms): what a follower compares from one poll to the next
+    to find the files a commit added or removed, with or without the change feed. No request
+    beyond bringing the table up to date: delta-rs holds the files of the version it read."""
+    found = table(path)
+    if found is None:
+        return -1, {}
+    actions = pa.table(found.get_add_actions(flatten=True))
+    return int(found.version()), dict(zip(actions["path"].to_pylist(),
+                                          actions["modification_time"].cast(pa.int64()).to_pylist()))
+
+
+def read_data_files(path: str, names: list[str]) -> pa.Table:
+    """The rows of the table's data files ``names`` (paths as the log gives them, files of its
+    latest version), in that order."""
+    found = table(path)
+    if found is None or not names:
+        return pa.table({})
+    dataset = _calling(path, "reading", found.to_pyarrow_dataset)
+    by_name = {fragment.path: fragment for fragment in dataset.get_fragments()}
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise StorageError(f"{path}: data file {missing[0]!r} is not in the table's latest version")
+    chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
+                                               dataset.format, dataset.filesystem)
+    rows = _calling(path, "reading", chosen.to_table)
+    return rows.cast(pa.schema([(field.name, _unviewed(field.type)) for field in rows.schema]))
+
+
+def snapshot(path: str, equal: tuple[str, Any] | None = None) -> tuple[int, pa.Table]:
+    """The table's latest version and its rows (-1 and an empty table when there is none);
+    with ``equal=(column, value)``, the rows where ``column == value``, reading only the files
+    whose statistics allow such rows."""
+    found = table(path)
+    if found is None:
+        return -1, pa.table({})
+    filters = [(equal[0], "=", equal[1])] if equal is not None else None
+    rows = _calling(path, "reading", lambda: found.to_pyarrow_table(filters=filters))
+    return int(found.version()), rows.cast(pa.schema(
+        [(field.name, _unviewed(field.type)) for field in rows.schema]))
 
 
 def _unviewed(kind: pa.DataType) -> pa.DataType:
