@@ -9,12 +9,14 @@ Spark's jars fall back to ``spark.jars.packages``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,6 +180,45 @@ def _older_copy_of_pinned(jar: str, pinned: set[str], bundle: JarBundle) -> bool
                                      for name in pinned)
 
 
+_LOG_STORE_SOURCE = Path(__file__).with_name("jvm") / "ConditionalPutLogStore.java"
+#: Delta's log store for S3 that commits with a conditional put (``ops/jvm``).
+LOG_STORE_CLASS = "io.lakestream.delta.ConditionalPutLogStore"
+
+
+def log_store_jar() -> Path | None:
+    """The conditional-put Delta log store for S3 (:data:`LOG_STORE_CLASS`), compiled once with
+    ``javac`` against the Delta storage and Hadoop client jars into ``.jars/log-store/``, named
+    by its source's hash; ``None`` when the Delta jars are not fetched or there is no ``javac``
+    (Delta's own single-driver log store then commits to S3)."""
+    storage = next((jar for jar in delta_bundle().jars() if jar.name.startswith("delta-storage-")), None)
+    if storage is None or not _LOG_STORE_SOURCE.exists():
+        return None
+    digest = hashlib.sha1(_LOG_STORE_SOURCE.read_bytes() + storage.name.encode()).hexdigest()[:12]
+    jar = jars_dir() / "log-store" / f"conditional-put-log-store-{digest}.jar"
+    if jar.exists():
+        return jar
+    if not shutil.which("javac"):
+        log.warning("no javac on PATH: Delta commits to S3 through Spark use Delta's single-driver "
+                    "log store (see README, Running on S3)")
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        classpath = os.pathsep.join([str(storage), str(Path(pyspark.__file__).parent / "jars" / "*")])
+        done = subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, str(_LOG_STORE_SOURCE)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ConfigError(f"compiling {_LOG_STORE_SOURCE} failed: {done.stderr.strip()[-2000:]}")
+        jar.parent.mkdir(parents=True, exist_ok=True)
+        part = jar.with_suffix(".part")
+        with zipfile.ZipFile(part, "w") as archive:
+            for compiled in Path(tmp).rglob("*.class"):
+                archive.write(compiled, compiled.relative_to(tmp).as_posix())
+        part.replace(jar)  # whole or not at all, for a concurrent reader
+    for older in jar.parent.glob("conditional-put-log-store-*.jar"):
+        if older != jar:
+            older.unlink(missing_ok=True)  # built from an earlier source
+    return jar
+
+
 def spark_jar_conf() -> dict[str, str]:
     """Spark config entries that put the Delta, Kafka connector and S3A jars on the classpath,
     fetching them if needed (``spark.jars``; else ``spark.jars.packages`` for Spark to resolve).
@@ -186,11 +227,16 @@ def spark_jar_conf() -> dict[str, str]:
     class path from where they lie instead: through ``spark.jars`` every executor would copy
     them at start. A cluster's nodes have them at the same path (one machine, or an image
     built with ``.ci/install``), or their own S3 connector, as Spark deployments usually do.
+    Delta's commits to S3 go through :data:`LOG_STORE_CLASS` (:func:`log_store_jar`).
     """
     bundles = [delta_bundle(), spark_kafka_bundle()]
     fetched = [bundle.jars() for bundle in bundles]
     conf = ({"spark.jars": ",".join(str(jar) for jars in fetched for jar in jars)} if all(fetched)
             else {"spark.jars.packages": ",".join(a.coordinate for b in bundles for a in b.artifacts)})
+    store = log_store_jar() if all(fetched) else None
+    if store is not None:
+        conf["spark.jars"] += f",{store}"
+        conf.update({f"spark.delta.logStore.{scheme}.impl": LOG_STORE_CLASS for scheme in ("s3", "s3a")})
     s3a = s3a_bundle()
     if s3a.jars():
         path = os.pathsep.join(str(jar) for jar in sorted(s3a.path().glob("*.jar")))

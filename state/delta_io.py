@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -47,8 +48,8 @@ log = logging.getLogger(__name__)
 _RETRIES = 20  # commits lost to other writers before giving up
 _CACHED_TABLES = 256
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-#: Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
-ARROW_TYPES: dict[str, pa.DataType] = {
+# Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
+_ARROW_TYPES: dict[str, pa.DataType] = {
     "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
     "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
     "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
@@ -56,17 +57,28 @@ ARROW_TYPES: dict[str, pa.DataType] = {
 # table features a blind append satisfies by what it is; anything more is left to Spark, which
 # enforces every feature Delta has (delta-rs enforces many, but not all the same way)
 _WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
-#: The columns Delta's change feed adds to a table's own.
-FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+# Tables created here get a log checkpoint every 10 commits, as Spark writes them (delta-rs's
+# default is 100): opening a table and checking a txn read the commits since the last
+# checkpoint, one request each on S3.
+_CREATED_PROPERTIES = {"delta.checkpointInterval": "10"}
+# The columns Delta's change feed adds to a table's own.
+_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 #: The object stores delta-rs reaches (HDFS and the like stay with Spark).
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "abfs", "abfss", "az", "azure"})
 
 
+#: ``spark`` turns this module off for the pipeline's own appends and log reads on object
+#: stores (they go through Spark, as before delta-rs): for comparing the two, or as a way out
+#: should a store and delta-rs not get along.
+IO_SETTING = "LAKESTREAM_OBJECT_STORE_IO"
+
+
 def on_object_store(path: str) -> bool:
-    """Whether ``path`` is a URI of an object store this module reaches."""
-    return urlparse(path).scheme in OBJECT_STORE_SCHEMES
+    """Whether ``path`` is a URI of an object store this module serves (see :data:`IO_SETTING`)."""
+    return urlparse(path).scheme in OBJECT_STORE_SCHEMES and \
+        os.environ.get(IO_SETTING, "delta-rs") != "spark"
 
 
 @dataclass(frozen=True)
@@ -82,9 +94,9 @@ class Creation:
         """The columns as Arrow types; ``None`` when one is of a type left to Spark (``void``,
         nested or decimal)."""
         kinds = [(spec["name"], spec["type"]) for spec in self.fields]
-        if not all(isinstance(kind, str) and kind in ARROW_TYPES for _, kind in kinds):
+        if not all(isinstance(kind, str) and kind in _ARROW_TYPES for _, kind in kinds):
             return None
-        return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in kinds])
+        return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in kinds])
 
 
 _cache: OrderedDict[str, DeltaTable] = OrderedDict()
@@ -151,34 +163,21 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
 
 
 def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
-    """The rows commits ``first..last`` inserted, from the change data feed, with their commit
-    version first (``_commit_version``, int64), in commit order; ``None`` when there is no
-    table or its feed is off now (Spark then says which versions it cannot give)."""
+    """The rows commits ``first..last`` inserted, from the change data feed (an append's rows
+    from the files it added, a MERGE's from its change files), with their commit version first
+    (``_commit_version``, int64), in commit order; ``None`` when there is no table or its feed
+    is off now (delta-rs reads the feed only where it is on; Spark then says which versions it
+    cannot give)."""
     found = table(path)
     if found is None or (found.metadata().configuration or {}).get(
             "delta.enableChangeDataFeed", "false").lower() != "true":
         return None
-    feed = changes(path, first, last)
-    inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
-    rows = inserts.select([name for name in inserts.column_names if name not in FEED_COLUMNS])
-    return rows.add_column(0, "_commit_version", inserts["_commit_version"])
-
-
-def changes(path: str, first: int, last: int) -> pa.Table:
-    """What commits ``first..last`` of the table at ``path`` did to its rows, as Delta's change
-    feed gives it: the table's columns plus ``_change_type`` (``insert``, ``delete``,
-    ``update_preimage``, ``update_postimage``) and ``_commit_version`` (int64), in commit order.
-    An append's rows are read from the files it added, whether the table's feed is on or not;
-    a MERGE's, UPDATE's or DELETE's from its change files when the feed is on, else as the
-    rows of the files it removed (deleted) and added (inserted)."""
-    found = table(path)
-    if found is None:
-        raise StorageError(f"no Delta table at {path}")
     read = pa.table(_calling(path, f"reading the changes of versions {first}-{last} of", lambda:
                              found.load_cdf(starting_version=first, ending_version=last)))
-    plain = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
-    return plain.set_column(plain.schema.get_field_index("_commit_version"), "_commit_version",
-                            plain["_commit_version"].cast(pa.int64()))
+    feed = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
+    inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
+    rows = inserts.select([name for name in inserts.column_names if name not in _FEED_COLUMNS])
+    return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
 
 
 def data_files(path: str) -> tuple[int, dict[str, int]]:
@@ -242,7 +241,7 @@ def create(path: str, creation: Creation) -> bool:
         try:
             _calling(path, "creating the table", lambda: DeltaTable.create(
                 path, schema, mode="ignore", partition_by=list(creation.partition_by) or None,
-                configuration=dict(creation.properties) or None))
+                configuration={**_CREATED_PROPERTIES, **dict(creation.properties)}))
         except CommitFailedError:
             pass  # another writer created it first: that is fine
         _forget(path)
@@ -261,7 +260,8 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     assert create is not None  # _arrow gave no data for a missing table without it
     _calling(path, "creating the table", lambda: write_deltalake(
         path, data, mode="append", partition_by=list(create.partition_by) or None,
-        configuration=dict(create.properties) or None, commit_properties=properties))
+        configuration={**_CREATED_PROPERTIES, **dict(create.properties)},
+        commit_properties=properties))
     _forget(path)  # opened on the next use, as the table it made
 
 
@@ -336,10 +336,10 @@ def _calling(path: str, doing: str, call: Any) -> Any:
     except (TableNotFoundError, CommitFailedError):
         raise  # not a failure of the store: no table there / another writer's commit won
     except (OSError, DeltaError) as exc:
-        raise StorageError(describe(path, doing, exc)) from exc
+        raise StorageError(_describe(path, doing, exc)) from exc
 
 
-def describe(path: str, doing: str, error: BaseException) -> str:
+def _describe(path: str, doing: str, error: BaseException) -> str:
     """A one-paragraph account of a failed object-store call: bucket, path, what was being
     done, and the store's own words (without terminal colours or the request's headers)."""
     where = urlparse(path)

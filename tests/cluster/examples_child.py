@@ -8,7 +8,8 @@ as a user would. Nothing here knows whether that is local mode or a cluster.
 
 ``LAKESTREAM_MODE`` says where operators run (the job's Spark resource reads it too);
 ``EXAMPLES_PART`` runs the ``first`` or ``second`` half of the input only, so a test can change
-the cluster between them. Prints one JSON line describing the Spark it ran on.
+the cluster between them. Prints one JSON line describing the Spark it ran on (and, with
+``EXAMPLES_PROBE_PATH``, whether an executor sees that path).
 """
 
 import json
@@ -65,8 +66,13 @@ def main() -> None:
     run_examples(spark, part=os.environ.get("EXAMPLES_PART"),
                  mode=os.environ.get("LAKESTREAM_MODE"))
     status = spark.sparkContext.statusTracker()
-    print(json.dumps({"master": spark.sparkContext.master,
-                      "executors": len(status.getExecutorInfos()) - 1}))  # minus the driver
+    found = {"master": spark.sparkContext.master,
+             "executors": len(status.getExecutorInfos()) - 1}  # minus the driver
+    probed = os.environ.get("EXAMPLES_PROBE_PATH")
+    if probed:  # whether an executor can see this path (of the driver's disk)
+        found["executor_sees_probe"] = spark.sparkContext.parallelize([probed], 1).map(
+            os.path.exists).collect()[0]
+    print(json.dumps(found))
     spark.stop()
 
 

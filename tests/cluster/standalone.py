@@ -36,6 +36,7 @@ class Cluster:
     memory: str = "1g"
     timeout_s: float = 120
     workers: int = 0
+    worker_wrapper: tuple[str, ...] = ()  # a command each worker's JVM is started under
 
     def state(self) -> dict:
         """The master's JSON status page: workers, running and completed applications."""
@@ -49,7 +50,8 @@ class Cluster:
             self._stack.enter_context(_daemon(
                 self.workdir / f"worker{n}.log", f"{_DEPLOY}.worker.Worker", self.master_url,
                 "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                "--webui-port", str(free_port()), "--work-dir", str(self.workdir / f"work{n}")))
+                "--webui-port", str(free_port()), "--work-dir", str(self.workdir / f"work{n}"),
+                wrapper=self.worker_wrapper))
         self.workers += count
         _wait(lambda: _alive_workers(self) == self.workers, self.timeout_s,
               f"{self.workers} workers did not register", self.workdir)
@@ -57,14 +59,15 @@ class Cluster:
 
 @contextmanager
 def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
-                       timeout_s: float = 120):
+                       timeout_s: float = 120, worker_wrapper: tuple[str, ...] = ()):
     """Start a master and ``workers`` workers on 127.0.0.1; yield once every worker is ALIVE.
-    Everything started, including workers added later, is stopped on exit."""
+    Everything started, including workers added later, is stopped on exit. ``worker_wrapper``:
+    a command prefix each worker is started under (another mount namespace, say)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, web_port = free_port(), free_port()
     with ExitStack() as stack:
         cluster = Cluster(f"spark://127.0.0.1:{port}", web_port, workdir, stack, cores, memory,
-                          timeout_s)
+                          timeout_s, worker_wrapper=worker_wrapper)
         stack.enter_context(_daemon(workdir / "master.log", f"{_DEPLOY}.master.Master",
                                     "--host", "127.0.0.1", "--port", str(port),
                                     "--webui-port", str(web_port)))
@@ -74,12 +77,14 @@ def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1, memory: 
 
 
 @contextmanager
-def _daemon(log: Path, main_class: str, *args: str):
-    """One JVM (``spark-class`` execs it, so the pid we hold is the JVM's), stopped on exit."""
+def _daemon(log: Path, main_class: str, *args: str, wrapper: tuple[str, ...] = ()):
+    """One JVM (``spark-class`` execs it, and so does ``wrapper`` if given, so the pid we hold
+    is the JVM's), stopped on exit."""
     env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
                SPARK_NO_DAEMONIZE="1")
     with open(log, "w") as out:
-        process = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), main_class, *args],
+        process = subprocess.Popen([*wrapper, str(SPARK_HOME / "bin" / "spark-class"), main_class,
+                                    *args],
                                    env=env, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     try:

@@ -152,3 +152,10 @@ def test_at_least_once_goes_through_spark_and_a_bad_key_column_is_named(spark, w
     with pytest.raises(sp.SinkError, match="key column 'user' is not in the output"):
         wrong.run_once(spark, warehouse)
     assert len(read_topic(kafka.bootstrap, topics[1])) == len(RECORDS)
+
+
+@pytest.mark.slow
+def test_kafka_in_and_out_with_the_warehouse_on_s3_sends_each_row_once_after_a_crash(
+        spark, s3_warehouse, child_env, kafka, topics):
+    _crash_then_recover(spark, s3_warehouse, dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse),
+                        kafka, topics, "kafka_after_commit:2")

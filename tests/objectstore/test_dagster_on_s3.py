@@ -25,5 +25,5 @@ def test_running_sum_job_on_s3_writes_the_example_sums_and_sensors_probe_without
     # a sensor's reads: delta-rs, no Spark session handed in
     layout = running_sum_keyed.layout(s3_warehouse)
     assert running_sum_keyed.source.probe(layout) == "1"  # the inbox's one publish
-    assert checkpointed_offsets(layout) == {running_sum_keyed.source.name: "1"}
+    assert checkpointed_offsets(layout) == {running_sum_keyed.source.name: 1}
     assert wake_time(layout) is None

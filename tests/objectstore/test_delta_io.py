@@ -117,3 +117,38 @@ def test_the_server_starts_and_stops_from_the_shell(tmp_path):
 @pytest.mark.parametrize("path", ["/tmp/wh/p/_state", "file:/tmp/wh", "hdfs://nn/wh"])
 def test_only_object_stores_go_to_delta_rs(path):
     assert not delta_io.on_object_store(path)
+
+
+def test_spark_commits_to_s3_with_a_conditional_put(spark, s3_warehouse):
+    # two creations of one commit file, both opened before either is written: S3 takes the
+    # first and refuses the second (412), as Delta's S3 log store here asks it to
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(f"{s3_warehouse}/raced/_delta_log/00000000000000000000.json")
+    fs = path.getFileSystem(conf)
+    store = jvm.io.lakestream.delta.ConditionalPutLogStore
+    first, second = (fs.createFile(path).overwrite(False).must(store.CONDITIONAL, True).build()
+                     for _ in range(2))
+    first.write(bytearray(b"first\n"))
+    first.close()
+    second.write(bytearray(b"second\n"))
+    with pytest.raises(Exception, match="(?i)412|precondition|RemoteFileChanged"):
+        second.close()
+    assert spark.conf.get("spark.delta.logStore.s3a.impl") == "io.lakestream.delta.ConditionalPutLogStore"
+
+
+def test_a_spark_writer_racing_a_delta_rs_writer_on_one_s3_table_loses_nothing(spark, s3_warehouse):
+    path = f"{s3_warehouse}/raced_table"
+    spark.createDataFrame([("seed", 0)], "writer STRING, i LONG").write.format("delta").save(path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    rival = subprocess.Popen([sys.executable, "-c", _WRITER, path, "delta-rs", "15"], env=env,
+                             stderr=subprocess.PIPE, text=True)
+    for i in range(15):
+        (spark.createDataFrame([("spark", i)], "writer STRING, i LONG").write.format("delta")
+         .mode("append").save(path))
+    assert rival.wait(timeout=300) == 0, rival.stderr.read()[-2000:]
+
+    rows = spark.read.format("delta").load(path).toPandas()
+    assert sorted(zip(rows["writer"], rows["i"])) == sorted(
+        [("seed", 0)] + [(w, i) for w in ("delta-rs", "spark") for i in range(15)])
+    assert delta_io.latest_version(path) == 30  # every commit its own version: none overwritten

@@ -47,11 +47,26 @@ def running_sum_plain(op, md, data):
 
 
 def _summed(op, md, data):
+    _hold_if_asked(md.batch_id)
     total = sp.get(op, md) + data["x"].cumsum()
     sp.set(op, md, int(total.iloc[-1]))
     rows_seen.value["total"] += len(data)
     rows_seen.value["by_key"][md.key] = rows_seen.value["by_key"].get(md.key, 0) + len(data)
     return data.assign(total=total)
+
+
+def _hold_if_asked(batch_id):
+    """Test-only: with ``CRASH_TEST_HOLD_AT=<batch>:<folder>``, batch ``<batch>`` says so
+    (``<folder>/reached``) and waits (at most two minutes) for ``<folder>/go``, so a test can
+    change the world (stop the object store) in the middle of that batch."""
+    asked = os.environ.get("CRASH_TEST_HOLD_AT")
+    if not asked or int(asked.split(":", 1)[0]) != batch_id:
+        return
+    folder = Path(asked.split(":", 1)[1])
+    (folder / "reached").touch()
+    deadline = time.monotonic() + 120
+    while not (folder / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def build(name: str = "crashy"):
