@@ -24,13 +24,32 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
-from _common import print_table, write_results
+from _common import per_batch, phase_times, print_table, write_results
 
 from ops.objectstore import LocalS3
 
 BUCKET = "bench"
+
+
+def phases() -> dict:
+    """lakestream's steps timed per batch: phase -> (class, method). The sink and checkpoint
+    commits run in writer threads beside the next batch, so phases add up to more than a
+    batch's wall time."""
+    from ops.operators.basic import Map
+    from ops.runtime.executor import _Run
+    from ops.sinks.delta import DeltaSink
+    from ops.sources.delta import DeltaTableSource
+    from state import CheckpointLog, StateStore
+    from state.store import OperatorState
+
+    return {"plan (and its commit)": (_Run, "plan_next"), "read": (DeltaTableSource, "read"),
+            "operator": (Map, "apply"), "  state read": (OperatorState, "prefetch"),
+            "state encode (thread)": (StateStore, "encode_changes"),
+            "sink commit (thread)": (DeltaSink, "write"),
+            "checkpoint commit (thread)": (CheckpointLog, "commit")}
 
 
 def throughput(spark, args, root: str, io: str) -> dict:
@@ -41,15 +60,18 @@ def throughput(spark, args, root: str, io: str) -> dict:
     from state import delta_io
 
     os.environ[delta_io.IO_SETTING] = io
+    timed: dict = defaultdict(list)
     try:
         source = f"{root}/events"
         total = write_batches(spark, source, events(args.keys, [args.batch] * args.batches))
-        run = run_lakestream(spark, source, f"{root}/wh", vectorized=True)
+        with phase_times(timed, phases()):
+            run = run_lakestream(spark, source, f"{root}/wh", vectorized=True)
     finally:
         os.environ.pop(delta_io.IO_SETTING, None)
     assert run["events"] == total, (run["events"], total)
     return {"events_per_s": total / run["seconds"], "seconds": run["seconds"],
-            "median_batch_s": statistics.median(run["batch_latencies"])}
+            "median_batch_s": statistics.median(run["batch_latencies"]),
+            "per_batch_s": per_batch(timed, args.batches, phases())}
 
 
 def latency(spark, args, warehouse: str) -> dict:
@@ -141,6 +163,10 @@ def main() -> None:
                 ["where", "events/s", "x local disk", "median batch s"],
                 [[name, f"{r['events_per_s']:,.0f}", f"{r['events_per_s'] / base:.2f}",
                   f"{r['median_batch_s']:.2f}"] for name, r in sums.items()])
+    names = list(phases())
+    print_table("seconds per batch, by phase", ["phase", *sums],
+                [[name, *(f"{r['per_batch_s'].get(name, 0):.2f}" for r in sums.values())]
+                 for name in names])
     print(f"delta-rs vs Spark only on S3: "
           f"{sums['S3, delta-rs']['events_per_s'] / sums['S3, Spark only']['events_per_s']:.2f}x")
     print_table(f"continuous mode, publish -> readable, {args.records} records every {args.every} s",

@@ -1,5 +1,5 @@
-"""What the local servers (the Kafka broker, the S3 server) share: ports on loopback and
-stopping a process by its pid."""
+"""What the local servers (the Kafka broker, the S3 server) share: ports on loopback, a pid
+file to find a server again from another command, and stopping it by its pid."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import ClassVar, Self
 
 
 def free_port() -> int:
@@ -48,3 +52,54 @@ def stop(pid: int, process: subprocess.Popen[bytes] | None, grace: float) -> Non
         os.kill(pid, signal.SIGKILL)
         if process is not None:
             process.wait(10)
+
+
+@dataclass
+class LocalServer:
+    """A server this project runs on loopback: its folder (pid file, logs), port and process
+    (``None`` when another command started it)."""
+
+    folder: Path
+    port: int
+    process: subprocess.Popen[bytes] | None
+    pid: int
+
+    PID_FILE: ClassVar[str] = "server.pid"
+    LOGS: ClassVar[tuple[str, ...]] = ("server.log",)
+    STOP_GRACE: ClassVar[float] = 10.0
+
+    @classmethod
+    def attach(cls, folder: str | Path) -> Self | None:
+        """The server a ``start`` left running with its pid file in ``folder``, if it still runs."""
+        folder = Path(folder).resolve()
+        try:
+            pid, port = (int(n) for n in (folder / cls.PID_FILE).read_text().split())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return cls(folder, port, None, pid)
+
+    def record(self) -> None:
+        """Write the pid file that :meth:`attach` reads."""
+        (self.folder / self.PID_FILE).write_text(f"{self.pid} {self.port}\n")
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop the server by its pid: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        stop(self.pid, self.process, self.STOP_GRACE if grace is None else grace)
+        (self.folder / self.PID_FILE).unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def log_tail(self) -> str:
+        """The last lines of the server's logs, for an error that says why it did not start."""
+        lines: list[str] = []
+        for name in self.LOGS:
+            path = self.folder / name
+            if path.exists():
+                lines += path.read_text(errors="replace").splitlines()[-15:]
+        return "\n".join(lines) or "(no log)"

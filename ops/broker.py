@@ -18,16 +18,13 @@ the pid it recorded.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from ._jars import kafka_broker_bundle
-from ._process import free_port, listening, stop
+from ._process import LocalServer, free_port, listening
 from .errors import ConfigError
 
 _READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
@@ -66,14 +63,12 @@ logger.server.level=INFO
 __all__ = ["EmbeddedKafka", "free_port", "main"]
 
 
-@dataclass
-class EmbeddedKafka:
+class EmbeddedKafka(LocalServer):
     """A running broker: its address, its process and the folder holding its data and log."""
 
-    folder: Path
-    port: int
-    process: subprocess.Popen[bytes] | None
-    pid: int
+    PID_FILE = "broker.pid"
+    LOGS = ("stdout.log", "broker.log")
+    STOP_GRACE = 20.0
 
     @property
     def bootstrap(self) -> str:
@@ -108,20 +103,9 @@ class EmbeddedKafka:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         broker = cls(folder, port, process, process.pid)
-        (folder / "broker.pid").write_text(f"{process.pid} {port}\n")
+        broker.record()
         broker.wait_until_ready()
         return broker
-
-    @classmethod
-    def attach(cls, folder: str | Path) -> EmbeddedKafka | None:
-        """The broker a ``start`` left running with its data in ``folder``, if it still runs."""
-        folder = Path(folder).resolve()
-        try:
-            pid, port = (int(n) for n in (folder / "broker.pid").read_text().split())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            return None
-        return cls(folder, port, None, pid)
 
     def wait_until_ready(self) -> None:
         """Return once the broker answers a metadata request; raise if it died or took too long."""
@@ -132,7 +116,7 @@ class EmbeddedKafka:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise ConfigError(f"the Kafka broker in {self.folder} exited with code "
-                                  f"{self.process.returncode}: {self._log_tail()}")
+                                  f"{self.process.returncode}: {self.log_tail()}")
             try:
                 admin.list_topics(timeout=2)
                 self._start_transactions(deadline - time.monotonic())
@@ -141,7 +125,7 @@ class EmbeddedKafka:
                 time.sleep(0.5)
         self.stop()
         raise ConfigError(f"the Kafka broker in {self.folder} did not answer on {self.bootstrap} "
-                          f"within {_READY_SECONDS} s: {self._log_tail()}")
+                          f"within {_READY_SECONDS} s: {self.log_tail()}")
 
     def _start_transactions(self, seconds: float) -> None:
         """Register a transactional producer once, so the transaction coordinator has loaded
@@ -151,26 +135,6 @@ class EmbeddedKafka:
         producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 0,
                              "transactional.id": "lakestream.broker-ready"})
         producer.init_transactions(max(1.0, seconds))
-
-    def stop(self, grace: float = 20.0) -> None:
-        """Stop the broker by its pid: SIGTERM (a clean shutdown), SIGKILL after ``grace`` s."""
-        stop(self.pid, self.process, grace)
-        (self.folder / "broker.pid").unlink(missing_ok=True)
-
-    def __enter__(self) -> EmbeddedKafka:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.stop()
-
-    def _log_tail(self) -> str:
-        lines: list[str] = []
-        for name in ("stdout.log", "broker.log"):
-            path = self.folder / name
-            if path.exists():
-                lines += path.read_text(errors="replace").splitlines()[-15:]
-        return "\n".join(lines) or "(no log)"
 
 
 def _run_storage_tool(classpath: str, properties: Path) -> None:

@@ -25,17 +25,14 @@ starts one in the background and prints the environment to use it;
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-from ._process import free_port, listening, stop
+from ._process import LocalServer, free_port, listening
 from .errors import ConfigError
 
 __all__ = ["LocalS3", "main"]
@@ -46,14 +43,8 @@ _ACCESS_KEY = "lakestream-local"
 _SECRET_KEY = "lakestream-local-secret"  # moto checks no signature; any key pair works
 
 
-@dataclass
-class LocalS3:
+class LocalS3(LocalServer):
     """A running server: its port, its process and the folder holding its pid file and log."""
-
-    folder: Path
-    port: int
-    process: subprocess.Popen[bytes] | None
-    pid: int
 
     @property
     def endpoint(self) -> str:
@@ -75,20 +66,9 @@ class LocalS3:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         server = cls(folder, port, process, process.pid)
-        (folder / "server.pid").write_text(f"{process.pid} {port}\n")
+        server.record()
         server.wait_until_ready()
         return server
-
-    @classmethod
-    def attach(cls, folder: str | Path) -> LocalS3 | None:
-        """The server a ``start`` left running with its pid file in ``folder``, if it still runs."""
-        folder = Path(folder).resolve()
-        try:
-            pid, port = (int(n) for n in (folder / "server.pid").read_text().split())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
-            return None
-        return cls(folder, port, None, pid)
 
     def wait_until_ready(self) -> None:
         """Return once the server answers an S3 request; raise if it died or took too long."""
@@ -96,7 +76,7 @@ class LocalS3:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise ConfigError(f"the S3 server ({self.folder}) exited with code "
-                                  f"{self.process.returncode}: {self._log_tail()}")
+                                  f"{self.process.returncode}: {self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.endpoint + "/", timeout=2):
                     return
@@ -104,7 +84,7 @@ class LocalS3:
                 time.sleep(0.3)
         self.stop()
         raise ConfigError(f"the S3 server ({self.folder}) did not answer on {self.endpoint} "
-                          f"within {_READY_SECONDS} s: {self._log_tail()}")
+                          f"within {_READY_SECONDS} s: {self.log_tail()}")
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (nothing when it exists)."""
@@ -123,22 +103,6 @@ class LocalS3:
                 "AWS_SECRET_ACCESS_KEY": _SECRET_KEY, "AWS_REGION": _REGION,
                 "AWS_ALLOW_HTTP": "true"}
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Stop the server by its pid (its buckets are gone then)."""
-        stop(self.pid, self.process, grace)
-        (self.folder / "server.pid").unlink(missing_ok=True)
-
-    def __enter__(self) -> LocalS3:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.stop()
-
-    def _log_tail(self) -> str:
-        path = self.folder / "server.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-15:]) if path.exists() \
-            else "(no log)"
 
 
 def main(argv: list[str] | None = None) -> None:

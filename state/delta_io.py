@@ -30,6 +30,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -48,14 +49,14 @@ log = logging.getLogger(__name__)
 _RETRIES = 20  # commits lost to other writers before giving up
 _CACHED_TABLES = 256
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
-_ARROW_TYPES: dict[str, pa.DataType] = {
+#: Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
+ARROW_TYPES: dict[str, pa.DataType] = {
     "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
     "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
     "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
 }
-# table features a blind append satisfies by what it is; anything more is left to Spark, which
-# enforces every feature Delta has (delta-rs enforces many, but not all the same way)
+# table features a blind append satisfies by what it is (only added files) and by the checks of
+# `blind_append_refusal`; anything more is left to Spark, which enforces every feature Delta has
 _WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
 # Tables created here get a log checkpoint every 10 commits, as Spark writes them (delta-rs's
 # default is 100): opening a table and checking a txn read the commits since the last
@@ -94,9 +95,9 @@ class Creation:
         """The columns as Arrow types; ``None`` when one is of a type left to Spark (``void``,
         nested or decimal)."""
         kinds = [(spec["name"], spec["type"]) for spec in self.fields]
-        if not all(isinstance(kind, str) and kind in _ARROW_TYPES for _, kind in kinds):
+        if not all(isinstance(kind, str) and kind in ARROW_TYPES for _, kind in kinds):
             return None
-        return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in kinds])
+        return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in kinds])
 
 
 _cache: OrderedDict[str, DeltaTable] = OrderedDict()
@@ -285,18 +286,43 @@ def _writable_schema(current: DeltaTable) -> pa.Schema | None:
     """The table's columns as Arrow types, when a blind append by this writer is all its
     protocol and metadata ask for; else ``None``."""
     protocol = current.protocol()
-    features = set(protocol.writer_features or ())
-    config = current.metadata().configuration or {}
-    if protocol.min_reader_version > 1 or (protocol.min_writer_version > 4 and not (
-            protocol.min_writer_version == 7 and features <= _WRITER_FEATURES)):
-        return None
-    if any(key.startswith("delta.constraints.") for key in config) or \
-            config.get("delta.columnMapping.mode", "none") != "none":
-        return None
     fields = json.loads(current.schema().to_json())["fields"]
-    if any(not spec.get("nullable", True) or spec.get("metadata") for spec in fields):
-        return None  # NOT NULL, generated, identity or invariant columns: Spark enforces them
+    refused = blind_append_refusal(protocol.min_reader_version, protocol.min_writer_version,
+                                   set(protocol.writer_features or ()),
+                                   current.metadata().configuration or {}, fields, set(ARROW_TYPES))
+    if refused is not None:
+        log.debug("append left to Spark: %s", refused)
+        return None
     return Creation(tuple(fields)).arrow_schema()
+
+
+def blind_append_refusal(reader: int, writer: int, features: set[str], configuration: Mapping[str, str],
+                         fields: list[dict[str, Any]], types: set[str]) -> str | None:
+    """Why a writer that only adds files must leave a table to Spark (``None``: it need not):
+    a protocol beyond reader 1 and writer 4 (or 7 with no feature a blind append does not
+    satisfy), CHECK constraints, column mapping, a NOT NULL, generated, identity or invariant
+    column, or a column of a type not in ``types``.
+
+    >>> blind_append_refusal(1, 2, set(), {}, [{"name": "k", "type": "long"}], {"long"}) is None
+    True
+    >>> blind_append_refusal(3, 7, {"deletionVectors"}, {}, [], {"long"})
+    "protocol (3, 7, ['deletionVectors'])"
+    """
+    if reader > 1 or (writer > 4 and (writer != 7 or not features <= _WRITER_FEATURES)):
+        return f"protocol ({reader}, {writer}, {sorted(features)})"
+    if any(key.startswith("delta.constraints.") for key in configuration):
+        return "CHECK constraints"
+    if configuration.get("delta.columnMapping.mode", "none") != "none":
+        return "column mapping"
+    for spec in fields:
+        meta = spec.get("metadata") or {}
+        if not spec.get("nullable", True) or any(
+                key.startswith(("delta.generationExpression", "delta.identity", "delta.invariants"))
+                for key in meta):
+            return f"column {spec['name']!r} has a constraint"
+        if not isinstance(spec["type"], str) or spec["type"] not in types:
+            return f"column {spec['name']!r} is of type {spec['type']}"
+    return None
 
 
 def _lock_for(path: str) -> threading.Lock:

@@ -66,14 +66,7 @@ _CHECKPOINT_EVERY = 10  # Delta's default delta.checkpointInterval
 _RETRIES = 50  # versions taken by other writers before giving up to Spark
 _CACHED_TABLES = 256
 _PLAIN_PARTITION = re.compile(r"^[A-Za-z0-9_.\-]+$")
-_TYPES: dict[str, pa.DataType] = {
-    "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
-    "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
-    "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
-}
-# table features an append satisfies by what it is (only added files) and by the checks of
-# `writable` (no column carries an invariant)
-_WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
+_TYPES = delta_io.ARROW_TYPES
 _VOID = "void"  # Spark's type for a column created from nulls only: in the schema, in no file
 # table properties a table created here may have: none needs more than protocol (1, 2)
 _CREATABLE_PROPERTIES = {"delta.dataSkippingStatsColumns"}
@@ -112,25 +105,10 @@ class _TableLog:
 
     def writable(self) -> str | None:
         """Why this writer must leave the table to Spark, or ``None`` when it need not."""
-        reader = int(self.protocol.get("minReaderVersion", 1))
-        writer = int(self.protocol.get("minWriterVersion", 2))
-        features = set(self.protocol.get("writerFeatures") or ())
-        config = self.metadata.get("configuration") or {}
-        if reader > 1 or (writer > 4 and (writer != 7 or not features <= _WRITER_FEATURES)):
-            return f"protocol ({reader}, {writer}, {sorted(features)})"
-        if any(key.startswith("delta.constraints.") for key in config):
-            return "CHECK constraints"
-        if config.get("delta.columnMapping.mode", "none") != "none":
-            return "column mapping"
-        for spec in self.fields:
-            meta = spec.get("metadata") or {}
-            if not spec.get("nullable", True) or any(
-                    key.startswith(("delta.generationExpression", "delta.identity", "delta.invariants"))
-                    for key in meta):
-                return f"column {spec['name']!r} has a constraint"
-            if not isinstance(spec["type"], str) or spec["type"] not in (*_TYPES, _VOID):
-                return f"column {spec['name']!r} is of type {spec['type']}"
-        return None
+        return delta_io.blind_append_refusal(
+            int(self.protocol.get("minReaderVersion", 1)), int(self.protocol.get("minWriterVersion", 2)),
+            set(self.protocol.get("writerFeatures") or ()), self.metadata.get("configuration") or {},
+            self.fields, {*_TYPES, _VOID})
 
 
 @dataclass(frozen=True)

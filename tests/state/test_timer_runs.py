@@ -50,7 +50,10 @@ def test_a_run_with_no_new_input_fires_due_timers_in_a_batch_of_its_own(spark, w
     assert pipeline.run_once(spark, warehouse).batches == []  # nothing due: no batch
 
 
-def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, warehouse):
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, request, store):
+    warehouse = request.getfixturevalue("warehouse" if store == "local" else "s3_warehouse")
+
     def remind(op, md, data):
         if md.timer is not None:
             return pd.DataFrame({"k": [md.key], "fired": [md.timer], "batch": [md.batch_id]})
@@ -63,7 +66,7 @@ def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, w
     pipeline.publish(spark, [{"k": 1, "x": 0}, {"k": 2, "x": 0}], warehouse)
     first = pipeline.run_once(spark, warehouse)
     planned = CheckpointLog(spark, pipeline.layout(warehouse)).latest()
-    assert planned.wake_at == wake_time(pipeline.layout(warehouse))  # read without Spark
+    assert planned.wake_at == wake_time(pipeline.layout(warehouse))  # read without Spark (delta-rs on S3)
     timers = sp.read_state(spark, pipeline, "quiet__timers", warehouse=warehouse)
     assert dict(zip(timers["key"], timers["value"])) == {1: planned.wake_at, 2: planned.wake_at + 60_000}
     assert len(first.batches) == 1 and pipeline.run_once(spark, warehouse).batches == []
