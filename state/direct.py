@@ -173,7 +173,7 @@ _table_locks: dict[str, threading.Lock] = {}
 def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
            user_metadata: str | None = None, spark: Any = None,
            create: NewTable | None = None) -> Outcome | None:
-    """Append ``rows`` to the local Delta table at ``path`` in one commit written here; ``None``
+    """Append ``rows`` to the Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     With ``create``, a table that does not exist yet is created by this commit.
     ``spark``, when given, writes a log checkpoint every tenth version in the background.
@@ -229,9 +229,9 @@ def _append_remote(rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
 
 
 def table_schema(path: str) -> dict[str, Any] | None:
-    """The schema of the local Delta table at ``path`` as of its latest commit (Delta's JSON
-    form), read from its log as appends follow it, without Spark; ``None`` when there is no
-    such table or its log is not one this module reads."""
+    """The schema of the Delta table at ``path`` as of its latest commit (Delta's JSON form),
+    read from its log as appends follow it (delta-rs's on an object store), without Spark;
+    ``None`` when there is no such table or its log is not one this module reads."""
     if delta_io.on_object_store(path):
         return delta_io.schema_json(path)
     local = _local(path)
