@@ -30,8 +30,9 @@ def _hiding(folder: Path) -> tuple[str, ...]:
 @pytest.mark.slow
 def test_examples_distributed_on_a_cluster_that_shares_only_s3(spark, s3_warehouse, tmp_path,
                                                                 child_env):
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("hiding the driver's folder from the worker needs root and unshare")
+    if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+            [*_hiding(tmp_path), "true"], capture_output=True).returncode != 0:
+        pytest.skip("hiding the driver's folder from the worker needs root, unshare and mount")
     driver_folder = tmp_path / "driver"
     driver_folder.mkdir()
     (driver_folder / "probe").write_text("the driver's disk")
