@@ -175,7 +175,7 @@ def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
         return None
     read = pa.table(_calling(path, f"reading the changes of versions {first}-{last} of", lambda:
                              found.load_cdf(starting_version=first, ending_version=last)))
-    feed = read.cast(pa.schema([(field.name, _unviewed(field.type)) for field in read.schema]))
+    feed = _plain(read)
     inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
     rows = inserts.select([name for name in inserts.column_names if name not in _FEED_COLUMNS])
     return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
@@ -195,20 +195,24 @@ def data_files(path: str) -> tuple[int, dict[str, int]]:
 
 
 def read_data_files(path: str, names: list[str]) -> pa.Table:
-    """The rows of the table's data files ``names`` (paths as the log gives them, files of its
-    latest version), in that order."""
-    found = table(path)
+    """The rows of the table's data files ``names`` (paths as the log gives them), in that
+    order: files of the version :func:`data_files` just gave, read from the snapshot it brought
+    up to date (not brought up to date again: a commit in between could remove them)."""
+    with _cache_lock:
+        found = _cache.get(path)
+    if found is None:
+        found = table(path)
     if found is None or not names:
         return pa.table({})
     dataset = _calling(path, "reading", found.to_pyarrow_dataset)
     by_name = {fragment.path: fragment for fragment in dataset.get_fragments()}
     missing = [name for name in names if name not in by_name]
     if missing:
-        raise StorageError(f"{path}: data file {missing[0]!r} is not in the table's latest version")
+        raise StorageError(f"{path}: data file {missing[0]!r} is not in the table's version "
+                           f"{found.version()}")
     chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
                                                dataset.format, dataset.filesystem)
-    rows = _calling(path, "reading", chosen.to_table)
-    return rows.cast(pa.schema([(field.name, _unviewed(field.type)) for field in rows.schema]))
+    return _plain(_calling(path, "reading", chosen.to_table))
 
 
 def snapshot(path: str, equal: tuple[str, Any] | None = None) -> tuple[int, pa.Table]:
@@ -220,13 +224,13 @@ def snapshot(path: str, equal: tuple[str, Any] | None = None) -> tuple[int, pa.T
         return -1, pa.table({})
     filters = [(equal[0], "=", equal[1])] if equal is not None else None
     rows = _calling(path, "reading", lambda: found.to_pyarrow_table(filters=filters))
-    return int(found.version()), rows.cast(pa.schema(
-        [(field.name, _unviewed(field.type)) for field in rows.schema]))
+    return int(found.version()), _plain(rows)
 
 
-def _unviewed(kind: pa.DataType) -> pa.DataType:
-    """String and binary views as the plain types pandas and Spark's Parquet give."""
-    return {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(kind, kind)
+def _plain(rows: pa.Table) -> pa.Table:
+    """``rows`` with string and binary views as the plain types pandas and Spark's Parquet give."""
+    views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return rows.cast(pa.schema([(field.name, views.get(field.type, field.type)) for field in rows.schema]))
 
 
 def create(path: str, creation: Creation) -> bool:
