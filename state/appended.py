@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import delta_io, direct
-from .tables import local_commit_versions, local_path
+from .tables import local_path
 
 VERSION = "_commit_version"
 #: The table property that turns the change data feed on.
@@ -321,14 +321,18 @@ def readable_runs(commits: list[CommitReading]) -> tuple[list[int], CommitReadin
 
 
 def feed_on(path: str) -> bool | None:
-    """Whether the change data feed of the local table at ``path`` is on now (from its log);
-    ``None`` when the log cannot tell or the table is not local."""
-    local = local_path(path)
-    versions = local_commit_versions(path)
-    if local is None or not versions:
-        return None
-    metadata = _metadata_at(os.path.join(local, "_delta_log"), versions[-1])
-    return None if metadata is None else _feed_on(metadata)
+    """Whether the change data feed of the table at ``path`` is on now (read by delta-rs);
+    ``None`` when there is no table or delta-rs does not serve its path."""
+    return delta_io.feed_on(path) if delta_io.serves(path) else None
+
+
+def appends_read_without_spark(path: str, first: int, last: int) -> bool:
+    """Whether :func:`inserted_rows` will read commits ``first..last`` of a table on an object
+    store without Spark: they are all blind appends and the feed is on now (delta-rs reads
+    an append's rows from the files it added). Where this is ``False``, only Spark can tell
+    whether its change feed holds the range (:func:`feed_error`)."""
+    return delta_io.on_object_store(path) and bool(delta_io.feed_on(path)) and \
+        delta_io.blind_appends(path, first, last)
 
 
 def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:

@@ -178,7 +178,7 @@ class CheckpointLog:
                             "wake_at": checkpoint.wake_at, "offsets": checkpoint.offsets})
         # an append only adds files: this process commits it (state.direct) when it can
         done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
-                              spark=self._spark, create=_NEW_STATE_TABLE)
+                              create=_NEW_STATE_TABLE)
                 if isinstance(frame, pd.DataFrame) else None)
         if done is None:
             # the first checkpoint creates the table; one from before key groups gains the column
@@ -216,8 +216,7 @@ def checkpointed_offsets(layout: PipelineLayout, spark: SparkSession | None = No
 
 def _latest_stamp(layout: PipelineLayout, spark: SparkSession | None) -> dict[str, Any] | None:
     """What the latest checkpoint's commit says of it in its metadata (``None``: none found)."""
-    if tables.local_path(layout.state) is None and not delta_io.on_object_store(layout.state) \
-            and spark is None:
+    if not delta_io.serves(layout.state) and spark is None:
         raise ValueError(f"reading {layout.state} needs a Spark session (it is not a local path "
                          "or on an object store delta-rs reaches)")
     for stamp in tables.recent_metadata(spark, layout.state):  # type: ignore[arg-type]

@@ -1,9 +1,12 @@
-"""Delta I/O without Spark or a JVM on object stores, through delta-rs (``deltalake``): the one
-module that calls it.
+"""Delta I/O without Spark or a JVM, through delta-rs (``deltalake``): the one module that calls
+it, for tables on the local file system and on object stores alike.
 
-A table on S3 (``s3://``, ``s3a://``; delta-rs also reads ``gs://``, ``abfss://``, ``az://``)
-costs a Spark job for every small append or log read: on the local S3 server a one-row batch
-took seconds where a local disk takes 100 ms. delta-rs speaks the Delta protocol from this
+A micro-batch of a few rows spent most of its time in Delta commits made through Spark: each
+plans a job, rebuilds the table's snapshot and writes through an executor (0.2-0.5 s warm, and a
+batch makes three: its plan, its sink, its checkpoint). An append that only adds files, and a
+read of a table's log, need none of that; on an object store (``s3://``, ``s3a://``; delta-rs
+also reads ``gs://``, ``abfss://``, ``az://``) a Spark job per small append or log read made a
+one-row batch take seconds on the local S3 server. delta-rs speaks the Delta protocol from this
 process in a few S3 requests instead: opening a table is a ``LIST`` of its log plus the commits
 since its checkpoint, following it is a ``LIST`` from the version it knows, an append is a
 Parquet ``PUT`` and the commit file's ``PUT`` with ``If-None-Match: *``, so two writers can
@@ -15,11 +18,20 @@ Credentials, endpoint and region come from the standard AWS environment (``AWS_A
 ``AWS_PROFILE`` …), which delta-rs reads itself; nothing here handles a secret, and errors
 carry the store's words with the bucket and path, never the request's credentials.
 
-Local tables keep :mod:`state.direct` (an atomic link on the local file system); anything
-delta-rs should not write here (see :func:`append`) goes through Spark.
+On a local disk delta-rs commits with an atomic create of the commit file, which fails as the
+conditional put does. Anything delta-rs should not write here (see :func:`append`) goes through
+Spark, and so does every table elsewhere (``hdfs://`` and the like).
+
+What this process knows of a table (its snapshot) is cached and brought up to date from the
+commits since, so a commit or a poll reads only what is new. A local table deleted and made
+again at the same path is noticed (its commit file is not the one read) and read afresh; on an
+object store that would cost a request per use, so there a table made again at the same path
+with as many commits is not noticed until the cache forgets it (a process restart).
 
 >>> on_object_store("s3a://lake/wh/p/_state"), on_object_store("hdfs://nn/wh"), on_object_store("/tmp/wh")
 (True, False, False)
+>>> serves("/tmp/wh/t"), serves("file:///tmp/wh/t"), serves("hdfs://nn/wh/t")
+(True, True, False)
 """
 
 from __future__ import annotations
@@ -48,12 +60,14 @@ log = logging.getLogger(__name__)
 
 _RETRIES = 20  # commits lost to other writers before giving up
 _CACHED_TABLES = 256
+_CACHED_COMMITS = 1000  # per table: what each commit did, as far back as a plan reads
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: Delta's primitive types as Arrow writes them (a table delta-rs creates gets the same back).
 ARROW_TYPES: dict[str, pa.DataType] = {
     "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
     "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
     "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+    "void": pa.null(),  # Spark's type for a column it typed from nothing but nulls
 }
 # table features a blind append satisfies by what it is (only added files) and by the checks of
 # `blind_append_refusal`; anything more is left to Spark, which enforces every feature Delta has
@@ -61,7 +75,8 @@ _WRITER_FEATURES = {"appendOnly", "invariants", "changeDataFeed"}
 # Tables created here get a log checkpoint every 10 commits, as Spark writes them (delta-rs's
 # default is 100): opening a table and checking a txn read the commits since the last
 # checkpoint, one request each on S3.
-_CREATED_PROPERTIES = {"delta.checkpointInterval": "10"}
+_CHECKPOINT_EVERY = 10
+_CREATED_PROPERTIES = {"delta.checkpointInterval": str(_CHECKPOINT_EVERY)}
 # The columns Delta's change feed adds to a table's own.
 _FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -82,6 +97,23 @@ def on_object_store(path: str) -> bool:
         os.environ.get(IO_SETTING, "delta-rs") != "spark"
 
 
+def local_path(path: str) -> str | None:
+    """The file-system path of a local path or ``file:`` URI; ``None`` for other URIs.
+
+    >>> local_path("file:///tmp/wh"), local_path("s3a://lake/wh")
+    ('/tmp/wh', None)
+    """
+    if path.startswith("file:"):
+        return "/" + path[len("file:"):].lstrip("/")
+    return None if "://" in path else path
+
+
+def serves(path: str) -> bool:
+    """Whether this module reads and writes the table at ``path``: on the local file system,
+    or on an object store it serves."""
+    return local_path(path) is not None or on_object_store(path)
+
+
 @dataclass(frozen=True)
 class Creation:
     """What an append that finds no table creates: ``fields`` in Delta's JSON form, partitioned
@@ -92,8 +124,8 @@ class Creation:
     properties: tuple[tuple[str, str], ...] = ()
 
     def arrow_schema(self) -> pa.Schema | None:
-        """The columns as Arrow types; ``None`` when one is of a type left to Spark (``void``,
-        nested or decimal)."""
+        """The columns as Arrow types; ``None`` when one is of a type left to Spark (nested,
+        decimal, timestamps without time zone)."""
         kinds = [(spec["name"], spec["type"]) for spec in self.fields]
         if not all(isinstance(kind, str) and kind in ARROW_TYPES for _, kind in kinds):
             return None
@@ -101,6 +133,8 @@ class Creation:
 
 
 _cache: OrderedDict[str, DeltaTable] = OrderedDict()
+_stamps: dict[str, tuple[int, int] | None] = {}  # the commit file each cached table was read at
+_appends: dict[str, dict[int, bool]] = {}  # per table, per version: a blind append?
 _cache_lock = threading.Lock()
 _table_locks: dict[str, threading.Lock] = {}
 
@@ -146,36 +180,98 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     it is read again and checked again)."""
     with _lock_for(path):
         current = _synced(path)
-        for _ in range(_RETRIES):
-            if txn is not None and current is not None and \
-                    (current.transaction_version(txn[0]) or -1) >= txn[1]:
-                return False
-            data = _arrow(rows, current, create)
-            if data is None:
-                return None
-            try:
-                _write(path, current, data, txn, user_metadata, create)
-                return True
-            except CommitFailedError as conflict:  # another writer's commit conflicts: read it
-                log.debug("append to %s lost a race, retrying: %s", path, conflict)
-                current = _synced(path, fresh=True)
-        raise StorageError(f"appending to {path} lost {_RETRIES} races with other writers in a row; "
-                           "is another run of this pipeline writing the same table?")
+        try:
+            return _append_to(current, rows, path, txn, user_metadata, create)
+        except StorageError as failure:
+            if current is not None and _synced(path, fresh=True) is None:
+                raise StorageError(f"{path}: the table is gone (deleted while this run was "
+                                   f"writing it); nothing was committed to it. {failure}") from failure
+            raise
+
+
+def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
+               user_metadata: str | None, create: Creation | None) -> bool | None:
+    """:func:`append` once the table is read (``current``; ``None``: no table yet)."""
+    for _ in range(_RETRIES):
+        if txn is not None and current is not None and _has_seen(path, current, txn):
+            return False
+        data = _arrow(rows, current, create)
+        if data is None:
+            return None
+        try:
+            _write(path, current, data, txn, user_metadata, create)
+            return True
+        except CommitFailedError as conflict:  # another writer's commit conflicts: read it
+            log.debug("append to %s lost a race, retrying: %s", path, conflict)
+            current = _synced(path, fresh=True)
+    raise StorageError(f"appending to {path} lost {_RETRIES} races with other writers in a row; "
+                       "is another run of this pipeline writing the same table?")
+
+
+def _has_seen(path: str, current: DeltaTable, txn: tuple[str, int]) -> bool:
+    # None: never (and 0 is a version like any other)
+    seen = _calling(path, "reading the transactions of", lambda: current.transaction_version(txn[0]))
+    return seen is not None and seen >= txn[1]
+
+
+def feed_on(path: str) -> bool | None:
+    """Whether the table's change data feed is on as of its latest commit; ``None`` when there
+    is no table."""
+    found = table(path)
+    if found is None:
+        return None
+    configuration = found.metadata().configuration or {}
+    return str(configuration.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+
+
+def blind_appends(path: str, first: int, last: int) -> bool:
+    """Whether commits ``first..last`` all only appended rows, as their ``commitInfo`` says
+    (Spark's and delta-rs's appends record ``mode: Append``; Spark's also ``isBlindAppend``):
+    the rows they inserted are then the files they added, whether or not the feed was on when
+    they were made. One small read per commit not read before (a commit never changes)."""
+    found = table(path)
+    if found is None or last < first or int(found.version()) < last:
+        return False
+    with _cache_lock:
+        known = dict(_appends.get(path, {}))
+    if any(version not in known for version in range(first, last + 1)):
+        newest = int(found.version())
+        entries = _calling(path, "reading the history of", lambda: found.history(newest - first + 1))
+        known.update({int(entry["version"]): _is_blind_append(entry) for entry in entries
+                      if "version" in entry})
+        with _cache_lock:
+            _appends[path] = {version: known[version] for version in sorted(known)[-_CACHED_COMMITS:]}
+    return all(known.get(version) for version in range(first, last + 1))
+
+
+def _is_blind_append(info: Mapping[str, Any]) -> bool:
+    parameters = info.get("operationParameters") or {}
+    return info.get("isBlindAppend") is True or (
+        info.get("operation") in ("WRITE", "STREAMING UPDATE")
+        and "Append" in (parameters.get("mode"), parameters.get("outputMode")))
 
 
 def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
-    """The rows commits ``first..last`` inserted, from the change data feed (an append's rows
-    from the files it added, a MERGE's from its change files), with their commit version first
-    (``_commit_version``, int64), in commit order; ``None`` when there is no table or its feed
-    is off now (delta-rs reads the feed only where it is on; Spark then says which versions it
-    cannot give)."""
+    """The rows commits ``first..last`` inserted, read from the files they added, with their
+    commit version first (``_commit_version``, int64), in commit order; ``None`` when there is
+    no table, a commit of the range did more than append (:func:`blind_appends`) or the feed is
+    off now. Then only Spark's change feed can give them: it knows at which versions the feed was
+    on, where delta-rs takes the files a commit added and removed for its changes, which for a
+    MERGE made while the feed was off are not the rows it inserted."""
     found = table(path)
-    if found is None or (found.metadata().configuration or {}).get(
-            "delta.enableChangeDataFeed", "false").lower() != "true":
+    if found is None or not feed_on(path) or not blind_appends(path, first, last):
         return None
-    read = pa.table(_calling(path, f"reading the changes of versions {first}-{last} of", lambda:
-                             found.load_cdf(starting_version=first, ending_version=last)))
-    feed = _plain(read)
+    try:
+        changes = found.load_cdf(starting_version=first, ending_version=last)
+    except DeltaError as refused:
+        if "not enabled" in str(refused):  # a commit of the range turned the feed off
+            return None
+        raise StorageError(_describe(path, f"reading the changes of versions {first}-{last} of",
+                                     refused)) from refused
+    except OSError as failed:
+        raise StorageError(_describe(path, f"reading the changes of versions {first}-{last} of",
+                                     failed)) from failed
+    feed = _plain(pa.table(changes))
     inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
     rows = inserts.select([name for name in inserts.column_names if name not in _FEED_COLUMNS])
     return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
@@ -245,7 +341,7 @@ def create(path: str, creation: Creation) -> bool:
             return True
         try:
             _calling(path, "creating the table", lambda: DeltaTable.create(
-                path, schema, mode="ignore", partition_by=list(creation.partition_by) or None,
+                _location(path), schema, mode="ignore", partition_by=list(creation.partition_by) or None,
                 configuration={**_CREATED_PROPERTIES, **dict(creation.properties)}))
         except CommitFailedError:
             pass  # another writer created it first: that is fine
@@ -261,13 +357,29 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     if current is not None:
         _calling(path, "appending", lambda: write_deltalake(
             current, data, mode="append", commit_properties=properties))
+        _remember(path, current)
+        _checkpoint_now_and_then(path, current)
         return
     assert create is not None  # _arrow gave no data for a missing table without it
     _calling(path, "creating the table", lambda: write_deltalake(
-        path, data, mode="append", partition_by=list(create.partition_by) or None,
+        _location(path), data, mode="append", partition_by=list(create.partition_by) or None,
         configuration={**_CREATED_PROPERTIES, **dict(create.properties)},
         commit_properties=properties))
     _forget(path)  # opened on the next use, as the table it made
+
+
+def _checkpoint_now_and_then(path: str, current: DeltaTable) -> None:
+    """Every tenth version of a table without ``delta.checkpointInterval`` (one Spark made),
+    write the log checkpoint Spark's own commit would have written (delta-rs's own default is
+    every hundredth), so neither reader replays a long log. delta-rs checkpoints the tables it
+    made itself (they carry the property)."""
+    version = int(current.version())
+    if version % _CHECKPOINT_EVERY or "delta.checkpointInterval" in (current.metadata().configuration or {}):
+        return
+    try:
+        current.create_checkpoint()
+    except (OSError, DeltaError):  # a missed checkpoint costs reading time, never data
+        log.warning("log checkpoint of %s at version %d failed", path, version, exc_info=True)
 
 
 def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | None) -> pa.Table | None:
@@ -338,24 +450,64 @@ def _synced(path: str, fresh: bool = False) -> DeltaTable | None:
     """The cached table brought up to date, or the table opened (``None``: none there)."""
     with _cache_lock:
         cached = None if fresh else _cache.get(path)
-    if cached is not None:
-        _calling(path, "reading the log", cached.update_incremental)
-        return cached
+    if cached is not None and _stamp(path, cached) == _stamps.get(path):
+        try:
+            _calling(path, "reading the log", cached.update_incremental)
+            _remember(path, cached)
+            return cached
+        except StorageError:
+            if not _served_locally(path):
+                raise
+            # a local table deleted and made again with fewer commits: read it afresh
     try:
-        opened = _calling(path, "opening the table", lambda: DeltaTable(path))
+        opened = _calling(path, "opening the table", lambda: DeltaTable(_location(path)))
     except TableNotFoundError:
+        _forget(path)
         return None
     with _cache_lock:
         _cache[path] = opened
         _cache.move_to_end(path)
         while len(_cache) > _CACHED_TABLES:
-            _cache.popitem(last=False)
+            forgotten, _ = _cache.popitem(last=False)
+            _stamps.pop(forgotten, None)
+            _appends.pop(forgotten, None)
+    _remember(path, opened)
     return opened
+
+
+def _location(path: str) -> str:
+    """``path`` as delta-rs opens it: an absolute path for a local table."""
+    local = local_path(path)
+    return path if local is None else os.path.abspath(local)
+
+
+def _served_locally(path: str) -> bool:
+    return local_path(path) is not None
+
+
+def _stamp(path: str, found: DeltaTable) -> tuple[int, int] | None:
+    """The inode and size of the commit file of ``found``'s version, for a local table (what
+    tells a table made again at the same path from the one read); ``None`` elsewhere."""
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        status = os.stat(os.path.join(local, "_delta_log", f"{found.version():020d}.json"))
+    except FileNotFoundError:
+        return (-1, -1)
+    return status.st_ino, status.st_size
+
+
+def _remember(path: str, found: DeltaTable) -> None:
+    with _cache_lock:
+        _stamps[path] = _stamp(path, found)
 
 
 def _forget(path: str) -> None:
     with _cache_lock:
         _cache.pop(path, None)
+        _stamps.pop(path, None)
+        _appends.pop(path, None)  # a table made again at this path reuses its version numbers
 
 
 def _calling(path: str, doing: str, call: Any) -> Any:
@@ -372,8 +524,10 @@ def _calling(path: str, doing: str, call: Any) -> Any:
 def _describe(path: str, doing: str, error: BaseException) -> str:
     """A one-paragraph account of a failed object-store call: bucket, path, what was being
     done, and the store's own words (without terminal colours or the request's headers)."""
-    where = urlparse(path)
     words = " ".join(_ANSI.sub("", str(error)).split())
+    if _served_locally(path):
+        return f"{doing} {path} failed: {words[:600]}"
+    where = urlparse(path)
     return (f"{doing} {path} failed (bucket {where.netloc!r}, path {where.path.lstrip('/')!r}): "
             f"{words[:600]}. Check that the bucket exists, the endpoint (AWS_ENDPOINT_URL) "
             "answers and the credentials in the AWS environment may read and write it.")

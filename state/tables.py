@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import uuid
@@ -21,12 +20,10 @@ from .warmup import note_append
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` holds a Delta table (a local one is told by its first commit file,
-    without a Spark job; one on an object store by delta-rs)."""
-    if delta_io.on_object_store(path):
+    """Whether ``path`` holds a Delta table (told by delta-rs without a Spark job where it
+    serves the path)."""
+    if delta_io.serves(path):
         return delta_io.latest_version(path) >= 0
-    if local_commit_versions(path):
-        return True
     return DeltaTable.isDeltaTable(spark, path)
 
 
@@ -35,7 +32,7 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
     """Create an empty Delta table at ``path`` unless one is there (safe when two runs race)."""
     if exists(spark, path):
         return
-    if delta_io.on_object_store(path) and delta_io.create(path, delta_io.Creation(
+    if delta_io.serves(path) and delta_io.create(path, delta_io.Creation(
             tuple(schema.jsonValue()["fields"]), (), tuple((properties or {}).items()))):
         return
     try:
@@ -82,15 +79,14 @@ def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: 
     """Append pandas ``rows`` to ``path`` in one commit (see :func:`append`); returns what a
     commit written by this process did, or ``None`` when the append went through Spark.
 
-    An append to an existing local table that only adds files is committed here, without
-    Spark (:mod:`state.direct`): a few hundredths of a second instead of a few tenths. Else,
+    An append that only adds files is committed here, without Spark (:mod:`state.direct`):
+    a few hundredths of a second instead of a few tenths. Else,
     rows of plain columns (numbers, booleans, strings, UTC timestamps) bound for a local table
     travel through a Parquet file written by pyarrow under ``staging``: Spark's own
     pandas-to-row conversion cost about 2.5 s per million rows, reading the file back a fraction
     of that. Anything else takes :func:`to_frame` (with ``schema`` when given).
     """
-    done = direct.append(rows, path, txn=txn, user_metadata=user_metadata, spark=spark,
-                         create=new_table(schema))
+    done = direct.append(rows, path, txn=txn, user_metadata=user_metadata, create=new_table(schema))
     if done is not None:
         return done
     staged = _stage(rows, staging) if staging else None
@@ -203,55 +199,26 @@ def _lost_creation_race(exc: Exception) -> bool:
 
 
 def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[str]:
-    """``userMetadata`` of the last ``commits`` commits, newest first (cheap: reads the log only).
+    """``userMetadata`` of the last ``commits`` commits, newest first (cheap: reads the log only,
+    by delta-rs without a Spark job where it serves the path).
 
     An idempotent append that Delta skipped leaves no commit, so finding one's own metadata here
     proves the write happened without reading the table back.
     """
-    if delta_io.on_object_store(path):
+    if delta_io.serves(path):
         return delta_io.recent_metadata(path, commits)
-    versions = local_commit_versions(path)
-    if versions is not None:  # a local path: read the newest commit files directly, no Spark job
-        local = local_path(path)
-        assert local is not None
-        log = os.path.join(local, "_delta_log")
-        found = []
-        for version in reversed(versions[-commits:]):
-            with open(os.path.join(log, f"{version:020d}.json")) as handle:
-                for line in handle:
-                    info = json.loads(line).get("commitInfo")
-                    if info is not None:
-                        if info.get("userMetadata"):
-                            found.append(info["userMetadata"])
-                        break
-        return found
     rows = DeltaTable.forPath(spark, path).history(commits).select("userMetadata").collect()
     return [row["userMetadata"] for row in rows if row["userMetadata"]]
 
 
 def local_path(path: str) -> str | None:
     """The file-system path of a local path or ``file:`` URI; ``None`` for other URIs."""
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    return None if "://" in path else path
-
-
-def local_commit_versions(path: str) -> list[int] | None:
-    """Versions of the commits in a local table's ``_delta_log``, ascending (empty when there is
-    no table yet); ``None`` for a path that is not on the local file system."""
-    local = local_path(path)
-    if local is None:
-        return None
-    try:
-        names = os.listdir(os.path.join(local, "_delta_log"))
-    except FileNotFoundError:
-        return []
-    return sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit())
+    return delta_io.local_path(path)
 
 
 def history_version(spark: SparkSession, path: str) -> int:
     """Latest version of the existing Delta table at ``path``, from its history."""
-    if delta_io.on_object_store(path):
+    if delta_io.serves(path):
         return delta_io.latest_version(path)
     return int(DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0])
 
@@ -259,37 +226,18 @@ def history_version(spark: SparkSession, path: str) -> int:
 def latest_version(path: str, spark: SparkSession | None = None) -> int:
     """Latest version of the Delta table at ``path``; -1 when there is none yet.
 
-    A local table is read from its ``_delta_log`` folder directly, one on an object store by
-    delta-rs, so sensors need no JVM; other URIs need ``spark``.
+    A table on the local file system or an object store is read by delta-rs, so sensors need
+    no JVM; other URIs need ``spark``.
     """
-    if delta_io.on_object_store(path):
+    if delta_io.serves(path):
         return delta_io.latest_version(path)
-    versions = local_commit_versions(path)
-    if versions is not None:
-        return versions[-1] if versions else -1
     if spark is None:
         raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
     return history_version(spark, path) if exists(spark, path) else -1
 
 
-def local_columns(path: str) -> tuple[str, ...] | None:
-    """The column names of the local Delta table at ``path``, from the newest ``metaData``
-    action in its JSON commits (no Spark); ``None`` when there is no such table or the log's
-    JSON commits no longer hold its schema (older ones cleaned up after a checkpoint). A table
-    on an object store is read by delta-rs."""
-    if delta_io.on_object_store(path):
-        schema = delta_io.schema_json(path)
-        return None if schema is None else tuple(field["name"] for field in schema["fields"])
-    versions = local_commit_versions(path)
-    local = local_path(path)
-    if not versions or local is None:
-        return None
-    log = os.path.join(local, "_delta_log")
-    for version in reversed(versions):
-        with open(os.path.join(log, f"{version:020d}.json")) as handle:
-            for line in handle:
-                meta = json.loads(line).get("metaData")
-                if meta is not None:
-                    fields = json.loads(meta["schemaString"])["fields"]
-                    return tuple(field["name"] for field in fields)
-    return None
+def columns(path: str) -> tuple[str, ...] | None:
+    """The column names of the Delta table at ``path`` as of its latest commit, read by
+    delta-rs (no Spark); ``None`` when there is no such table or delta-rs does not serve it."""
+    schema = delta_io.schema_json(path) if delta_io.serves(path) else None
+    return None if schema is None else tuple(field["name"] for field in schema["fields"])

@@ -48,8 +48,8 @@ class DeltaTableSource(Source):
     max_versions: int | None = None
 
     def columns(self) -> tuple[str, ...] | None:
-        """The table's columns, read from its log when it is a local table that exists."""
-        return tables.local_columns(self.path)
+        """The table's columns as of its latest commit, when delta-rs serves it and it exists."""
+        return tables.columns(self.path)
 
     def setup(self, ctx: RunContext) -> None:
         if not tables.exists(ctx.spark, self.path):
@@ -88,6 +88,8 @@ class DeltaTableSource(Source):
             return []
         commits = appended.readings(self.path, start + 1, last)
         if commits is None:  # a remote table (or a log cleaned up): the change feed must do
+            if appended.appends_read_without_spark(self.path, start + 1, last):
+                return [last]  # no Spark job to plan a batch of appends on an object store
             reason = appended.feed_error(ctx.spark, self.path, start + 1, last)
             if reason is not None:
                 raise ConfigError(self._feed_missing(ctx, start, last, reason))

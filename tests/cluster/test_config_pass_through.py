@@ -16,7 +16,6 @@ def test_warehouse_uris_pass_through_to_table_paths(uri):
     layout = PipelineLayout(resolve_warehouse(uri), "orders")
     assert layout.state == f"{uri}/orders/_state"
     assert tables.local_path(layout.state) is None          # never read as a local folder
-    assert tables.local_commit_versions(layout.state) is None
 
 
 def test_storage_settings_reach_the_spark_conf_unchanged():

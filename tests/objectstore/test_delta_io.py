@@ -89,7 +89,7 @@ def test_a_table_delta_rs_made_is_appended_merged_and_vacuumed_by_spark_then_by_
 
     assert sorted(delta_io.table(path).to_pandas()["id"]) == [2, 3]
     assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [2, 3]
-    assert tables.latest_version(path) == 3 and tables.local_columns(path) == ("id", "at")
+    assert tables.latest_version(path) == 3 and tables.columns(path) == ("id", "at")
     changes = spark.read.format("delta").option("readChangeFeed", "true").option(
         "startingVersion", 0).load(path).where("_change_type = 'delete'").collect()
     assert [row.id for row in changes] == [1]  # Spark's delete wrote its change file

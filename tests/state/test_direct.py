@@ -1,16 +1,16 @@
-"""Appends committed by this process without Spark (state.direct), read back by Spark."""
+"""Appends committed by this process without Spark (state.direct, through delta-rs), read back
+and written by Spark."""
 
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
-from state import direct, tables
+from state import delta_io, direct, tables
 from state.direct import Outcome
 
 ROWS = pd.DataFrame({"k": [1, 2, 3], "name": ["a", None, "c"], "x": [0.5, 1.5, 2.5],
@@ -59,26 +59,34 @@ def test_tables_it_must_leave_to_spark(spark, tmp_path):
     assert direct.append(ROWS, constrained) is None
     with pytest.raises(Exception, match="(?i)check constraint"):  # Spark enforces it
         tables.append_rows(spark, ROWS.assign(k=-1), constrained)
+    assert direct.append(ROWS, "hdfs://namenode/t") is None  # not a store delta-rs serves
+
+
+def test_partition_values_that_need_escaping_are_read_back_by_spark(spark, tmp_path):
     partitioned = str(tmp_path / "partitioned")
     _table(spark, partitioned, partition_by=("op",))
-    assert direct.append(ROWS.assign(op=["a/b", "c", "d"]), partitioned) is None  # needs escaping
+    odd = ROWS.assign(op=["a/b", "c d%", None])
+    assert direct.append(odd, partitioned, txn=("app", 1)) is Outcome.COMMITTED
+    read = tables.read(spark, partitioned).toPandas()
+    assert sorted(read["op"].fillna("<null>")) == sorted(["left", "right", "left", "a/b", "c d%",
+                                                          "<null>"])
 
 
 def test_a_log_checkpoint_every_tenth_version_and_state_read_from_it(spark, tmp_path):
     path = str(tmp_path / "t")
-    _table(spark, path)
+    _table(spark, path)  # made by Spark: no delta.checkpointInterval, so Spark's default of 10
     for n in range(1, 13):
-        assert direct.append(ROWS, path, txn=("app", n), spark=spark) is Outcome.COMMITTED
+        assert direct.append(ROWS, path, txn=("app", n)) is Outcome.COMMITTED
     log = tmp_path / "t" / "_delta_log"
-    deadline = time.monotonic() + 60
-    while not (log / "_last_checkpoint").exists():
-        assert time.monotonic() < deadline, "no log checkpoint written"
-        time.sleep(0.2)
-    assert json.loads((log / "_last_checkpoint").read_text())["version"] >= 10
-    direct._cache.clear()  # a new process: what the log says comes from the checkpoint on
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 10
+    for name in os.listdir(log):  # a new reader: what the log says comes from the checkpoint on
+        if name.endswith(".json") and int(name[:20]) < 10:
+            os.unlink(log / name)
+    delta_io._forget(path)
     assert direct.append(ROWS, path, txn=("app", 5)) is Outcome.SKIPPED
     assert direct.append(ROWS, path, txn=("app", 13)) is Outcome.COMMITTED
     assert tables.read(spark, path).count() == 3 * 14
+    assert delta_io.latest_version(path) == 13
 
 
 def test_a_table_created_by_its_first_append(spark, tmp_path):
@@ -93,7 +101,8 @@ def test_a_table_created_by_its_first_append(spark, tmp_path):
     assert tables.read(spark, path).schema == tables.read(spark, spark_made).schema
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
     assert detail["partitionColumns"] == ["op"]
-    assert detail["properties"] == {"delta.dataSkippingStatsColumns": "k"}
+    assert detail["properties"] == {"delta.dataSkippingStatsColumns": "k",
+                                    "delta.checkpointInterval": "10"}  # Spark's default, said
     tables.append(tables.to_frame(spark, rows.assign(k=rows.k + 10)), path, txn=("app", 1))
     assert direct.append(rows.assign(k=rows.k + 20), path, txn=("app", 2)) is Outcome.COMMITTED
     assert sorted(tables.read(spark, path).toPandas()["k"]) == [1, 2, 3, 11, 12, 13, 21, 22, 23]
@@ -117,8 +126,8 @@ def test_two_processes_creating_and_appending_at_once_lose_nothing(spark, tmp_pa
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, app], env=env)
                for app in ("one", "two")]
     assert [w.wait(120) for w in writers] == [0, 0]
-    versions = tables.local_commit_versions(path)
-    assert versions == list(range(50))  # every version once: none overwritten
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version").collect()
+    assert sorted(row.version for row in history) == list(range(50))  # none overwritten
     read = tables.read(spark, path).toPandas()
     assert sorted(read.groupby("name")["k"].apply(sorted).tolist()) == [list(range(25))] * 2
 

@@ -1,12 +1,14 @@
 """An S3 warehouse whose store fails: the endpoint down before a run and in the middle of a
-batch, and throttling (503 SlowDown). A run that cannot reach the store stops with an error
-naming bucket and path (never the credentials), commits nothing of the batch in flight, and
-the next run recovers to what a run without faults leaves (the oracle)."""
+batch, throttling (503 SlowDown), a table deleted under a run. A run that cannot reach the
+store stops with an error naming bucket and path (never the credentials), commits nothing of
+the batch in flight, and the next run recovers to what a run without faults leaves (the
+oracle)."""
 
 import subprocess
 import sys
 import time
 
+import boto3
 import pytest
 
 from state import CheckpointLog
@@ -93,3 +95,33 @@ def test_throttling_is_retried_and_the_run_matches_the_oracle(
     assert done.returncode == 0, done.stderr[-3000:]
     assert proxy.throttled >= 5, proxy.requests  # the store said 503, and was asked again
     assert outcome(spark, pipeline, s3_warehouse) == plain_oracle
+
+
+@pytest.mark.slow
+def test_a_sink_table_deleted_under_a_run_stops_it_and_the_next_run_starts_the_table_afresh(
+        spark, s3, s3_warehouse, child_env, plain_oracle, tmp_path):
+    pipeline = cp.build_plain()
+    publish_all(spark, pipeline, s3_warehouse)
+    env = dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse, CRASH_TEST_PIPELINE="plain",
+               PYTHONPATH=str(ROOT), CRASH_TEST_HOLD_AT=f"3:{tmp_path}")
+    child = _run(env)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "reached").exists() and time.monotonic() < deadline:
+        assert child.poll() is None, child.communicate()[1][-3000:]
+        time.sleep(0.2)
+    sink = pipeline.layout(s3_warehouse).table("out")
+    bucket, prefix = sink[len("s3a://"):].split("/", 1)
+    client = boto3.client("s3", endpoint_url=s3.endpoint)
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in listed]})
+    (tmp_path / "go").touch()  # batch 3 has run its operator; its sink write comes next
+
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == 1, out + err[-3000:]
+    assert "the table is gone" in err and sink in err, err[-3000:]
+
+    assert CheckpointLog(spark, pipeline.layout(s3_warehouse)).latest().batch_id == 2
+    pipeline.run_once(spark, s3_warehouse)  # a new sink table, from batch 3 on, exactly once
+    after = outcome(spark, pipeline, s3_warehouse)
+    assert after["state"] == plain_oracle["state"] and after["batch"] == plain_oracle["batch"]
+    assert after["sink"] == [row for row in plain_oracle["sink"] if row[3] >= 3]

@@ -9,7 +9,7 @@ from delta.tables import DeltaTable
 
 import ops as sp
 from ops import ConfigError, RunContext
-from state import BatchPlan, BatchPlans, tables
+from state import BatchPlan, BatchPlans, appended, tables
 
 FEED_ON = "(delta.enableChangeDataFeed = true)"
 
@@ -128,3 +128,32 @@ def test_discarding_plans_before_the_first_checkpoint(spark, warehouse, tmp_path
     assert [batch.rows_in for batch in report.batches] == [1, 1]  # 0..1 from files, 2 from the feed
     assert report.checkpoint_id == 4  # 1: the reset, 2: its cleanup, then one per batch
     assert delivered(spark, pipeline, warehouse) == [["a", 1], ["b", 2]]
+
+
+def test_a_source_and_warehouse_on_s3_plan_appends_without_spark_and_discard_plans(
+        spark, s3_warehouse):
+    path = f"{s3_warehouse}/events"
+    (spark.createDataFrame([("a", 1)], "k string, x long").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(path))              # 0, the feed on
+    pipeline = pipeline_of(path)
+    pipeline.run_once(spark, s3_warehouse)                                   # checkpoint 1
+    append(spark, path, ("b", 2))                                             # 1: a blind append
+    assert appended.appends_read_without_spark(path, 1, 1)  # planned and read by delta-rs
+    pipeline.run_once(spark, s3_warehouse)                                   # checkpoint 2
+    assert delivered(spark, pipeline, s3_warehouse) == [["a", 1], ["b", 2]]
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+    merge(spark, path, ("a", 10), ("c", 3))                                   # 3: inserts c
+    feed_on(spark, path)                                                      # 4
+    append(spark, path, ("d", 4))                                             # 5
+    assert not appended.appends_read_without_spark(path, 2, 5)
+    record_plan(spark, pipeline, s3_warehouse, 3, 1, 5)  # the feed cannot give version 3
+
+    with pytest.raises(ConfigError, match=r"recorded plan of versions 2\.\.5 .* cannot be read: "
+                       r"\[DELTA_MISSING_CHANGE_DATA\].*ops\.discard_plans\(spark, pipeline\)"):
+        pipeline.run_once(spark, s3_warehouse)
+    sp.discard_plans(spark, pipeline, s3_warehouse)
+    with pytest.raises(ConfigError, match=r"versions 2\.\.5 of the Delta table .* can only be read "
+                       r"through its change data feed, which does not hold them"):
+        pipeline.run_once(spark, s3_warehouse)  # refused before it is planned: nothing recorded
+    assert delivered(spark, pipeline, s3_warehouse) == [["a", 1], ["b", 2]]
+    assert sp.checkpoint_problems(spark, pipeline, s3_warehouse) == []
