@@ -5,9 +5,11 @@ with pyarrow: half a million rows take a few hundredths of a second, where Spark
 feed plus the transfer to pandas took about a second. Commits that insert no row by what they are
 (an update, a delete, a merge that counted no insert, compaction, a metadata change) are read from
 their log entry alone: they add nothing. Anything else (a merge that inserted rows, an overwrite,
-deletion vectors, partition columns, column mapping, types pandas would see differently, a table
-not on the local file system) is read through the change data feed, which Delta serves from a
-version only if the feed was on at that version. Both ways give the same rows with the same dtypes.
+deletion vectors, partition columns, column mapping, types pandas would see differently) is read
+through Spark's change data feed, which Delta serves from a version only if the feed was on at
+that version. On an object store a range of blind appends is read by delta-rs from the files
+they added (:func:`state.delta_io.inserted_rows`), anything else through Spark's feed. All ways
+give the same rows with the same dtypes.
 
 :func:`readings` tells, from the log alone, which way each commit of a range can be read, so a
 source can refuse a range before planning it rather than fail reading it.
