@@ -147,7 +147,10 @@ def main() -> None:
         os.environ.update(server.env())
         import ops as sp
 
-        spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2))
+        # 3 GiB of heap, as the tests have: the source tables are written through Spark from
+        # pandas, and at 1M rows a batch the default 1 GiB once ran out
+        spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=2,
+                                                extra={"spark.driver.memory": "3g"}))
         s3 = f"s3a://{BUCKET}/run-{int(time.time())}"
         throughput(spark, argparse.Namespace(**{**vars(args), "batch": 10_000, "batches": 2}),
                    f"{local}/warm", "delta-rs")  # the JIT warm, the jars loaded

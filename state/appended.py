@@ -17,7 +17,6 @@ source can refuse a range before planning it rather than fail reading it.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from collections.abc import Callable
@@ -199,18 +198,8 @@ def _plain_columns(schema: T.StructType) -> bool:
 def _added_files(local: str, version: int) -> list[str] | None:
     """Absolute paths of the data files holding the rows commit ``version`` inserted, when its
     log entry alone tells (see :func:`_inserted_files`); else ``None``."""
-    actions = _actions(os.path.join(local, "_delta_log"), version)
+    actions = delta_io.commit_actions(local, version)
     return None if actions is None else _inserted_files(local, actions)
-
-
-def _actions(log: str, version: int) -> list[dict[str, Any]] | None:
-    """The actions of commit ``version`` in the log folder ``log``; ``None`` when its JSON file
-    is gone (cleaned up by log retention: only Spark can still read that version)."""
-    try:
-        with open(os.path.join(log, f"{version:020d}.json")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except FileNotFoundError:
-        return None
 
 
 def _inserted_files(local: str, actions: list[dict[str, Any]]) -> list[str] | None:
@@ -264,21 +253,21 @@ class CommitReading:
 
 
 def readings(path: str, first: int, last: int) -> list[CommitReading] | None:
-    """How each of commits ``first..last`` of the table at ``path`` can be read, from its
-    ``_delta_log`` alone (no Spark); ``None`` when the log cannot tell: the table is not on the
-    local file system, or its metadata before ``first`` is in no JSON commit or Parquet
-    checkpoint any more. A commit whose JSON file is gone counts as readable through the feed:
-    only Delta can say, and the read will."""
+    """How each of commits ``first..last`` of the table at ``path`` can be read, from its log
+    alone (no Spark): the table's metadata before ``first`` through delta-rs, then each commit's
+    actions from its JSON file (delta-rs gives a commit's operation, not its actions). ``None``
+    when the log cannot tell: the table is not on the local file system, or delta-rs can no
+    longer read the version before ``first``. A commit whose JSON file is gone counts as
+    readable through the feed: only Delta can say, and the read will."""
     local = local_path(path)
     if local is None:
         return None
-    log = os.path.join(local, "_delta_log")
-    metadata = _metadata_at(log, first - 1) if first > 0 else {}
+    metadata = delta_io.metadata_at(path, first - 1) if first > 0 else {}
     if metadata is None:
         return None
     commits = []
     for version in range(first, last + 1):
-        actions = _actions(log, version)
+        actions = delta_io.commit_actions(local, version)
         # a commit's own metaData applies to it: Delta reads the feed from a version whose
         # snapshot has it on, so turning it on makes that very commit readable
         metadata = _last_metadata(actions or []) or metadata
@@ -356,34 +345,3 @@ def _schema(metadata: dict[str, Any]) -> T.StructType:
 def _last_metadata(actions: list[dict[str, Any]]) -> dict[str, Any] | None:
     found = [action["metaData"] for action in actions if "metaData" in action]
     return found[-1] if found else None
-
-
-def _metadata_at(log: str, version: int) -> dict[str, Any] | None:
-    """The table's ``metaData`` as of ``version``: the newest one at or before it, from the JSON
-    commits back to the newest Parquet checkpoint (Delta writes one every ten commits, so this
-    reads a few small files); ``None`` when neither holds it any more."""
-    checkpoints = {int(name[:20]) for name in os.listdir(log)
-                   if name[:20].isdigit() and ".checkpoint" in name and name.endswith(".parquet")}
-    for earlier in range(version, -1, -1):
-        if earlier in checkpoints:
-            return _checkpoint_metadata(log, earlier)
-        actions = _actions(log, earlier)
-        if actions is None:
-            return None
-        metadata = _last_metadata(actions)
-        if metadata is not None:
-            return metadata
-    return None
-
-
-def _checkpoint_metadata(log: str, version: int) -> dict[str, Any] | None:
-    """The ``metaData`` of the Delta checkpoint at ``version`` (one file or several parts)."""
-    for name in sorted(glob.glob(os.path.join(log, f"{version:020d}.checkpoint*.parquet"))):
-        try:
-            rows = pq.read_table(name, columns=["metaData"]).column("metaData").to_pylist()
-        except (OSError, KeyError, pa.ArrowInvalid):
-            return None
-        found = [row for row in rows if row is not None]
-        if found:
-            return dict(found[0])
-    return None

@@ -214,6 +214,35 @@ def _has_seen(path: str, current: DeltaTable, txn: tuple[str, int]) -> bool:
     return seen is not None and seen >= txn[1]
 
 
+def metadata_at(path: str, version: int) -> dict[str, Any] | None:
+    """The table's ``configuration`` and ``schemaString`` as of ``version``, as the log's
+    ``metaData`` action holds them; ``None`` when there is no table or its log no longer holds
+    that version (cleaned up after a checkpoint)."""
+    try:
+        found = _calling(path, f"reading version {version} of",
+                         lambda: DeltaTable(_location(path), version=version))
+    except (TableNotFoundError, StorageError) as missing:
+        log.debug("metadata of %s at version %d unknown: %s", path, version, missing)
+        return None
+    return {"configuration": dict(found.metadata().configuration or {}),
+            "schemaString": found.schema().to_json()}
+
+
+def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` of the local table at ``path``, from its JSON file;
+    ``None`` when that file is gone (cleaned up by log retention) or the table is not local.
+    The one read of the log by hand: delta-rs gives a commit's operation (its history) but not
+    its actions, which tell the files an append added (read by :mod:`state.appended`)."""
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        with open(os.path.join(local, "_delta_log", f"{version:020d}.json")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return None
+
+
 def feed_on(path: str) -> bool | None:
     """Whether the table's change data feed is on as of its latest commit; ``None`` when there
     is no table."""
