@@ -551,8 +551,9 @@ def _calling(path: str, doing: str, call: Any) -> Any:
 
 
 def _describe(path: str, doing: str, error: BaseException) -> str:
-    """A one-paragraph account of a failed object-store call: bucket, path, what was being
-    done, and the store's own words (without terminal colours or the request's headers)."""
+    """A one-paragraph account of a failed call: the path (and an object store's bucket), what
+    was being done, and the store's own words (without terminal colours or the request's
+    headers)."""
     words = " ".join(_ANSI.sub("", str(error)).split())
     if _served_locally(path):
         return f"{doing} {path} failed: {words[:600]}"
