@@ -1,6 +1,8 @@
 """An HTTP proxy in front of the test S3 server that fails on demand, as a real store does:
 ``down()`` stops listening (clients get "connection refused"), ``throttle(every)`` answers
-every n-th request with S3's ``503 SlowDown``, ``up()`` passes everything through again.
+every n-th request with S3's ``503 SlowDown``, ``require_key(key_id)`` refuses requests signed
+with another access key as S3 does (``403 InvalidAccessKeyId``), ``up()`` passes everything
+through again.
 
 Clients are pointed at it with ``AWS_ENDPOINT_URL=proxy.endpoint``; the data stays in the
 server behind it, so a run that failed through the proxy is recovered against the server.
@@ -21,6 +23,9 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
                "proxy-authorization", "proxy-authenticate"}
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
               b"<Message>Please reduce your request rate.</Message></Error>")
+_UNKNOWN_KEY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code>'
+                b"<Message>The AWS Access Key Id you provided does not exist in our records."
+                b"</Message></Error>")
 
 
 class FaultyProxy:
@@ -33,6 +38,8 @@ class FaultyProxy:
         self.requests = 0
         self.throttled = 0
         self._every = 0
+        self._key_id: str | None = None
+        self.refused = 0
         self._count = itertools.count(1)
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()  # clients' connections, cut when going down
@@ -46,6 +53,7 @@ class FaultyProxy:
     def up(self) -> None:
         """Listen and pass every request through."""
         self._every = 0
+        self._key_id = None
         if self._server is None:
             self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
             self._server.daemon_threads = True
@@ -69,6 +77,19 @@ class FaultyProxy:
         """Answer every ``every``-th request with ``503 SlowDown`` (the rest pass)."""
         self.up()
         self._every = every
+
+    def require_key(self, key_id: str) -> None:
+        """Refuse every request not signed with access key ``key_id`` (SigV4's ``Credential=``),
+        with ``403 InvalidAccessKeyId``, as S3 answers wrong credentials."""
+        self.up()
+        self._key_id = key_id
+
+    def _signed_by_another_key(self, authorization: str) -> bool:
+        if self._key_id is None or f"Credential={self._key_id}/" in authorization:
+            return False
+        with self._lock:
+            self.refused += 1
+        return True
 
     def _should_throttle(self) -> bool:
         with self._lock:
@@ -99,6 +120,9 @@ class FaultyProxy:
 
             def _forward(self) -> None:
                 body = self._body()
+                if proxy._signed_by_another_key(self.headers.get("Authorization", "")):
+                    self._reply(403, {"Content-Type": "application/xml"}, _UNKNOWN_KEY)
+                    return
                 if proxy._should_throttle():
                     self._reply(503, {"Content-Type": "application/xml"}, _SLOW_DOWN)
                     return

@@ -1,5 +1,5 @@
 """An S3 warehouse whose store fails: the endpoint down before a run and in the middle of a
-batch, throttling (503 SlowDown), a table deleted under a run. A run that cannot reach the
+batch, throttling (503 SlowDown), wrong credentials, a table deleted under a run. A run that cannot reach the
 store stops with an error naming bucket and path (never the credentials), commits nothing of
 the batch in flight, and the next run recovers to what a run without faults leaves (the
 oracle)."""
@@ -125,3 +125,22 @@ def test_a_sink_table_deleted_under_a_run_stops_it_and_the_next_run_starts_the_t
     after = outcome(spark, pipeline, s3_warehouse)
     assert after["state"] == plain_oracle["state"] and after["batch"] == plain_oracle["batch"]
     assert after["sink"] == [row for row in plain_oracle["sink"] if row[3] >= 3]
+
+
+@pytest.mark.slow
+def test_wrong_credentials_fail_naming_the_bucket_without_the_secret_then_the_right_ones_recover(
+        spark, s3, s3_warehouse, proxy, through_proxy, plain_oracle):
+    pipeline = cp.build_plain()
+    publish_all(spark, pipeline, s3_warehouse)
+    proxy.require_key(s3.env()["AWS_ACCESS_KEY_ID"])
+    wrong = dict(through_proxy, AWS_ACCESS_KEY_ID="AKIAWRONGKEY0000", AWS_SECRET_ACCESS_KEY="wrong/s3cr3t")
+
+    child = _run(wrong)
+    out, err = child.communicate(timeout=300)
+
+    assert child.returncode == 1, out + err[-3000:]
+    assert "StorageError" in err and "bucket 'lake'" in err and "InvalidAccessKeyId" in err, err[-3000:]
+    assert "wrong/s3cr3t" not in out + err and proxy.refused > 0
+    assert not CheckpointLog(spark, pipeline.layout(s3_warehouse)).latest()  # nothing committed
+    pipeline.run_once(spark, s3_warehouse)
+    assert outcome(spark, pipeline, s3_warehouse) == plain_oracle
