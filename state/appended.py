@@ -37,7 +37,7 @@ from .tables import local_path
 
 VERSION = "_commit_version"
 #: The table property that turns the change data feed on.
-FEED_PROPERTY = "delta.enableChangeDataFeed"
+FEED_PROPERTY = delta_io.FEED_PROPERTY
 #: Delta's error class for a range of versions the change data feed holds nothing for.
 MISSING_CHANGE_DATA = "DELTA_MISSING_CHANGE_DATA"
 
@@ -322,8 +322,7 @@ def appends_read_without_spark(path: str, first: int, last: int) -> bool:
     store without Spark: they are all blind appends and the feed is on now (delta-rs reads
     an append's rows from the files it added). Where this is ``False``, only Spark can tell
     whether its change feed holds the range (:func:`feed_error`)."""
-    return delta_io.on_object_store(path) and bool(delta_io.feed_on(path)) and \
-        delta_io.blind_appends(path, first, last)
+    return delta_io.on_object_store(path) and delta_io.reads_inserts(path, first, last)
 
 
 def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
@@ -333,8 +332,7 @@ def _commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _feed_on(metadata: dict[str, Any]) -> bool:
-    configuration = dict(metadata.get("configuration") or {})  # a map: pairs, from a checkpoint
-    return str(configuration.get(FEED_PROPERTY, "false")).lower() == "true"
+    return delta_io.feed_enabled(dict(metadata.get("configuration") or {}))
 
 
 def _schema(metadata: dict[str, Any]) -> T.StructType:

@@ -243,28 +243,50 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
         return None
 
 
+#: The table property that turns the change data feed on.
+FEED_PROPERTY = "delta.enableChangeDataFeed"
+
+
+def feed_enabled(configuration: Mapping[str, Any]) -> bool:
+    """Whether a table ``configuration`` (its properties) turns the change data feed on.
+
+    >>> feed_enabled({FEED_PROPERTY: "TRUE"}), feed_enabled({})
+    (True, False)
+    """
+    return str(configuration.get(FEED_PROPERTY, "false")).lower() == "true"
+
+
 def feed_on(path: str) -> bool | None:
     """Whether the table's change data feed is on as of its latest commit; ``None`` when there
     is no table."""
     found = table(path)
-    if found is None:
-        return None
-    configuration = found.metadata().configuration or {}
-    return str(configuration.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+    return None if found is None else feed_enabled(found.metadata().configuration or {})
 
 
-def blind_appends(path: str, first: int, last: int) -> bool:
-    """Whether commits ``first..last`` all only appended rows, as their ``commitInfo`` says
-    (Spark's and delta-rs's appends record ``mode: Append``; Spark's also ``isBlindAppend``):
-    the rows they inserted are then the files they added, whether or not the feed was on when
-    they were made. One small read per commit not read before (a commit never changes)."""
+def reads_inserts(path: str, first: int, last: int) -> bool:
+    """Whether :func:`inserted_rows` gives commits ``first..last``: the feed is on now and they
+    are all blind appends (:func:`_blind_appends`)."""
     found = table(path)
-    if found is None or last < first or int(found.version()) < last:
+    return found is not None and _reads_inserts(path, found, first, last)
+
+
+def _reads_inserts(path: str, found: DeltaTable, first: int, last: int) -> bool:
+    return feed_enabled(found.metadata().configuration or {}) and \
+        _blind_appends(path, found, first, last)
+
+
+def _blind_appends(path: str, found: DeltaTable, first: int, last: int) -> bool:
+    """Whether commits ``first..last`` of ``found`` all only appended rows, as their
+    ``commitInfo`` says (Spark's and delta-rs's appends record ``mode: Append``; Spark's also
+    ``isBlindAppend``): the rows they inserted are then the files they added, whether or not
+    the feed was on when they were made. One small read per commit not read before (a commit
+    never changes)."""
+    newest = int(found.version())
+    if last < first or newest < last:
         return False
     with _cache_lock:
         known = dict(_appends.get(path, {}))
     if any(version not in known for version in range(first, last + 1)):
-        newest = int(found.version())
         entries = _calling(path, "reading the history of", lambda: found.history(newest - first + 1))
         known.update({int(entry["version"]): _is_blind_append(entry) for entry in entries
                       if "version" in entry})
@@ -283,12 +305,12 @@ def _is_blind_append(info: Mapping[str, Any]) -> bool:
 def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
     """The rows commits ``first..last`` inserted, read from the files they added, with their
     commit version first (``_commit_version``, int64), in commit order; ``None`` when there is
-    no table, a commit of the range did more than append (:func:`blind_appends`) or the feed is
-    off now. Then only Spark's change feed can give them: it knows at which versions the feed was
+    no table, a commit of the range did more than append (:func:`_blind_appends`) or the feed
+    is off now. Then only Spark's change feed can give them: it knows at which versions the feed was
     on, where delta-rs takes the files a commit added and removed for its changes, which for a
     MERGE made while the feed was off are not the rows it inserted."""
     found = table(path)
-    if found is None or not feed_on(path) or not blind_appends(path, first, last):
+    if found is None or not _reads_inserts(path, found, first, last):
         return None
     try:
         changes = found.load_cdf(starting_version=first, ending_version=last)
