@@ -85,10 +85,35 @@ _FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "abfs", "abfss", "az", "azure"})
 
 
+# The prefixes of the environment variables object-store clients read their settings from.
+_STORE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "LAKESTREAM_OBJECT_STORE_IO")
 #: ``spark`` turns this module off for the pipeline's own appends and log reads on object
 #: stores (they go through Spark, as before delta-rs): for comparing the two, or as a way out
 #: should a store and delta-rs not get along.
 IO_SETTING = "LAKESTREAM_OBJECT_STORE_IO"
+
+
+def storage_environment(path: str) -> dict[str, str]:
+    """What this process reaches ``path``'s object store with: the store's variables in its
+    environment (credentials included), for a process that must reach the table as this one
+    does (an executor's Python worker, whose environment is the one its JVM started with);
+    empty for a local path.
+
+    >>> storage_environment("/tmp/wh/p/_state")
+    {}
+    """
+    if not on_object_store(path):
+        return {}
+    return {name: value for name, value in os.environ.items() if name.startswith(_STORE_VARIABLES)}
+
+
+def adopt_storage_environment(settings: Mapping[str, str]) -> None:
+    """Reach object stores with ``settings`` (from :func:`storage_environment`) from now on."""
+    if any(os.environ.get(name) != value for name, value in settings.items()):
+        os.environ.update(settings)
+        with _cache_lock:  # tables opened with other settings open again with these
+            _cache.clear()
+            _stamps.clear()
 
 
 def on_object_store(path: str) -> bool:
@@ -341,17 +366,21 @@ def data_files(path: str) -> tuple[int, dict[str, int]]:
                                           actions["modification_time"].cast(pa.int64()).to_pylist()))
 
 
-def read_data_files(path: str, names: list[str]) -> pa.Table:
+def read_data_files(path: str, names: list[str], columns: list[str] | None = None,
+                    partition: tuple[str, Any] | None = None) -> pa.Table:
     """The rows of the table's data files ``names`` (paths as the log gives them), in that
-    order: files of the version :func:`data_files` just gave, read from the snapshot it brought
-    up to date (not brought up to date again: a commit in between could remove them)."""
+    order (only ``columns``, when given): files of the version :func:`data_files` or
+    :func:`file_statistics` just gave, read from the snapshot it brought up to date (not
+    brought up to date again: a commit in between could remove them). ``partition=(column,
+    value)`` when every file is in that partition: only its files are made into fragments."""
     with _cache_lock:
         found = _cache.get(path)
     if found is None:
         found = table(path)
     if found is None or not names:
         return pa.table({})
-    dataset = _calling(path, "reading", found.to_pyarrow_dataset)
+    pruning = [(partition[0], "=", partition[1])] if partition is not None else None
+    dataset = _calling(path, "reading", lambda: found.to_pyarrow_dataset(file_pruning_predicate=pruning))
     by_name = {fragment.path: fragment for fragment in dataset.get_fragments()}
     missing = [name for name in names if name not in by_name]
     if missing:
@@ -359,7 +388,28 @@ def read_data_files(path: str, names: list[str]) -> pa.Table:
                            f"{found.version()}")
     chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
                                                dataset.format, dataset.filesystem)
-    return _plain(_calling(path, "reading", chosen.to_table))
+    return _plain(_calling(path, "reading", lambda: chosen.to_table(columns=columns)))
+
+
+def file_statistics(path: str) -> pa.Table | None:
+    """The data files of the table's latest version with what the log says of each: ``path``,
+    ``num_records``, ``partition.<column>``, and ``min.<column>``, ``max.<column>``,
+    ``null_count.<column>`` for the columns it keeps statistics of (null where it keeps none).
+    ``None`` when there is no table, or when reading its files is not all it takes to read its
+    rows (deletion vectors, column mapping): then only Spark reads it right."""
+    found = table(path)
+    if found is None or not _files_are_rows(found):
+        return None
+    return pa.table(_calling(path, "reading the log", lambda: found.get_add_actions(flatten=True)))
+
+
+def _files_are_rows(found: DeltaTable) -> bool:
+    """Whether the table's rows are its data files' rows, as they are in Parquet (no deletion
+    vectors or column mapping, which a reader must apply)."""
+    protocol = found.protocol()
+    if protocol.min_reader_version == 1:
+        return True
+    return set(protocol.reader_features or ()) <= {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
 
 
 def snapshot(path: str, equal: tuple[str, Any] | None = None) -> tuple[int, pa.Table]:

@@ -8,26 +8,29 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import tables
+from . import lookup, tables
 from .codecs import (
     Codec,
     codec_named,
     decode_key,
-    decode_value,
-    encode_key,
+    decode_values,
     encode_keys,
     encode_value,
 )
+from .errors import StateError
+from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
 from .timers import Timers, timer_state
 
 _MISSING = object()
 
-#: ``(operator, encoded keys)`` -> stored values of those keys; ``None`` for every key.
-Loader = Callable[[str, list[str] | None], dict[str, str]]
+#: ``(operator, encoded keys)`` -> the stored ``key, value`` (encoded) of those keys that hold
+#: a value, in any order; every key's, for ``None``.
+Loader = Callable[[str, list[str] | None], pa.Table]
 
 
 class OperatorState:
@@ -65,21 +68,20 @@ class OperatorState:
         wanted = [key for key in dict.fromkeys(keys) if key not in self._stored]
         if not wanted:
             return
-        encoded = [encode_key(key) for key in wanted]
+        encoded = encode_keys(wanted)
         self._take(wanted, encoded, self._loader(self.name, encoded))
 
-    def _take(self, keys: list[Hashable], encoded: list[str], stored: dict[str, str]) -> None:
-        """Cache the stored values (by encoded key) of ``keys``, not yet seen in this run."""
-        decode = self._codec.decode
+    def _take(self, keys: list[Hashable], encoded: list[str], stored: pa.Table) -> None:
+        """Cache the stored values (``stored``: by encoded key) of ``keys``, not yet seen in
+        this run."""
+        texts = stored["key"].to_pylist()
+        by_text = dict(zip(texts, decode_values(self._codec, stored["value"], texts, operator=self.name)))
+        values, known = self._values, self._stored
         for key, text in zip(keys, encoded):
-            value = stored.get(text)
-            if value is not None:
-                try:  # one try around the plain call: decoding is this loop's hot path
-                    self._values[key] = decode(value)
-                except Exception:
-                    decode_value(self._codec, value, operator=self.name, key=key)  # raises, naming it
-                    raise
-            self._stored[key] = value is not None
+            value = by_text.get(text, _MISSING)
+            if value is not _MISSING:
+                values[key] = value
+            known[key] = value is not _MISSING
 
     def held_keys(self) -> list[Hashable]:
         """Every key that holds a value now: stored and not deleted since, or set in this run.
@@ -95,7 +97,7 @@ class OperatorState:
         if not self._read_all:
             assert self._loader is not None
             stored = self._loader(self.name, None)
-            unseen = [(decode_key(text), text) for text in stored]
+            unseen = [(decode_key(text), text) for text in stored["key"].to_pylist()]
             unseen = [(key, text) for key, text in unseen if key not in self._stored]
             self._take([key for key, _ in unseen], [text for _, text in unseen], stored)
             self._read_all = True
@@ -249,11 +251,14 @@ class StateStore:
     itself wrote since is already in memory, so a pipeline that started empty never reads state.
     """
 
-    def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None):
+    def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None,
+                 key_groups: int = DEFAULT_KEY_GROUPS):
         self._spark: SparkSession | None = spark
         self._layout: PipelineLayout | None = layout
         self._as_of = as_of
+        self._key_groups = key_groups
         self._given: dict[str, dict[str, str]] | None = None
+        self._files: tuple[str, tuple[int, int]] | None = None
         self._operators: dict[str, OperatorState] = {}
         self._timers: dict[str, Timers] = {}
 
@@ -270,15 +275,31 @@ class StateStore:
         """
         store = cls.__new__(cls)
         store._spark, store._layout, store._as_of, store._operators = None, None, None, {}
+        store._key_groups = DEFAULT_KEY_GROUPS
         store._timers = {}
+        store._files = None
         store._given = {str(name): dict(zip(part["key"], part["value"]))
                         for name, part in rows.groupby("operator", sort=False)}
         return store
 
+    @classmethod
+    def of_files(cls, path: str, as_of: int | None, key_groups: int,
+                 within: tuple[int, int]) -> StateStore:
+        """A store for an executor task whose keys are all of key groups ``within`` (``first,
+        end``): it reads their state from the files of the ``_state`` table at ``path`` that
+        hold those groups, as of checkpoint ``as_of`` (see :mod:`state.lookup`), without a
+        Spark session."""
+        store = cls.__new__(cls)
+        store._spark, store._layout, store._as_of, store._operators = None, None, as_of, {}
+        store._timers, store._given, store._key_groups = {}, None, key_groups
+        store._files = (path, within)
+        return store
+
     @property
     def handed_in(self) -> bool:
-        """Whether this store holds only state rows handed to a task (see :meth:`of_rows`)."""
-        return self._given is not None
+        """Whether this store runs in an executor task (:meth:`of_rows`, :meth:`of_files`):
+        there is no Spark session, and no state but the task's keys'."""
+        return self._spark is None
 
     @property
     def spark(self) -> SparkSession | None:
@@ -292,6 +313,8 @@ class StateStore:
             loader: Loader | None = self._load if self._as_of is not None else None
             if self._given is not None:
                 loader = self._given_values
+            elif self._files is not None:
+                loader = self._file_values if self._as_of is not None else None
             self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
 
@@ -326,17 +349,35 @@ class StateStore:
         self.mark_checkpointed()
         return rows
 
-    def _given_values(self, operator: str, keys: list[str] | None) -> dict[str, str]:
+    def _given_values(self, operator: str, keys: list[str] | None) -> pa.Table:
         assert self._given is not None
         given = self._given.get(operator, {})
-        return dict(given) if keys is None else {key: given[key] for key in keys if key in given}
+        held = list(given) if keys is None else [key for key in keys if key in given]
+        return _stored(held, [given[key] for key in held])
 
-    def _load(self, operator: str, keys: list[str] | None) -> dict[str, str]:
+    def _file_values(self, operator: str, keys: list[str] | None) -> pa.Table:
+        assert self._files is not None and self._as_of is not None
+        path, within = self._files
+        found = lookup.stored_values(path, operator, self._as_of, keys, self._key_groups, within)
+        if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
+            raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
+                             "Spark (deletion vectors or column mapping?)")
+        return found
+
+    def _load(self, operator: str, keys: list[str] | None) -> pa.Table:
         # operator() hands out this loader only with a checkpoint (and a session)
         assert self._as_of is not None and self._spark is not None
         assert self._layout is not None
+        found = lookup.stored_values(self._layout.state, operator, self._as_of, keys, self._key_groups)
+        if found is not None:
+            return found
         latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
-        return dict(zip(latest["key"], latest["value"]))
+        return _stored(latest["key"].tolist(), latest["value"].tolist())
+
+
+def _stored(keys: list[str], values: list[str]) -> pa.Table:
+    """Encoded ``keys`` and their stored ``values``, as a :data:`Loader` gives them."""
+    return pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})
 
 
 def _series(values: list[Any], index: pd.Index) -> pd.Series:

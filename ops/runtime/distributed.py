@@ -61,6 +61,7 @@ from state import (
     PipelineLayout,
     StateStore,
     decode_key,
+    delta_io,
     encode_key,
     key_group_column,
     key_groups,
@@ -163,6 +164,9 @@ class TaskSpec:
     stream_time: dict[str, int | None] = field(default_factory=dict)
     #: a timed map -> its watermark at the batch's start (see BatchScope.watermarks)
     watermarks: dict[str, int | None] = field(default_factory=dict)
+    #: where a keyed stage's tasks read their keys' state themselves, as of which checkpoint,
+    #: and how they reach it (see StateFiles); None: it is handed to them by a cogroup
+    state_files: StateFiles | None = None
 
     def owning_bucket(self, encoded_keys: Any, groups: np.ndarray | None = None) -> np.ndarray:
         """The bucket of each stored state key: that of the key which owns it (a window's
@@ -175,6 +179,18 @@ class TaskSpec:
             groups = key_groups(encoded_keys, self.key_groups).astype("int64")
         return self.bucket(groups)
 
+    def groups_of(self, bucket: int) -> tuple[int, int]:
+        """The key groups ``first, end`` (``first <= group < end``) that bucket ``bucket`` (a
+        :func:`partition_tags` value) runs: the inverse of :meth:`bucket`.
+
+        >>> spec = TaskSpec("p", 1, (), {}, key_groups=10, buckets=4, stage=Stage((), ("k",)))
+        >>> [spec.groups_of(tag) for tag in partition_tags(4)]
+        [(0, 3), (3, 5), (5, 8), (8, 10)]
+        """
+        index = partition_tags(self.buckets).index(bucket)
+        first = -(-index * self.key_groups // self.buckets)
+        return first, -(-(index + 1) * self.key_groups // self.buckets)
+
     def bucket(self, group: Any) -> Any:
         """The bucket (one operator call) that runs key group ``group``: an int, a numpy array
         or a Spark column of them (one formula for rows, state and the check). A bucket's id
@@ -185,6 +201,18 @@ class TaskSpec:
             index = F.floor(group * self.buckets / self.key_groups).cast("int")
             return F.element_at(F.array(*map(F.lit, tags)), index + 1)
         return np.asarray(tags)[group * self.buckets // self.key_groups]
+
+
+@dataclass(frozen=True)
+class StateFiles:
+    """How a keyed stage's tasks read their keys' state from ``_state``'s files themselves
+    (:meth:`StateStore.of_files`), skipping the Spark read of the state and its shuffle: the
+    table, the checkpoint the batch starts from, and the object store's settings from the
+    driver's environment (credentials, as Spark's own settings carry them to executors)."""
+
+    path: str
+    as_of: int
+    storage: dict[str, str] = field(default_factory=dict)
 
 
 @functools.cache
@@ -377,10 +405,13 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
         state = (stored_values(spark, layout, stage.names, as_of).unionByName(present)
                  .withColumn(BUCKET_COLUMN, F.lit(_WHOLE_STREAM)))
     else:
-        schema = StructType([*rows.schema.fields, StructField(KEY_COLUMN, StringType()),
-                             StructField(BUCKET_COLUMN, IntegerType())])
-        # kept: the keys feed both the state read and the cogroup, and are computed in Python
-        rows = output.keep(rows.mapInPandas(lambda chunks: _with_buckets(chunks, task), schema))
+        if task.state_files is not None and due is None and not stage.clocked:
+            # each task reads its groups' state itself: one shuffle, of the rows only
+            rows = _tagged(rows, task).repartition(task.buckets, BUCKET_COLUMN)  # see partition_tags
+            return rows.groupBy(BUCKET_COLUMN).applyInPandas(
+                lambda part: _reading_task(task, part), STAGE_SCHEMA)
+        # kept: the keys feed both the state read and the cogroup
+        rows = output.keep(_tagged(rows, task))
         if stage.clocked:  # every open window (or session): each bucket closes its own
             stored = stored_values(spark, layout, stage.names, as_of).where(
                 F.col("key") != encode_key(CLOCK))
@@ -399,6 +430,21 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
     return (rows.groupBy(BUCKET_COLUMN).cogroup(state.groupBy(BUCKET_COLUMN))
             .applyInPandas(lambda group, part, held: _bucket_task(task, group, part, held),
                            STAGE_SCHEMA))
+
+
+def _tagged(rows: DataFrame, task: TaskSpec) -> DataFrame:
+    """``rows`` with their encoded key and its bucket (see :func:`_with_buckets`): computed by
+    Spark for one integer key column that the operator keys its state by (an int's encoding is
+    its digits, and Spark's CRC-32 is Python's), by Python otherwise."""
+    operator, keys = task.stage.operators[0], task.stage.keys or ()
+    if (len(keys) == 1 and type(operator).state_key is Operator.state_key and keys[0] in rows.columns
+            and isinstance(rows.schema[keys[0]].dataType, (IntegerType, LongType))):
+        encoded = F.coalesce(F.col(keys[0]).cast("string"), F.lit(encode_key(None)))
+        bucket = task.bucket(key_group_column(encoded, task.key_groups)).cast("int")
+        return rows.withColumn(KEY_COLUMN, encoded).withColumn(BUCKET_COLUMN, bucket)
+    schema = StructType([*rows.schema.fields, StructField(KEY_COLUMN, StringType()),
+                         StructField(BUCKET_COLUMN, IntegerType())])
+    return rows.mapInPandas(lambda chunks: _with_buckets(chunks, task), schema)
 
 
 def _decoded(spark: SparkSession, results: DataFrame, schemas: list[bytes]) -> DataFrame:
@@ -489,6 +535,17 @@ def _bucket_task(task: TaskSpec, bucket: tuple, rows: pd.DataFrame,
                  held: pd.DataFrame) -> pd.DataFrame:
     held = held[held["operator"] != ""]  # the marker that makes a whole-stream bucket run
     return _run(task, rows, StateStore.of_rows(held), bucket=int(bucket[0]))
+
+
+def _reading_task(task: TaskSpec, rows: pd.DataFrame) -> pd.DataFrame:
+    """A bucket's rows through the stage's operators, their state read from ``_state``'s
+    files of the bucket's key groups."""
+    files = task.state_files
+    assert files is not None
+    bucket = int(rows[BUCKET_COLUMN].iloc[0])
+    delta_io.adopt_storage_environment(files.storage)
+    store = StateStore.of_files(files.path, files.as_of, task.key_groups, task.groups_of(bucket))
+    return _run(task, rows, store, bucket=bucket)
 
 
 def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | None) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from state import (
+    DEFAULT_KEY_GROUPS,
     BatchPlan,
     BatchPlans,
     Checkpoint,
@@ -32,6 +33,7 @@ from state import (
     HookContext,
     StateStore,
     TransactionWarmer,
+    delta_io,
     fault_point,
     new_checkpoint,
     restore_all,
@@ -49,7 +51,7 @@ from ..operators.timing import wake_at
 from ..sources import FrameSlice, Slice
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
-from .distributed import Stage, TaskSpec, run_stages, stages_of
+from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of
 from .modes import AUTO_DISTRIBUTED_ROWS
 from .reports import BatchReport, CheckpointReport, RunReport, distinct_keys
 
@@ -157,7 +159,8 @@ class _Run:
         self.pipeline.source.setup(self.ctx)
         if self.last and self.last.reset_to_batch is not None:
             self.last = self.finish_reset(self.last, self.last.reset_to_batch)
-        self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None)
+        self.store = StateStore(self.spark, self.layout, self.last.checkpoint_id if self.last else None,
+                                key_groups=self.last.key_groups if self.last else DEFAULT_KEY_GROUPS)
         self.batch_id = self.last.batch_id if self.last else 0
         self.offsets: dict[str, Any] = dict(self.last.offsets) if self.last else {}
         self.pending_plans = self.plans.after(self.batch_id, epoch)
@@ -353,12 +356,16 @@ class _Run:
         groups = self.pipeline.key_groups
         buckets = min(groups, int(self.spark.conf.get("spark.sql.shuffle.partitions") or groups))
 
+        as_of = self.last.checkpoint_id if self.last else None
+        # tasks read their keys' state from _state's files where delta-rs reads the table
+        files = (StateFiles(self.layout.state, as_of, delta_io.storage_environment(self.layout.state))
+                 if as_of is not None and delta_io.serves(self.layout.state) else None)
+
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
                             dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
-                            operators=self.pipeline.stateful_operators)
+                            operators=self.pipeline.stateful_operators, state_files=files)
 
-        as_of = self.last.checkpoint_id if self.last else None
         output = run_stages(self.spark, self.layout, as_of, sliced.good, spec,
                             stages_of(self.pipeline.stream.operators))
         try:

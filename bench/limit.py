@@ -1,0 +1,134 @@
+"""What this machine allows for the keyed running sum, and lakestream beside it.
+
+The limit is the workload as a minimal pandas + pyarrow program, with no exactly-once, no Delta
+and no Spark: per batch it reads the batch's events (Parquet), looks up the batch's keys' prior
+totals in the totals files of the batches before (Parquet, newest per key), computes the
+running sums, and writes the output and the changed totals as Parquet. Nothing a stream
+processor must do more is in it: no plan, no commit, no log, no idempotence, no checkpoint.
+
+Side by side in one run (1M events per batch over a key range of 1M, so ~630k distinct keys per
+batch; a first batch untimed in each configuration, as in ``scale.py``):
+
+- ``limit``: the program above, batches 2..N;
+- lakestream ``warm``: one run drains batches 2..N (state held between batches);
+- lakestream ``cold``: one run per batch (as sensor-started runs are), each reading its keys'
+  state from ``_state`` first;
+
+in driver and distributed mode, with ratios against the limit and cold against warm.
+
+    .venv/bin/python bench/limit.py                          # 1M events per batch, 3 batches
+    .venv/bin/python bench/limit.py --size 100000 --modes driver
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import print_table, write_results  # noqa: E402
+
+
+def limit_batch(events_file: Path, totals: list[Path], out: Path, batch: int) -> int:
+    """One batch of the running sum as plain pandas + pyarrow; returns the events read."""
+    events = pq.read_table(events_file).to_pandas()
+    keys = pa.array(events["k"].unique())
+    prior = pd.DataFrame({"k": np.array([], np.int64), "total": np.array([], np.int64)})
+    if totals:  # newest total per key among the earlier batches' files
+        stored = pa.concat_tables([pq.read_table(path) for path in totals])
+        stored = stored.filter(pc.is_in(stored["k"], value_set=keys)).to_pandas()
+        prior = stored.drop_duplicates("k", keep="last")
+    before = events["k"].map(prior.set_index("k")["total"]).fillna(0).astype(np.int64)
+    running = events.groupby("k", sort=False)["x"].cumsum() + before
+    output = events.assign(total=running)
+    pq.write_table(pa.Table.from_pandas(output, preserve_index=False), out / f"output_{batch}.parquet")
+    changed = output.drop_duplicates("k", keep="last")[["k", "total"]]
+    totals_file = out / f"totals_{batch}.parquet"
+    pq.write_table(pa.Table.from_pandas(changed, preserve_index=False), totals_file)
+    totals.append(totals_file)
+    return len(events)
+
+
+def limit_run(batch_files: list[Path], out: Path) -> dict:
+    """The limit over ``batch_files``: the first batch untimed, then the others."""
+    out.mkdir(parents=True, exist_ok=True)
+    totals: list[Path] = []
+    limit_batch(batch_files[0], totals, out, 0)
+    started = time.perf_counter()
+    events = sum(limit_batch(path, totals, out, number)
+                 for number, path in enumerate(batch_files[1:], start=1))
+    return {"events_per_s": events / (time.perf_counter() - started), "events": events}
+
+
+def export_batches(source: str, out: Path) -> list[Path]:
+    """Each commit of the Delta table ``source`` as one Parquet file (the limit's input)."""
+    from deltalake import DeltaTable
+    table = DeltaTable(source)
+    files = []
+    for version in range(table.version() + 1):
+        rows = pa.table(table.load_cdf(starting_version=version, ending_version=version).read_all())
+        path = out / f"batch_{version}.parquet"
+        pq.write_table(rows.sort_by("seq").select(["k", "x", "seq"]), path)
+        files.append(path)
+    return files
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--modes", default="driver,distributed")
+    args = parser.parse_args()
+    from scale import run_child, write_input
+
+    import ops as sp
+    workdir = Path(tempfile.mkdtemp(prefix="lakestream-limit-"))
+    source = str(workdir / "input")
+    spark = sp.spark_session(sp.SparkConfig(master="local[2]", shuffle_partitions=8))
+    write_input(spark, source, args.size, args.batches)
+    spark.stop()
+    batch_files = export_batches(source, workdir)
+    limit = limit_run(batch_files, workdir / "limit")
+    rows = [{"arm": "limit (pandas + pyarrow)", "events_per_s": limit["events_per_s"]}]
+    print(json.dumps(rows[-1]), flush=True)
+    speed = {}
+    for mode in args.modes.split(","):
+        for temperature in ("warm", "cold"):
+            name = f"limit_{mode}_{temperature}"
+            got = run_child({"master": "local[2]", "partitions": 8, "source": source,
+                             "workload": "vectorized", "mode": mode, "name": name,
+                             "batches": args.batches, "temperature": temperature,
+                             "warehouse": str(workdir / name)})
+            speed[(mode, temperature)] = got["events_per_s"]
+            rows.append({"arm": f"lakestream {mode} {temperature}", "events_per_s": got["events_per_s"],
+                         "x limit": got["events_per_s"] / limit["events_per_s"],
+                         "batch_s": got["batch_s"], "checkpoint_s": got["checkpoint_s"],
+                         "driver_rss_mb": got["driver_rss_mb"]})
+            print(json.dumps(rows[-1]), flush=True)
+        rows.append({"arm": f"{mode}: cold / warm",
+                     "events_per_s": speed[(mode, "cold")] / speed[(mode, "warm")]})
+    if {"driver", "distributed"} <= {mode for mode, _ in speed}:
+        for temperature in ("warm", "cold"):
+            ratio = speed[("distributed", temperature)] / speed[("driver", temperature)]
+            rows.append({"arm": f"distributed / driver, {temperature}", "events_per_s": ratio})
+    header = list(dict.fromkeys(key for row in rows for key in row))
+    print_table(f"running sum, {args.size:,} events per batch, local[2]", header,
+                [[row.get(key, "") for key in header] for row in rows])
+    write_results(f"limit_{args.size}_{args.modes.replace(',', '-')}", {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()

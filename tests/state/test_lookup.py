@@ -1,0 +1,112 @@
+"""Reading a batch's keys' state from ``_state``'s files (state.lookup), against Spark's reading
+of the same changelog: every checkpoint, deletions, compaction, key-group ranges, and a table
+delta-rs must not read by its files."""
+
+import pyarrow as pa
+import pytest
+
+import ops as sp
+from state import StateStore, delta_io, encode_key, key_group, tables
+from state import compact as state_compact
+from state.lookup import stored_values
+
+
+def keep_or_forget(op, md, data):
+    """A running sum per key that forgets a key when its total passes 100."""
+    total = sp.get(op, md) + int(data["x"].sum())
+    if total > 100:  # a tombstone, as a closed window's or an expired key's
+        op._state.delete(md.key)
+    else:
+        sp.set(op, md, total)
+    return data.assign(total=total)
+
+
+def pipeline():
+    return (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
+            .map(keep_or_forget, state=0, name="sums").write.to_delta("out")).named("lookup")
+
+
+def spark_values(spark, built, warehouse, as_of):
+    found = sp.read_state(spark, built, "sums", warehouse=warehouse, as_of=as_of)
+    return {encode_key(k): str(v) for k, v in zip(found["key"], found["value"])}
+
+
+def file_values(layout, as_of, keys=None, within=None):
+    found = stored_values(layout.state, "sums", as_of, keys, 256, within)
+    assert found is not None
+    return dict(zip(found["key"].to_pylist(), found["value"].to_pylist()))
+
+
+@pytest.fixture
+def three_checkpoints(spark, warehouse):
+    built = pipeline()
+    for batch in ([{"k": k, "x": 1} for k in range(50)],
+                  [{"k": k, "x": 60} for k in range(0, 50, 2)],       # 25 keys to 61
+                  [{"k": k, "x": 50} for k in range(0, 50, 4)] + [{"k": 99, "x": 7}]):  # 13 deleted
+        built.publish(spark, batch, warehouse)
+        built.run_once(spark, warehouse)
+    return built
+
+
+def test_every_checkpoint_reads_as_spark_reads_it(spark, warehouse, three_checkpoints):
+    layout = three_checkpoints.layout(warehouse)
+    for as_of in (1, 2, 3):
+        assert file_values(layout, as_of) == spark_values(spark, three_checkpoints, warehouse, as_of)
+    latest = file_values(layout, 3)
+    assert len(latest) == 50 - 13 + 1 and "0" not in latest and latest["2"] == "61"
+    assert latest["99"] == "7" and latest["1"] == "1"
+
+
+def test_only_the_keys_asked_for_and_none_for_keys_never_stored(spark, warehouse, three_checkpoints):
+    layout = three_checkpoints.layout(warehouse)
+    assert file_values(layout, 3, keys=["2", "4", "5", "12345"]) == {"2": "61", "5": "1"}
+    assert file_values(layout, 1, keys=["4", "99"]) == {"4": "1"}  # 4 deleted later, 99 came later
+
+
+def test_after_compaction_a_range_of_key_groups_reads_only_its_files(spark, warehouse, three_checkpoints):
+    layout = three_checkpoints.layout(warehouse)
+    before = file_values(layout, 3)
+    state_compact(spark, layout, rows_per_file=5)
+    assert file_values(layout, 3) == before
+    files = delta_io.file_statistics(layout.state)
+    ours = files.filter(pa.compute.equal(files["partition.operator"], "sums"))
+    first_quarter = {k: v for k, v in before.items() if key_group(k, 256) < 64}
+    assert first_quarter and file_values(layout, 3, within=(0, 64)) == first_quarter
+    lows = ours["min.key_group"].to_pylist()
+    assert len(ours) >= 6 and sum(low < 64 for low in lows) < len(ours)  # files were skipped
+
+
+def test_an_executor_store_reads_its_groups_from_the_files(spark, warehouse, three_checkpoints):
+    layout = three_checkpoints.layout(warehouse)
+    store = StateStore.of_files(layout.state, 2, 256, (0, 256))
+    assert store.handed_in and store.spark is None
+    assert store.operator("sums", 0).get_values([0, 1, 2, 99]) == [61, 1, 61, 0]
+
+
+def test_stored_numbers_and_other_values_decode_as_json_does(spark, warehouse):
+    built = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "double"})
+             .map(set_value, state=None, name="sums")
+             .write.to_delta("out")).named("decoding")
+    built.publish(spark, [{"k": k, "x": 1.0} for k in VALUES], warehouse)
+    built.run_once(spark, warehouse)
+    store = StateStore(spark, built.layout(warehouse), 1)
+    assert store.operator("sums").get_values(list(VALUES)) == list(VALUES.values())
+
+
+def set_value(op, md, data):
+    sp.set(op, md, VALUES[md.key])
+    return data
+
+
+VALUES = {"int": 3, "big": 2**70, "float": 1.5, "exp": 1e300, "list": [1, 2], "text": "x",
+          "none": None, "negative": -4}
+
+
+def test_a_table_delta_rs_cannot_read_by_its_files_is_left_to_spark(spark, tmp_path):
+    path = str(tmp_path / "dv")
+    spark.createDataFrame([("sums", "1", "5", False, 1, 0)],
+                          "operator string, key string, value string, deleted boolean, "
+                          "checkpoint_id long, key_group int").write.format("delta") \
+        .option("delta.enableDeletionVectors", "true").save(path)
+    assert tables.exists(spark, path)
+    assert stored_values(path, "sums", 1, None, 256) is None
