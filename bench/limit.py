@@ -15,6 +15,9 @@ batch; a first batch untimed in each configuration, as in ``scale.py``):
   state from ``_state`` first;
 
 in driver and distributed mode, with ratios against the limit and cold against warm.
+``--before DIR`` adds the same arms run by another checkout (an earlier commit, say, made with
+``git worktree add DIR <commit>``), with this checkout's virtual env: before and after, side by
+side.
 
     .venv/bin/python bench/limit.py                          # 1M events per batch, 3 batches
     .venv/bin/python bench/limit.py --size 100000 --modes driver
@@ -23,7 +26,10 @@ in driver and distributed mode, with ratios against the limit and cold against w
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,6 +79,17 @@ def limit_run(batch_files: list[Path], out: Path) -> dict:
     return {"events_per_s": events / (time.perf_counter() - started), "events": events}
 
 
+def run_checkout(checkout: Path, config: dict) -> dict:
+    """``scale.py``'s child for ``config``, run by the lakestream of ``checkout``."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join([str(checkout), str(checkout / "bench")]))
+    done = subprocess.run([sys.executable, str(checkout / "bench" / "scale.py"), "--child",
+                           json.dumps(config)], env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{config['name']} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def export_batches(source: str, out: Path) -> list[Path]:
     """Each commit of the Delta table ``source`` as one Parquet file (the limit's input)."""
     from deltalake import DeltaTable
@@ -81,7 +98,7 @@ def export_batches(source: str, out: Path) -> list[Path]:
     for version in range(table.version() + 1):
         rows = pa.table(table.load_cdf(starting_version=version, ending_version=version).read_all())
         path = out / f"batch_{version}.parquet"
-        pq.write_table(rows.sort_by("seq").select(["k", "x", "seq"]), path)
+        pq.write_table(rows.select(["k", "x", "seq"]).sort_by("seq"), path)
         files.append(path)
     return files
 
@@ -91,6 +108,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1_000_000)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--modes", default="driver,distributed")
+    parser.add_argument("--before", help="another checkout whose lakestream runs the same arms")
     args = parser.parse_args()
     from scale import run_child, write_input
 
@@ -105,19 +123,22 @@ def main() -> None:
     rows = [{"arm": "limit (pandas + pyarrow)", "events_per_s": limit["events_per_s"]}]
     print(json.dumps(rows[-1]), flush=True)
     speed = {}
-    for mode in args.modes.split(","):
-        for temperature in ("warm", "cold"):
-            name = f"limit_{mode}_{temperature}"
-            got = run_child({"master": "local[2]", "partitions": 8, "source": source,
-                             "workload": "vectorized", "mode": mode, "name": name,
-                             "batches": args.batches, "temperature": temperature,
-                             "warehouse": str(workdir / name)})
+    checkouts = [("", None)] + ([("before: ", Path(args.before).resolve())] if args.before else [])
+    for (label, checkout), mode, temperature in itertools.product(
+            checkouts, args.modes.split(","), ("warm", "cold")):
+        name = f"limit_{mode}_{temperature}{'_before' if checkout else ''}"
+        config = {"master": "local[2]", "partitions": 8, "source": source,
+                  "workload": "vectorized", "mode": mode, "name": name, "batches": args.batches,
+                  "temperature": temperature, "warehouse": str(workdir / name)}
+        got = run_child(config) if checkout is None else run_checkout(checkout, config)
+        if checkout is None:
             speed[(mode, temperature)] = got["events_per_s"]
-            rows.append({"arm": f"lakestream {mode} {temperature}", "events_per_s": got["events_per_s"],
-                         "x limit": got["events_per_s"] / limit["events_per_s"],
-                         "batch_s": got["batch_s"], "checkpoint_s": got["checkpoint_s"],
-                         "driver_rss_mb": got["driver_rss_mb"]})
-            print(json.dumps(rows[-1]), flush=True)
+        rows.append({"arm": f"{label}lakestream {mode} {temperature}", "events_per_s": got["events_per_s"],
+                     "x limit": got["events_per_s"] / limit["events_per_s"],
+                     "batch_s": got["batch_s"], "checkpoint_s": got["checkpoint_s"],
+                     "driver_rss_mb": got["driver_rss_mb"]})
+        print(json.dumps(rows[-1]), flush=True)
+    for mode in args.modes.split(","):
         rows.append({"arm": f"{mode}: cold / warm",
                      "events_per_s": speed[(mode, "cold")] / speed[(mode, "warm")]})
     if {"driver", "distributed"} <= {mode for mode, _ in speed}:

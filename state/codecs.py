@@ -198,16 +198,16 @@ def encode_value(codec: Codec, value: Any, *, operator: str, key: Hashable) -> s
         ) from exc
 
 
-def decode_values(codec: Codec, texts: pa.Array | pa.ChunkedArray, keys: list[str], *,
+def decode_values(codec: Codec, texts: pa.Array | pa.ChunkedArray, keys: list[Hashable], *,
                   operator: str) -> list[Any]:
     """:meth:`Codec.decode_many` of stored ``texts``, or a :class:`CorruptStateError` naming
-    the operator and the key (of encoded ``keys``, at the same positions) of the first text
-    that cannot be decoded."""
+    the operator and the key (of ``keys``, at the same positions) of the first text that
+    cannot be decoded."""
     try:
         return codec.decode_many(texts)
     except Exception:
         for key, text in zip(keys, texts.to_pylist()):
-            decode_value(codec, text, operator=operator, key=decode_key(key))
+            decode_value(codec, text, operator=operator, key=key)
         raise
 
 

@@ -403,6 +403,41 @@ def file_statistics(path: str) -> pa.Table | None:
     return pa.table(_calling(path, "reading the log", lambda: found.get_add_actions(flatten=True)))
 
 
+def largest(path: str, column: str, partition: tuple[str, Any] | None = None) -> int | None:
+    """The largest value of integer ``column`` in the table (in ``partition=(column, value)``),
+    from its files' statistics alone; ``None`` when a file has none for it, when there are no
+    rows, or when delta-rs does not read the table (see :func:`file_statistics`)."""
+    files = _files_of(path, partition)
+    if files is None or f"max.{column}" not in files.column_names or len(files) == 0:
+        return None
+    highest = files[f"max.{column}"]
+    return None if highest.null_count else int(pa.compute.max(highest).as_py())
+
+
+def rows_at_least(path: str, column: str, lowest: int, partition: tuple[str, Any] | None = None,
+                  columns: list[str] | None = None) -> pa.Table | None:
+    """The rows whose integer ``column`` is at least ``lowest`` (in ``partition``), reading
+    only the files whose statistics allow such rows; ``None`` when delta-rs does not read the
+    table (see :func:`file_statistics`) or there is no table."""
+    files = _files_of(path, partition)
+    if files is None:
+        return None
+    if f"max.{column}" in files.column_names:
+        files = files.filter(pa.compute.fill_null(
+            pa.compute.greater_equal(files[f"max.{column}"], lowest), True))
+    rows = read_data_files(path, files["path"].to_pylist(), columns, partition)
+    if rows.num_rows == 0:
+        return rows
+    return rows.filter(pa.compute.greater_equal(rows[column], lowest))
+
+
+def _files_of(path: str, partition: tuple[str, Any] | None) -> pa.Table | None:
+    files = file_statistics(path) if serves(path) else None
+    if files is None or partition is None:
+        return files
+    return files.filter(pa.compute.equal(files[f"partition.{partition[0]}"], partition[1]))
+
+
 def _files_are_rows(found: DeltaTable) -> bool:
     """Whether the table's rows are its data files' rows, as they are in Parquet (no deletion
     vectors or column mapping, which a reader must apply)."""

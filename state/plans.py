@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from . import tables
+from . import delta_io, tables
 from .direct import Outcome
 from .errors import CorruptStateError
 from .layout import PipelineLayout
@@ -61,9 +62,13 @@ class BatchPlans:
         """Plans recorded for batches after ``batch_id`` in ``epoch`` (left by a run that died)."""
         if not tables.exists(self._spark, self._layout.batches):  # the first plan creates it
             return {}
-        rows = (tables.read(self._spark, self._layout.batches)
-                .where((F.col("batch_id") > batch_id) & (F.col("epoch") == epoch))
-                .select("batch_id", "ranges", "planned_at").collect())
+        found = delta_io.rows_at_least(self._layout.batches, "batch_id", batch_id + 1)
+        if found is not None:  # without Spark: only the files of later batches are read
+            rows = found.filter(pc.equal(found["epoch"], epoch)).to_pylist() if found.num_rows else []
+        else:
+            rows = [row.asDict() for row in tables.read(self._spark, self._layout.batches)
+                    .where((F.col("batch_id") > batch_id) & (F.col("epoch") == epoch))
+                    .select("batch_id", "ranges", "planned_at").collect()]
         plans: dict[int, BatchPlan] = {}
         for row in rows:
             if row["batch_id"] in plans:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from itertools import compress, filterfalse, repeat
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,6 +29,7 @@ from .layout import PipelineLayout
 from .timers import Timers, timer_state
 
 _MISSING = object()
+_DROPPED = 2  # an encoded change's "deleted": the key is to be written with no row at all
 
 #: ``(operator, encoded keys)`` -> the stored ``key, value`` (encoded) of those keys that hold
 #: a value, in any order; every key's, for ``None``.
@@ -56,7 +59,8 @@ class OperatorState:
         self._unread = False if loader is None else None
         self._changed: set[Hashable] = set()
         self._dirty: set[Hashable] = set()  # changed since the last encode_changes()
-        self._encoded: dict[Hashable, tuple[str, str, str | None, bool]] = {}  # their rows
+        # their rows, a frame per encode_changes(); a later frame's row replaces an earlier's
+        self._encoded: list[pd.DataFrame] = []
         # keys whose value in _values is the initial state handed out by a read, not a value
         self._placeholders: set[Hashable] = set()
         self._read_all = loader is None
@@ -65,7 +69,7 @@ class OperatorState:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
         if self._loader is None or self._read_all:  # nothing stored, or all of it read already
             return
-        wanted = [key for key in dict.fromkeys(keys) if key not in self._stored]
+        wanted = list(filterfalse(self._stored.__contains__, dict.fromkeys(keys)))
         if not wanted:
             return
         encoded = encode_keys(wanted)
@@ -73,15 +77,14 @@ class OperatorState:
 
     def _take(self, keys: list[Hashable], encoded: list[str], stored: pa.Table) -> None:
         """Cache the stored values (``stored``: by encoded key) of ``keys``, not yet seen in
-        this run."""
-        texts = stored["key"].to_pylist()
-        by_text = dict(zip(texts, decode_values(self._codec, stored["value"], texts, operator=self.name)))
-        values, known = self._values, self._stored
-        for key, text in zip(keys, encoded):
-            value = by_text.get(text, _MISSING)
-            if value is not _MISSING:
-                values[key] = value
-            known[key] = value is not _MISSING
+        this run. Column operations, no call per key: a run's first batch may take 600k."""
+        found = pc.index_in(pa.array(encoded, pa.string()), value_set=stored["key"])
+        held = pc.is_valid(found).to_numpy(zero_copy_only=False)
+        holding = list(compress(keys, held))
+        texts = pc.take(stored["value"], pc.drop_null(found))
+        self._values.update(zip(holding, decode_values(self._codec, texts, holding,
+                                                       operator=self.name)))
+        self._stored.update(zip(keys, held.tolist()))
 
     def held_keys(self) -> list[Hashable]:
         """Every key that holds a value now: stored and not deleted since, or set in this run.
@@ -120,8 +123,7 @@ class OperatorState:
         self.prefetch(keys)
         held = self._values.get
         if _immutable(self._initial):  # a key without a value reads as the initial state itself
-            initial = self._initial
-            return [held(key, initial) for key in keys]  # one dict lookup per key: a hot loop
+            return list(map(held, keys, repeat(self._initial)))  # a lookup per key, in C
         values = [held(key, _MISSING) for key in keys]
         for position, value in enumerate(values):
             if value is _MISSING:
@@ -180,10 +182,9 @@ class OperatorState:
         """Keys not seen before in this run: whether the last checkpoint holds them is what
         the run knows of unread keys."""
         stored = self._stored
-        unread = self._unread
-        for key in keys:
-            if key not in stored:
-                stored[key] = unread
+        unseen = list(filterfalse(stored.__contains__, keys))
+        if unseen:
+            stored.update(dict.fromkeys(unseen, self._unread))
 
     def delete(self, key: Hashable) -> None:
         """Forget ``key``: a tombstone is written and the key reads as initial state again."""
@@ -207,35 +208,40 @@ class OperatorState:
         that set it, before any of that batch's output is written."""
         # A few passes over lists rather than one loop with a call per key: a windowed batch
         # changes tens of thousands of keys, and this runs between two batches.
+        if not self._dirty:
+            return
         values, stored, unread, name = self._values, self._stored, self._unread, self.name
-        held = [key for key in self._dirty if key in values]
-        gone = [key for key in self._dirty if key not in values]
+        held = list(filter(values.__contains__, self._dirty))
+        gone = list(filterfalse(values.__contains__, self._dirty))
         try:
-            texts = self._codec.encode_many([values[key] for key in held])
+            texts = self._codec.encode_many(list(map(values.__getitem__, held)))
         except Exception:
             for key in held:  # find the value, and raise naming its key
                 encode_value(self._codec, values[key], operator=name, key=key)
             raise
-        self._encoded.update(zip(held, [(name, encoded, text, False)
-                                        for encoded, text in zip(encode_keys(held), texts)]))
-        # a key set and deleted again before any checkpoint held it has nothing to write
-        tombstones = [key for key in gone if stored.get(key, unread) is not False]
-        self._encoded.update(zip(tombstones, [(name, encoded, None, True)
-                                              for encoded in encode_keys(tombstones)]))
-        if len(tombstones) < len(gone):
-            for key in set(gone).difference(tombstones):
-                self._encoded.pop(key, None)
+        # a key set and deleted again before any checkpoint held it writes nothing (and a row
+        # encoded for it earlier is dropped: DROPPED)
+        never_held = np.fromiter((stored.get(key, unread) is False for key in gone), bool, len(gone))
+        self._encoded.append(pd.DataFrame({
+            "operator": name, "key": encode_keys(held + gone),
+            "value": pd.array(texts + [None] * len(gone), dtype=object),
+            "deleted": np.concatenate([np.zeros(len(held), np.int8),
+                                       np.where(never_held, _DROPPED, 1).astype(np.int8)])}))
         self._dirty.clear()
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
         self.encode_changes()
-        return pd.DataFrame(list(self._encoded.values()),
-                            columns=["operator", "key", "value", "deleted"])
+        if not self._encoded:
+            return pd.DataFrame(columns=["operator", "key", "value", "deleted"])
+        rows = self._encoded[0]
+        if len(self._encoded) > 1:  # the same key changed by several batches: its last change
+            rows = pd.concat(self._encoded, ignore_index=True).drop_duplicates("key", keep="last")
+        rows = rows[rows["deleted"] != _DROPPED] if (rows["deleted"] == _DROPPED).any() else rows
+        return rows.astype({"deleted": bool}).reset_index(drop=True)
 
     def mark_checkpointed(self) -> None:
-        values = self._values
-        self._stored.update((key, key in values) for key in self._changed)
+        self._stored.update(zip(self._changed, map(self._values.__contains__, self._changed)))
         self._changed.clear()
         self._encoded.clear()
 
@@ -298,8 +304,8 @@ class StateStore:
     @property
     def handed_in(self) -> bool:
         """Whether this store runs in an executor task (:meth:`of_rows`, :meth:`of_files`):
-        there is no Spark session, and no state but the task's keys'."""
-        return self._spark is None
+        it holds no state but the task's keys' (no pipeline layout, no Spark session)."""
+        return self._layout is None
 
     @property
     def spark(self) -> SparkSession | None:
