@@ -1,0 +1,86 @@
+"""Driver memory per million keys of numeric state: what holding them in a run costs.
+
+A store is handed ``--keys`` stored integer totals (as an executor task is, so no Spark is
+involved), a run's batch reads every one of them (``get_values``), sets each to a new number
+(``set_values``) and encodes the changes for a checkpoint (``changed_rows``). The process's
+resident memory is sampled after each step (freed memory handed back first); reported is the
+growth over the baseline, per million keys. ``--checkout DIR`` measures another checkout's
+store in a child process with this interpreter (before and after, side by side).
+
+    .venv/bin/python bench/state_memory.py --keys 1000000 --checkout /tmp/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rss_mb() -> float:
+    """Resident memory now, after handing back what was freed (Arrow's pool, malloc's arenas):
+    what the state holds, not what a step allocated for a moment."""
+    import ctypes
+
+    import pyarrow as pa
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+def measure(keys: int) -> dict:
+    import numpy as np
+    import pandas as pd
+
+    from state import StateStore
+    numbers = np.arange(keys)
+    rows = pd.DataFrame({"operator": "sum", "key": numbers.astype(str).astype(object),
+                         "value": (numbers * 7).astype(str).astype(object)})
+    store = StateStore.of_rows(rows)
+    del rows
+    gc.collect()
+    base = rss_mb()
+    state = store.operator("sum", 0)
+    wanted = numbers.tolist()
+    state.get_values(wanted)
+    read = rss_mb()
+    state.set_values(wanted, (numbers * 7 + 1).tolist())
+    held = rss_mb()
+    changed = store.changed_rows()
+    encoded = rss_mb()
+    del changed
+    per_million = 1_000_000 / keys
+    return {"keys": keys, "read MB/M keys": (read - base) * per_million,
+            "read+set MB/M keys": (held - base) * per_million,
+            "with encoded changes MB/M keys": (encoded - base) * per_million}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--checkout")
+    parser.add_argument("--child", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.keys)))
+        return
+    checkouts = [("this checkout", ROOT)]
+    if args.checkout:
+        checkouts.append(("--checkout", Path(args.checkout).resolve()))
+    for label, checkout in checkouts:
+        env = dict(os.environ, PYTHONPATH=str(checkout))
+        done = subprocess.run([sys.executable, __file__, "--keys", str(args.keys), "--child"],
+                              env=env, capture_output=True, text=True, check=True, cwd=checkout)
+        print(json.dumps({"checkout": f"{label} ({checkout})", **json.loads(done.stdout)}))
+
+
+if __name__ == "__main__":
+    main()
