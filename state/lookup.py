@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import delta_io
+from . import delta_io, tables
 from .keygroups import key_groups
 
 #: Up to this many keys, a read skips files by the keys' groups: hashing a key costs about
@@ -55,7 +55,9 @@ def stored_values(path: str, operator: str, as_of: int, keys: Sequence[str] | No
         return None
     wanted = None if keys is None else pa.array(keys, pa.string())
     chosen = _files_to_read(files, operator, as_of, keys, groups, within)
-    columns = _COLUMNS + (["key_group"] if within is not None else [])
+    # a table from before key groups has no such column: its keys' groups are worked out here
+    grouped = within is not None and "key_group" in (tables.columns(path) or ())
+    columns = _COLUMNS + (["key_group"] if grouped else [])
     rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
@@ -105,10 +107,13 @@ def _holds_a_group(files: pa.Table, wanted: np.ndarray) -> np.ndarray:
 def _in_groups(rows: pa.Table, within: tuple[int, int], groups: int) -> np.ndarray:
     """Per row: whether its key is of a group ``first <= group < end`` (rows written before
     key groups existed have none: their keys are hashed here)."""
-    group = rows["key_group"].to_numpy(zero_copy_only=False)
-    if rows["key_group"].null_count:
-        unknown = np.isnan(group)
-        group[unknown] = key_groups(np.asarray(rows["key"].to_pylist(), object)[unknown], groups)
+    if "key_group" not in rows.column_names:
+        group = key_groups(rows["key"].to_pylist(), groups)
+    else:
+        group = rows["key_group"].to_numpy(zero_copy_only=False)
+        if rows["key_group"].null_count:
+            unknown = np.isnan(group)
+            group[unknown] = key_groups(np.asarray(rows["key"].to_pylist(), object)[unknown], groups)
     return (group >= within[0]) & (group < within[1])
 
 

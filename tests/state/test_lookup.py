@@ -9,6 +9,8 @@ import ops as sp
 from state import StateStore, delta_io, encode_key, key_group, tables
 from state import compact as state_compact
 from state.lookup import stored_values
+from tests.state.test_key_groups import as_before_key_groups
+from tests.state.test_key_groups import pipeline as grouped_pipeline
 
 
 def keep_or_forget(op, md, data):
@@ -110,3 +112,21 @@ def test_a_table_delta_rs_cannot_read_by_its_files_is_left_to_spark(spark, tmp_p
         .option("delta.enableDeletionVectors", "true").save(path)
     assert tables.exists(spark, path)
     assert stored_values(path, "sums", 1, None, 256) is None
+
+
+def test_a_state_from_before_key_groups_reads_by_group_range_too(spark, warehouse):
+    old = grouped_pipeline()
+    old.publish(spark, [{"k": f"key{n}", "x": n} for n in range(40)], warehouse)
+    old.run_once(spark, warehouse)
+    as_before_key_groups(spark, warehouse)
+    path = old.layout(warehouse).state
+    assert "key_group" not in tables.columns(path)
+    low = {f"key{n}": n for n in range(40) if key_group(encode_key(f"key{n}"), 256) < 128}
+    store = StateStore.of_files(path, 1, 256, (0, 128))
+    assert 0 < len(low) < 40
+    assert dict(zip(*_held(store.operator("running_sum", 0)))) == low
+
+
+def _held(state):
+    keys = state.held_keys()
+    return keys, state.get_values(keys)
