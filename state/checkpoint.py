@@ -114,12 +114,9 @@ class CheckpointLog:
         statistics of ``checkpoint_id``), without Spark: a run starts with this."""
         if not tables.exists(self._spark, self._layout.state):
             return None
-        newest = delta_io.largest(self._layout.state, "checkpoint_id", _RECORDS)
-        rows = None if newest is None else delta_io.rows_at_least(
-            self._layout.state, "checkpoint_id", newest, _RECORDS, ["checkpoint_id", "value"])
-        if rows is not None and rows.num_rows:
-            ids = rows["checkpoint_id"].to_pylist()
-            return Checkpoint.from_json(rows["value"][ids.index(max(ids))].as_py())
+        rows = delta_io.newest_rows(self._layout.state, "checkpoint_id", _RECORDS, ["value"])
+        if rows is not None and rows.num_rows:  # a checkpoint id has one record
+            return Checkpoint.from_json(rows["value"][0].as_py())
         row = self.records().orderBy(F.col("checkpoint_id").desc()).limit(1).collect()
         return Checkpoint.from_json(row[0]["value"]) if row else None
 

@@ -395,47 +395,58 @@ def file_statistics(path: str) -> pa.Table | None:
     """The data files of the table's latest version with what the log says of each: ``path``,
     ``num_records``, ``partition.<column>``, and ``min.<column>``, ``max.<column>``,
     ``null_count.<column>`` for the columns it keeps statistics of (null where it keeps none).
-    ``None`` when there is no table, or when reading its files is not all it takes to read its
-    rows (deletion vectors, column mapping): then only Spark reads it right."""
-    found = table(path)
+    ``None`` when there is no table, when this module does not serve it (:func:`serves`), or
+    when reading its files is not all it takes to read its rows (deletion vectors, column
+    mapping): then only Spark reads it right."""
+    found = table(path) if serves(path) else None
     if found is None or not _files_are_rows(found):
         return None
     return pa.table(_calling(path, "reading the log", lambda: found.get_add_actions(flatten=True)))
 
 
-def largest(path: str, column: str, partition: tuple[str, Any] | None = None) -> int | None:
-    """The largest value of integer ``column`` in the table (in ``partition=(column, value)``),
-    from its files' statistics alone; ``None`` when a file has none for it, when there are no
-    rows, or when delta-rs does not read the table (see :func:`file_statistics`)."""
+def newest_rows(path: str, column: str, partition: tuple[str, Any] | None = None,
+                columns: list[str] | None = None) -> pa.Table | None:
+    """The rows holding the largest value of integer ``column`` (in ``partition=(column,
+    value)``), reading only the files whose statistics say they hold it; ``None`` when a file
+    has no statistics for it, there are no rows, or there is no table this module reads by its
+    files (see :func:`file_statistics`)."""
     files = _files_of(path, partition)
     if files is None or f"max.{column}" not in files.column_names or len(files) == 0:
         return None
     highest = files[f"max.{column}"]
-    return None if highest.null_count else int(pa.compute.max(highest).as_py())
+    if highest.null_count:
+        return None
+    return _rows_from(path, files, column, int(pa.compute.max(highest).as_py()), partition, columns)
 
 
 def rows_at_least(path: str, column: str, lowest: int, partition: tuple[str, Any] | None = None,
                   columns: list[str] | None = None) -> pa.Table | None:
     """The rows whose integer ``column`` is at least ``lowest`` (in ``partition``), reading
-    only the files whose statistics allow such rows; ``None`` when delta-rs does not read the
-    table (see :func:`file_statistics`) or there is no table."""
+    only the files whose statistics allow such rows; ``None`` when there is no table this
+    module reads by its files (see :func:`file_statistics`)."""
     files = _files_of(path, partition)
-    if files is None:
-        return None
-    if f"max.{column}" in files.column_names:
-        files = files.filter(pa.compute.fill_null(
-            pa.compute.greater_equal(files[f"max.{column}"], lowest), True))
-    rows = read_data_files(path, files["path"].to_pylist(), columns, partition)
-    if rows.num_rows == 0:
-        return rows
-    return rows.filter(pa.compute.greater_equal(rows[column], lowest))
+    return None if files is None else _rows_from(path, files, column, lowest, partition, columns)
 
 
 def _files_of(path: str, partition: tuple[str, Any] | None) -> pa.Table | None:
-    files = file_statistics(path) if serves(path) else None
+    files = file_statistics(path)
     if files is None or partition is None:
         return files
     return files.filter(pa.compute.equal(files[f"partition.{partition[0]}"], partition[1]))
+
+
+def _rows_from(path: str, files: pa.Table, column: str, lowest: int,
+               partition: tuple[str, Any] | None, columns: list[str] | None) -> pa.Table:
+    """The rows of ``files`` whose ``column`` is at least ``lowest``, skipping the files whose
+    statistics rule them out."""
+    if f"max.{column}" in files.column_names:
+        files = files.filter(pa.compute.fill_null(
+            pa.compute.greater_equal(files[f"max.{column}"], lowest), True))
+    reading = None if columns is None else list(dict.fromkeys([*columns, column]))
+    rows = read_data_files(path, files["path"].to_pylist(), reading, partition)
+    if rows.num_rows == 0:
+        return rows
+    return rows.filter(pa.compute.greater_equal(rows[column], lowest))
 
 
 def _files_are_rows(found: DeltaTable) -> bool:

@@ -48,8 +48,6 @@ def stored_values(path: str, operator: str, as_of: int, keys: Sequence[str] | No
     groups ``first <= group < end`` (an executor's bucket), so only files holding those are
     read. ``None`` when delta-rs cannot read the table (it is not on a local disk or an object
     store it reaches, or its files need more than Parquet to read): then ask Spark."""
-    if not delta_io.serves(path):
-        return None
     files = delta_io.file_statistics(path)
     if files is None:
         return None

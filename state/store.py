@@ -257,7 +257,7 @@ class StateStore:
     itself wrote since is already in memory, so a pipeline that started empty never reads state.
     """
 
-    def __init__(self, spark: SparkSession, layout: PipelineLayout, as_of: int | None,
+    def __init__(self, spark: SparkSession | None, layout: PipelineLayout | None, as_of: int | None,
                  key_groups: int = DEFAULT_KEY_GROUPS):
         self._spark: SparkSession | None = spark
         self._layout: PipelineLayout | None = layout
@@ -279,25 +279,18 @@ class StateStore:
         >>> store.operator("sum", 0).get_values(["a", "b"])
         [3, 0]
         """
-        store = cls.__new__(cls)
-        store._spark, store._layout, store._as_of, store._operators = None, None, None, {}
-        store._key_groups = DEFAULT_KEY_GROUPS
-        store._timers = {}
-        store._files = None
+        store = cls(None, None, None)
         store._given = {str(name): dict(zip(part["key"], part["value"]))
                         for name, part in rows.groupby("operator", sort=False)}
         return store
 
     @classmethod
-    def of_files(cls, path: str, as_of: int | None, key_groups: int,
-                 within: tuple[int, int]) -> StateStore:
+    def of_files(cls, path: str, as_of: int, key_groups: int, within: tuple[int, int]) -> StateStore:
         """A store for an executor task whose keys are all of key groups ``within`` (``first,
         end``): it reads their state from the files of the ``_state`` table at ``path`` that
         hold those groups, as of checkpoint ``as_of`` (see :mod:`state.lookup`), without a
         Spark session."""
-        store = cls.__new__(cls)
-        store._spark, store._layout, store._as_of, store._operators = None, None, as_of, {}
-        store._timers, store._given, store._key_groups = {}, None, key_groups
+        store = cls(None, None, as_of, key_groups)
         store._files = (path, within)
         return store
 
@@ -316,11 +309,11 @@ class StateStore:
     def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
         """The state of operator ``name`` (created on first use)."""
         if name not in self._operators:
-            loader: Loader | None = self._load if self._as_of is not None else None
+            loader: Loader | None = None  # no checkpoint: nothing stored
             if self._given is not None:
                 loader = self._given_values
-            elif self._files is not None:
-                loader = self._file_values if self._as_of is not None else None
+            elif self._as_of is not None:
+                loader = self._file_values if self._files is not None else self._load
             self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
         return self._operators[name]
 

@@ -436,10 +436,10 @@ def _tagged(rows: DataFrame, task: TaskSpec) -> DataFrame:
     """``rows`` with their encoded key and its bucket (see :func:`_with_buckets`): computed by
     Spark for one integer key column that the operator keys its state by (an int's encoding is
     its digits, and Spark's CRC-32 is Python's), by Python otherwise."""
-    operator, keys = task.stage.operators[0], task.stage.keys or ()
-    if (len(keys) == 1 and type(operator).state_key is Operator.state_key and keys[0] in rows.columns
-            and isinstance(rows.schema[keys[0]].dataType, (IntegerType, LongType))):
-        encoded = F.coalesce(F.col(keys[0]).cast("string"), F.lit(encode_key(None)))
+    plain = _plain_key(task)
+    if (plain is not None and plain in rows.columns
+            and isinstance(rows.schema[plain].dataType, (IntegerType, LongType))):
+        encoded = F.coalesce(F.col(plain).cast("string"), F.lit(encode_key(None)))
         bucket = task.bucket(key_group_column(encoded, task.key_groups)).cast("int")
         return rows.withColumn(KEY_COLUMN, encoded).withColumn(BUCKET_COLUMN, bucket)
     schema = StructType([*rows.schema.fields, StructField(KEY_COLUMN, StringType()),
@@ -483,18 +483,24 @@ def _decode_cells(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Itera
 def _with_buckets(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFrame]:
     """Rows tagged with their encoded key (as the stage's operator keys its state) and the
     bucket of its key group."""
-    operator, keys = task.stage.operators[0], task.stage.keys or ()
-    plain_ints = type(operator).state_key is Operator.state_key and len(keys) == 1
+    operator, keys, plain = task.stage.operators[0], task.stage.keys or (), _plain_key(task)
     for chunk in chunks:
         if any(k not in chunk.columns for k in keys):  # the operator reports it, by name
             encoded = [encode_key(None)] * len(chunk)
-        elif plain_ints and pd.api.types.is_integer_dtype(chunk[keys[0]].dtype):
-            encoded = chunk[keys[0]].astype(str).tolist()  # an int's encoding is its digits
+        elif plain is not None and pd.api.types.is_integer_dtype(chunk[plain].dtype):
+            encoded = chunk[plain].astype(str).tolist()  # an int's encoding is its digits
         else:
             encoded = [encode_key(operator.state_key(tuple(to_python(v) for v in row)))
                        for row in chunk[list(keys)].itertuples(index=False)]
         groups = key_groups(encoded, task.key_groups).astype("int64")
         yield chunk.assign(**{KEY_COLUMN: encoded, BUCKET_COLUMN: task.bucket(groups).astype("int32")})
+
+
+def _plain_key(task: TaskSpec) -> str | None:
+    """The keyed stage's one key column when its operator keys state by the column's plain
+    value (so an integer key's encoding is its digits); ``None`` otherwise."""
+    operator, keys = task.stage.operators[0], task.stage.keys or ()
+    return keys[0] if len(keys) == 1 and type(operator).state_key is Operator.state_key else None
 
 
 def _owned(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFrame]:
