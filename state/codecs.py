@@ -87,8 +87,8 @@ class Codec(Protocol):
 
 # What the JSON encoder writes for an int that fits 64 bits, and for a float (with a point or an
 # exponent: "1.0", "1e+20"): Arrow parses these as Python does, in one pass over the column.
-_JSON_INT = r"^-?[0-9]{1,18}$"
-_JSON_FLOAT = r"^-?[0-9]+(\.[0-9]+([eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)$"
+JSON_INT_PATTERN = r"^-?[0-9]{1,18}$"
+JSON_FLOAT_PATTERN = r"^-?[0-9]+(\.[0-9]+([eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)$"
 
 
 class JsonCodec:
@@ -120,7 +120,7 @@ class JsonCodec:
         ([3, -14], [1.5, 2])
         """
         if texts.null_count == 0 and len(texts):
-            for pattern, kind in ((_JSON_INT, pa.int64()), (_JSON_FLOAT, pa.float64())):
+            for pattern, kind in ((JSON_INT_PATTERN, pa.int64()), (JSON_FLOAT_PATTERN, pa.float64())):
                 if pc.all(pc.match_substring_regex(texts, pattern)).as_py():
                     return pc.cast(texts, kind).to_numpy(zero_copy_only=False).tolist()
         return list(map(json.loads, texts.to_pylist()))

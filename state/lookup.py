@@ -40,7 +40,7 @@ GROUP_PRUNING_KEYS = 20_000
 _COLUMNS = ["key", "value", "deleted", "checkpoint_id"]
 
 
-def stored_values(path: str, operator: str, as_of: int, keys: Sequence[str] | None,
+def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequence[str] | None,
                   groups: int, within: tuple[int, int] | None = None) -> pa.Table | None:
     """``key, value`` (encoded) of each of ``keys`` (every key, when ``None``) that holds a
     value for ``operator`` as of checkpoint ``as_of`` in the ``_state`` table at ``path``,
@@ -51,8 +51,8 @@ def stored_values(path: str, operator: str, as_of: int, keys: Sequence[str] | No
     files = delta_io.file_statistics(path)
     if files is None:
         return None
-    wanted = None if keys is None else pa.array(keys, pa.string())
-    chosen = _files_to_read(files, operator, as_of, keys, groups, within)
+    wanted = keys if keys is None or isinstance(keys, pa.Array) else pa.array(keys, pa.string())
+    chosen = _files_to_read(files, operator, as_of, wanted, groups, within)
     # a table from before key groups has no such column: its keys' groups are worked out here
     grouped = within is not None and "key_group" in (tables.columns(path) or ())
     columns = _COLUMNS + (["key_group"] if grouped else [])
@@ -68,7 +68,7 @@ def stored_values(path: str, operator: str, as_of: int, keys: Sequence[str] | No
     return latest.filter(pc.invert(latest["deleted"])).select(["key", "value"])
 
 
-def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: Sequence[str] | None,
+def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
                    groups: int, within: tuple[int, int] | None) -> list[str]:
     """The data files of ``operator``'s partition that can hold a row of ``keys`` written by a
     checkpoint up to ``as_of``, by their statistics (a file without them is read)."""
@@ -81,7 +81,7 @@ def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: Sequence[st
         if within is not None:
             chosen = chosen.filter(_holds_a_group(chosen, np.arange(*within)))
         elif keys is not None and len(keys) <= GROUP_PRUNING_KEYS:
-            chosen = chosen.filter(_holds_a_group(chosen, key_groups(keys, groups)))
+            chosen = chosen.filter(_holds_a_group(chosen, key_groups(keys.to_pylist(), groups)))
     return chosen["path"].to_pylist()
 
 

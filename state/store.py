@@ -2,145 +2,91 @@
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from itertools import compress, filterfalse, repeat
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import lookup, tables
-from .codecs import (
-    Codec,
-    codec_named,
-    decode_key,
-    decode_values,
-    encode_keys,
-    encode_value,
-)
+from .codecs import Codec, codec_named, encode_value
+from .columns import ColumnValues, ValuesNeedObjects
 from .errors import StateError
+from .held import Loader
 from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
+from .objects import ObjectValues
 from .timers import Timers, timer_state
-
-_MISSING = object()
-_DROPPED = 2  # an encoded change's "deleted": the key is to be written with no row at all
-
-#: ``(operator, encoded keys)`` -> the stored ``key, value`` (encoded) of those keys that hold
-#: a value, in any order; every key's, for ``None``.
-Loader = Callable[[str, list[str] | None], pa.Table]
 
 
 class OperatorState:
-    """The state of one operator during a run.
+    """The state of one operator during a run: per-key (or unkeyed) values read from ``_state``
+    the first time a key is seen in the run, kept in memory, and changes kept until a checkpoint
+    writes them.
 
-    Values are loaded from the ``_state`` table the first time a key is seen in the run (only the
-    batch's keys, never the whole table) and kept in memory; ``set`` marks a key changed until the
-    next checkpoint writes it. Without a ``loader`` (the pipeline never checkpointed) nothing is
-    stored, so nothing is read. A key deleted before any checkpoint held a value for it (a window
-    opened and closed between two checkpoints) needs no tombstone, and gets none.
+    The values are held as a Python object per key (:class:`~state.objects.ObjectValues`), or,
+    when the store was asked for ``columns`` and the initial state is a number, in arrays
+    (:class:`~state.columns.ColumnValues`) until a value that is not such a number comes: from
+    then on, for the rest of the run, as objects (nothing is lost in the move).
+
+    >>> store = StateStore.of_rows(pd.DataFrame(
+    ...     {"operator": ["w", "w"], "key": ['"a"', '"b"'], "value": ["1", "2"]}))
+    >>> state = store.operator("w", 0, columns=True)
+    >>> state.set_many(pd.Series([5], index=["c"])); state.get_many(["a", "c", "d"]).tolist()
+    [1, 5, 0]
+    >>> state.delete("a"); sorted(state.held_keys())
+    ['b', 'c']
     """
 
-    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None):
+    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None,
+                 columns: bool = False):
         self.name = name
-        self._initial = initial
         self._codec = codec
-        self._loader = loader
-        self._values: dict[Hashable, Any] = {}
-        # Keys loaded or written in this run -> whether the last checkpoint holds a value for
-        # them; None when not known (set without being read). Without a loader the run started
-        # from no checkpoint, so a key it has not checkpointed holds none.
-        self._stored: dict[Hashable, bool | None] = {}
-        self._unread = False if loader is None else None
-        self._changed: set[Hashable] = set()
-        self._dirty: set[Hashable] = set()  # changed since the last encode_changes()
-        # their rows, a frame per encode_changes(); a later frame's row replaces an earlier's
-        self._encoded: list[pd.DataFrame] = []
-        # keys whose value in _values is the initial state handed out by a read, not a value
-        self._placeholders: set[Hashable] = set()
-        self._read_all = loader is None
+        self._held: ObjectValues | ColumnValues = (
+            ColumnValues(name, initial, codec, loader) if columns and ColumnValues.holds(initial, codec)
+            else ObjectValues(name, initial, codec, loader))
+
+    @property
+    def in_columns(self) -> bool:
+        """Whether the values are held in arrays (see :mod:`state.columns`)."""
+        return isinstance(self._held, ColumnValues)
+
+    def _objects(self) -> ObjectValues:
+        """The values as objects, moving them there if they were held in columns."""
+        if isinstance(self._held, ColumnValues):
+            self._held = self._held.as_objects()
+        return self._held
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
-        if self._loader is None or self._read_all:  # nothing stored, or all of it read already
-            return
-        wanted = list(filterfalse(self._stored.__contains__, dict.fromkeys(keys)))
-        if not wanted:
-            return
-        encoded = encode_keys(wanted)
-        self._take(wanted, encoded, self._loader(self.name, encoded))
-
-    def _take(self, keys: list[Hashable], encoded: list[str], stored: pa.Table) -> None:
-        """Cache the stored values (``stored``: by encoded key) of ``keys``, not yet seen in
-        this run. Column operations, no call per key: a run's first batch may take 600k."""
-        found = pc.index_in(pa.array(encoded, pa.string()), value_set=stored["key"])
-        held = pc.is_valid(found).to_numpy(zero_copy_only=False)
-        holding = list(compress(keys, held))
-        texts = pc.take(stored["value"], pc.drop_null(found))
-        self._values.update(zip(holding, decode_values(self._codec, texts, holding,
-                                                       operator=self.name)))
-        self._stored.update(zip(keys, held.tolist()))
+        try:
+            self._held.prefetch(keys)
+        except ValuesNeedObjects:  # a stored value is not of the column's type: read as objects
+            self._objects().prefetch(keys)
 
     def held_keys(self) -> list[Hashable]:
         """Every key that holds a value now: stored and not deleted since, or set in this run.
         The first call in a run reads all of the operator's stored keys, so this is for state
-        that is small by construction (a window operator's open windows).
-
-        >>> state = StateStore.of_rows(pd.DataFrame(
-        ...     {"operator": ["w", "w"], "key": ['"a"', '"b"'], "value": ["1", "2"]})).operator("w")
-        >>> state.delete("a"); state.set("c", 3); state.get("d")
-        >>> sorted(state.held_keys())
-        ['b', 'c']
-        """
-        if not self._read_all:
-            assert self._loader is not None
-            stored = self._loader(self.name, None)
-            unseen = [(decode_key(text), text) for text in stored["key"].to_pylist()]
-            unseen = [(key, text) for key, text in unseen if key not in self._stored]
-            self._take([key for key, _ in unseen], [text for _, text in unseen], stored)
-            self._read_all = True
-            self._unread = False  # every stored key is now known: any other key holds nothing
-        return [key for key in self._values if key not in self._placeholders]
+        that is small by construction (a window operator's open windows)."""
+        return self._objects().held_keys()
 
     def get(self, key: Hashable) -> Any:
         """The value for ``key``; the initial state when the key has none."""
-        self.prefetch([key])
-        return self._value_of(key)
+        return self._objects().get(key)
 
     def get_many(self, keys: Iterable[Hashable]) -> pd.Series:
         """Values for many keys at once, as a Series indexed by key (vectorized operators;
         ``keys`` may be that index already)."""
         index = keys if isinstance(keys, pd.Index) else pd.Index(list(keys), tupleize_cols=False)
-        return _series(self.get_values(index.tolist()), index)
+        self.prefetch(index)
+        return self._held.get_many(index)
 
     def get_values(self, keys: Sequence[Hashable]) -> list[Any]:
         """Values for many keys at once, as a list in the order of ``keys``."""
         self.prefetch(keys)
-        held = self._values.get
-        if _immutable(self._initial):  # a key without a value reads as the initial state itself
-            return list(map(held, keys, repeat(self._initial)))  # a lookup per key, in C
-        values = [held(key, _MISSING) for key in keys]
-        for position, value in enumerate(values):
-            if value is _MISSING:
-                values[position] = self._value_of(keys[position])
-        return values
-
-    def _value_of(self, key: Hashable) -> Any:
-        value = self._values.get(key, _MISSING)
-        if value is _MISSING:
-            if _immutable(self._initial):  # nothing to hold: every read gives the same value
-                return self._initial
-            # a fresh copy, so a mutable initial state (dict, list) is never shared between keys,
-            # held so that changes made to it in place are seen by the next read
-            value = copy.deepcopy(self._initial)
-            self._values[key] = value
-            self._placeholders.add(key)
-        return value
+        return self._held.get_values(keys)
 
     def normalized(self, key: Hashable, value: Any) -> Any:
         """``value`` as the codec gives it back after storing it (JSON: a tuple as a list, dict
@@ -157,34 +103,23 @@ class OperatorState:
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
-        self._stored.setdefault(key, self._unread)
-        self._values[key] = value
-        self._placeholders.discard(key)
-        self._changed.add(key)
-        self._dirty.add(key)
+        self._objects().set(key, value)
 
     def set_many(self, values: pd.Series) -> None:
         """Replace the values of every key in the Series' index."""
-        self.set_values(values.index, values.tolist())
+        try:
+            self._held.set_many(values)
+        except ValuesNeedObjects:
+            self._objects().set_many(values)
 
     def set_values(self, keys: Iterable[Hashable], values: Iterable[Any]) -> None:
         """Replace the value of each key by the value at the same position (what :meth:`set`
         does per key, a set operation at a time: windowed batches set tens of thousands)."""
-        keys = list(keys)
-        self._note_stored(keys)
-        self._values.update(zip(keys, values))
-        if self._placeholders:
-            self._placeholders.difference_update(keys)
-        self._changed.update(keys)
-        self._dirty.update(keys)
-
-    def _note_stored(self, keys: list[Hashable]) -> None:
-        """Keys not seen before in this run: whether the last checkpoint holds them is what
-        the run knows of unread keys."""
-        stored = self._stored
-        unseen = list(filterfalse(stored.__contains__, keys))
-        if unseen:
-            stored.update(dict.fromkeys(unseen, self._unread))
+        keys, values = list(keys), list(values)
+        try:
+            self._held.set_values(keys, values)
+        except ValuesNeedObjects:
+            self._objects().set_values(keys, values)
 
     def delete(self, key: Hashable) -> None:
         """Forget ``key``: a tombstone is written and the key reads as initial state again."""
@@ -192,62 +127,24 @@ class OperatorState:
 
     def delete_many(self, keys: Iterable[Hashable]) -> None:
         """Forget every key in ``keys`` (see :meth:`delete`)."""
-        keys = list(keys)
-        self._note_stored(keys)
-        pop = self._values.pop
-        for key in keys:
-            pop(key, None)
-        if self._placeholders:
-            self._placeholders.difference_update(keys)
-        self._changed.update(keys)
-        self._dirty.update(keys)
+        self._held.delete_many(keys)
 
     def encode_changes(self) -> None:
         """Encode the values changed since the last call: a value the codec cannot store raises
         an :class:`EncodingError` naming the operator and key here, at the end of the batch
         that set it, before any of that batch's output is written."""
-        # A few passes over lists rather than one loop with a call per key: a windowed batch
-        # changes tens of thousands of keys, and this runs between two batches.
-        if not self._dirty:
-            return
-        values, stored, unread, name = self._values, self._stored, self._unread, self.name
-        held = list(filter(values.__contains__, self._dirty))
-        gone = list(filterfalse(values.__contains__, self._dirty))
-        try:
-            texts = self._codec.encode_many(list(map(values.__getitem__, held)))
-        except Exception:
-            for key in held:  # find the value, and raise naming its key
-                encode_value(self._codec, values[key], operator=name, key=key)
-            raise
-        # a key set and deleted again before any checkpoint held it writes nothing (and a row
-        # encoded for it earlier is dropped: DROPPED)
-        never_held = np.fromiter((stored.get(key, unread) is False for key in gone), bool, len(gone))
-        self._encoded.append(pd.DataFrame({
-            "operator": name, "key": encode_keys(held + gone),
-            "value": pd.array(texts + [None] * len(gone), dtype=object),
-            "deleted": np.concatenate([np.zeros(len(held), np.int8),
-                                       np.where(never_held, _DROPPED, 1).astype(np.int8)])}))
-        self._dirty.clear()
+        self._held.encode_changes()
 
     def changed_rows(self) -> pd.DataFrame:
         """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
-        self.encode_changes()
-        if not self._encoded:
-            return pd.DataFrame(columns=["operator", "key", "value", "deleted"])
-        rows = self._encoded[0]
-        if len(self._encoded) > 1:  # the same key changed by several batches: its last change
-            rows = pd.concat(self._encoded, ignore_index=True).drop_duplicates("key", keep="last")
-        rows = rows[rows["deleted"] != _DROPPED] if (rows["deleted"] == _DROPPED).any() else rows
-        return rows.astype({"deleted": bool}).reset_index(drop=True)
+        return self._held.changed_rows()
 
     def mark_checkpointed(self) -> None:
-        self._stored.update(zip(self._changed, map(self._values.__contains__, self._changed)))
-        self._changed.clear()
-        self._encoded.clear()
+        self._held.mark_checkpointed()
 
     @property
     def changed_keys(self) -> int:
-        return len(self._changed)
+        return self._held.changed_keys
 
 
 class StateStore:
@@ -306,15 +203,18 @@ class StateStore:
         executor."""
         return self._spark
 
-    def operator(self, name: str, initial: Any = None, codec: str = "json") -> OperatorState:
-        """The state of operator ``name`` (created on first use)."""
+    def operator(self, name: str, initial: Any = None, codec: str = "json",
+                 columns: bool = False) -> OperatorState:
+        """The state of operator ``name`` (created on first use; ``columns``: held in arrays
+        when its values allow, for an operator that gets and sets whole Series)."""
         if name not in self._operators:
             loader: Loader | None = None  # no checkpoint: nothing stored
             if self._given is not None:
                 loader = self._given_values
             elif self._as_of is not None:
                 loader = self._file_values if self._files is not None else self._load
-            self._operators[name] = OperatorState(name, initial, codec_named(codec), loader)
+            self._operators[name] = OperatorState(name, initial, codec_named(codec), loader,
+                                                  columns)
         return self._operators[name]
 
     def timers(self, operator: str, state: str | None = None) -> Timers:
@@ -348,13 +248,13 @@ class StateStore:
         self.mark_checkpointed()
         return rows
 
-    def _given_values(self, operator: str, keys: list[str] | None) -> pa.Table:
+    def _given_values(self, operator: str, keys: pa.Array | None) -> pa.Table:
         assert self._given is not None
         given = self._given.get(operator, {})
-        held = list(given) if keys is None else [key for key in keys if key in given]
+        held = list(given) if keys is None else [key for key in keys.to_pylist() if key in given]
         return _stored(held, [given[key] for key in held])
 
-    def _file_values(self, operator: str, keys: list[str] | None) -> pa.Table:
+    def _file_values(self, operator: str, keys: pa.Array | None) -> pa.Table:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
         found = lookup.stored_values(path, operator, self._as_of, keys, self._key_groups, within)
@@ -363,14 +263,15 @@ class StateStore:
                              "Spark (deletion vectors or column mapping?)")
         return found
 
-    def _load(self, operator: str, keys: list[str] | None) -> pa.Table:
+    def _load(self, operator: str, keys: pa.Array | None) -> pa.Table:
         # operator() hands out this loader only with a checkpoint (and a session)
         assert self._as_of is not None and self._spark is not None
         assert self._layout is not None
         found = lookup.stored_values(self._layout.state, operator, self._as_of, keys, self._key_groups)
         if found is not None:
             return found
-        latest = _latest_values(self._spark, self._layout, operator, self._as_of, keys)
+        latest = _latest_values(self._spark, self._layout, operator, self._as_of,
+                                None if keys is None else keys.to_pylist())
         return _stored(latest["key"].tolist(), latest["value"].tolist())
 
 
@@ -379,27 +280,9 @@ def _stored(keys: list[str], values: list[str]) -> pa.Table:
     return pa.table({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})
 
 
-def _series(values: list[Any], index: pd.Index) -> pd.Series:
-    """``values`` as a Series on ``index``, typed as pandas would infer it. Plain ints or
-    floats (a sum, a count: the usual vectorized state) skip pandas' inference, which looks
-    at each object in turn: 20 ms per 100k keys, against 2."""
-    kinds = set(map(type, values))
-    for kind, dtype in ((int, np.int64), (float, np.float64)):
-        if kinds == {kind}:
-            try:
-                return pd.Series(np.fromiter(values, dtype, len(values)), index=index)
-            except OverflowError:  # an int beyond 64 bits: pandas keeps it as an object
-                break
-    return pd.Series(values, index=index, dtype=None if values else object)
-
-
 def _scalar(value: Any) -> bool:
     """Whether a codec stores ``value`` and gives back an equal value of the same type."""
     return value is None or type(value) in (int, float, str, bool)
-
-
-def _immutable(value: Any) -> bool:
-    return value is None or isinstance(value, (int, float, str, bytes, bool, frozenset))
 
 
 def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,

@@ -90,7 +90,10 @@ class Map(Operator):
         if not self.stateful:
             return self._call(scope, None, frame)
         clock = KeyClock(self.clock, scope) if self.clock is not None else None
-        op = Op(self.name, scope.store.operator(self.name, self.state, self.codec), scope.pipeline,
+        # a vectorized keyed map gets and sets whole Series: numbers are then held as columns
+        held = scope.store.operator(self.name, self.state, self.codec,
+                                    columns=self.vectorized and bool(self.keys))
+        op = Op(self.name, held, scope.pipeline,
                 clock.timers if clock is not None and self.timers else None,
                 event_time=bool(self.clock and self.clock.event_time), batch_time=scope.batch_time)
         shared = None if scope.store.handed_in else scope.store.operator(GLOBAL_STATE)
