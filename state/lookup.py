@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -120,8 +121,11 @@ def newest_per_key(rows: pa.Table) -> pa.Table:
     most once), in no particular order."""
     if rows.num_rows == 0:
         return rows
-    newest_first = np.argsort(-rows["checkpoint_id"].to_numpy(), kind="stable")
-    rows = rows.take(newest_first)
+    checkpoints = rows["checkpoint_id"].to_numpy()
+    age = checkpoints.max() - checkpoints  # 0 for the newest
+    if age.max() < 2**16:  # checkpoints a run reads span few ids: a radix sort, O(rows)
+        age = age.astype(np.uint16)
+    rows = rows.take(np.argsort(age, kind="stable"))
     codes = pc.dictionary_encode(rows["key"]).combine_chunks().indices.to_numpy()
-    _, first = np.unique(codes, return_index=True)
-    return rows.take(np.sort(first))
+    first = np.flatnonzero(~pd.Series(codes).duplicated().to_numpy())  # hashing, not sorting
+    return rows.take(first)

@@ -101,12 +101,12 @@ class Map(Operator):
         if not self.keys:
             return self._call(scope, None, frame, op=op, md=self._md(scope, None), now=now)
         keys = self._keys(scope, frame)
-        present = keys.unique().tolist()
+        present = pd.Index(keys.unique(), tupleize_cols=False)
         op._state.prefetch(present)
         fired: list[tuple[Any, int]] = []
         if clock is not None:
             clock.expire(op._state)
-            fired = clock.fire(present)
+            fired = clock.fire(present.tolist())
         if self.vectorized:
             out = self._vectorized(scope, frame, present, fired, op, now)
         elif self.data == "arrays":
@@ -143,9 +143,10 @@ class Map(Operator):
                     for key, at in fired]
         return gathered(results, frame.index)
 
-    def _vectorized(self, scope: BatchScope, frame: pd.DataFrame, present: list,
+    def _vectorized(self, scope: BatchScope, frame: pd.DataFrame, present: pd.Index,
                     fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
-        index = pd.Index(present + [key for key, _ in fired], tupleize_cols=False)
+        index = present.append(pd.Index([key for key, _ in fired], tupleize_cols=False)) if fired \
+            else present
         timers = pd.Series([at for _, at in fired], index=index[len(present):], dtype="int64")
         md = replace(self._md(scope, index, timer=timers), vectorized=True)
         return self._call(scope, "<all keys>", frame, op=op, md=md, now=now)
