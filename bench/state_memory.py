@@ -2,7 +2,9 @@
 
 A store is handed ``--keys`` stored integer totals (as an executor task is, so no Spark is
 involved), a run's batch reads every one of them (``get_values``), sets each to a new number
-(``set_values``) and encodes the changes for a checkpoint (``changed_rows``). The process's
+(``set_values``) and encodes the changes for a checkpoint (``changed_rows``), with the state
+held as a Python object per key, and as columns (``--columns``: as a vectorized map's
+numbers are, read and set as whole Series). The process's
 resident memory is sampled after each step (freed memory handed back first); reported is the
 growth over the baseline, per million keys. ``--checkout DIR`` measures another checkout's
 store in a child process with this interpreter (before and after, side by side).
@@ -36,7 +38,7 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
-def measure(keys: int) -> dict:
+def measure(keys: int, columns: bool) -> dict:
     import numpy as np
     import pandas as pd
 
@@ -48,11 +50,17 @@ def measure(keys: int) -> dict:
     del rows
     gc.collect()
     base = rss_mb()
-    state = store.operator("sum", 0)
-    wanted = numbers.tolist()
-    state.get_values(wanted)
-    read = rss_mb()
-    state.set_values(wanted, (numbers * 7 + 1).tolist())
+    if columns:
+        state = store.operator("sum", 0, columns=True)
+        state.get_many(pd.Index(numbers))
+        read = rss_mb()
+        state.set_many(pd.Series(numbers * 7 + 1, index=numbers))
+    else:
+        state = store.operator("sum", 0)
+        wanted = numbers.tolist()
+        state.get_values(wanted)
+        read = rss_mb()
+        state.set_values(wanted, (numbers * 7 + 1).tolist())
     held = rss_mb()
     changed = store.changed_rows()
     encoded = rss_mb()
@@ -67,19 +75,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--checkout")
-    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--child", choices=["objects", "columns"])
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.keys)))
+        print(json.dumps(measure(args.keys, columns=args.child == "columns")))
         return
-    checkouts = [("this checkout", ROOT)]
-    if args.checkout:
-        checkouts.append(("--checkout", Path(args.checkout).resolve()))
-    for label, checkout in checkouts:
+    arms = [("this checkout, objects", ROOT, "objects"), ("this checkout, columns", ROOT, "columns")]
+    if args.checkout:  # an earlier release holds objects only
+        arms.append(("--checkout, objects", Path(args.checkout).resolve(), "objects"))
+    for label, checkout, held in arms:
         env = dict(os.environ, PYTHONPATH=str(checkout))
-        done = subprocess.run([sys.executable, __file__, "--keys", str(args.keys), "--child"],
+        done = subprocess.run([sys.executable, __file__, "--keys", str(args.keys), "--child", held],
                               env=env, capture_output=True, text=True, check=True, cwd=checkout)
-        print(json.dumps({"checkout": f"{label} ({checkout})", **json.loads(done.stdout)}))
+        print(json.dumps({"arm": f"{label} ({checkout})", **json.loads(done.stdout)}))
 
 
 if __name__ == "__main__":
