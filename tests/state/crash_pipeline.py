@@ -5,7 +5,8 @@ append-only table truncated to its marker, a Delta sink, and checkpoints every t
 uncheckpointed state is held in memory between them). The ``plain`` variant has no hooks and
 checkpoints every batch, so a batch's sinks are written while the checkpoint before it commits
 (the executor holds that back for pipelines with hooks); ``CRASH_TEST_PIPELINE=plain`` runs it.
-The ``distributed`` variant runs its keyed map on Spark executors.
+The ``distributed`` variant runs its keyed map on Spark executors; the ``vectorized`` ones run
+the sum on whole Series, its state held as columns, on the driver and on executors.
 """
 
 import os
@@ -102,7 +103,28 @@ def build_distributed(name: str = "crashy_distributed"):
             .named(name).with_mode("distributed"))
 
 
-BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed}
+def running_sum_vectorized(op, md, data):
+    """The running sum on whole Series: its state is held as columns (state/columns.py)."""
+    running = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(sp.get(op, md))
+    sp.set(op, md, running.groupby(data["k"]).last())
+    return data.assign(total=running)
+
+
+def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver"):
+    """The running sum vectorized, checkpointing every two batches (so state set in columns
+    waits in memory, encoded, for the next checkpoint), on the driver or on executors."""
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .map(running_sum_vectorized, state=0, vectorized=True, name="running_sum")
+             .write.to_delta("out"))
+            .named(name).checkpoint_every(batches=2).with_mode(mode))
+
+
+def build_vectorized_distributed():
+    return build_vectorized("crashy_vectorized_distributed", mode="distributed")
+
+
+BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
+            "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed}
 
 
 # Six publishes -> six batches of two keys each.
