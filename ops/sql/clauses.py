@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sqlglot.tokens import Tokenizer
 
-from ..errors import SqlError
+from ..errors import PipelineDefinitionError, SqlError
 from ..operators import Session, Window, hopping, session, tumbling
 
 #: ksqlDB's grace period for a window whose clause gives none.
@@ -69,10 +69,13 @@ def window_of(tokens: list, time: str) -> Window | Session:
         spans[name] = f"{number}{_UNITS[unit]}"
         position += skip + 2
     grace = spans.get("grace", DEFAULT_GRACE)
-    if kind == "TUMBLING" and set(spans) <= {"size", "grace"} and "size" in spans:
-        return tumbling(time, spans["size"], grace=grace)
-    if kind == "HOPPING" and {"size", "advance"} <= set(spans):
-        return hopping(time, spans["size"], spans["advance"], grace=grace)
-    if kind == "SESSION" and set(spans) <= {"size", "grace"} and "size" in spans:
-        return session(time, spans["size"], grace=grace)
+    try:
+        if kind == "TUMBLING" and set(spans) <= {"size", "grace"} and "size" in spans:
+            return tumbling(time, spans["size"], grace=grace)
+        if kind == "HOPPING" and {"size", "advance"} <= set(spans):
+            return hopping(time, spans["size"], spans["advance"], grace=grace)
+        if kind == "SESSION" and set(spans) <= {"size", "grace"} and "size" in spans:
+            return session(time, spans["size"], grace=grace)
+    except PipelineDefinitionError as exc:  # sizes the window itself refuses (zero, advance > size)
+        raise SqlError(f"WINDOW {kind} ({' '.join(t.text for t in tokens[2:-1])}): {exc}") from None
     raise SqlError(f"WINDOW {kind} needs SIZE (and ADVANCE BY for HOPPING), got {sorted(spans)}")

@@ -260,6 +260,9 @@ def _collect(parsed: Statement, node: exp.Expression, found: _Aggregates, resolv
              name: str | None) -> None:
     """Add the aggregate calls in ``node`` to ``found``; ``name`` is the output name when the
     whole SELECT item is one aggregate."""
+    for over in node.find_all(exp.Window):
+        raise parsed.error(over, "SELECT", f"{snippet(over)}: OVER (…) is not supported; "
+                           "aggregate with GROUP BY, and WINDOW TUMBLING, HOPPING or SESSION")
     for call in _aggregates_in(node):
         text = call.sql()
         if text in found.names:
@@ -274,14 +277,21 @@ def _collect(parsed: Statement, node: exp.Expression, found: _Aggregates, resolv
 def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> aggregates.Agg:
     """The :class:`Agg` for one aggregate call; an argument that is an expression becomes a
     column computed before the aggregation."""
+    if isinstance(call.this, exp.Distinct):
+        raise parsed.error(call, "SELECT", f"{snippet(call)}: DISTINCT inside an aggregate is "
+                           "not supported")
     if isinstance(call, exp.Count):
+        if call.expressions:
+            raise parsed.error(call, "SELECT", f"{snippet(call)}: COUNT takes one argument, or "
+                               "none (COUNT(), COUNT(*): rows)")
         arg = call.this
-        if isinstance(arg, exp.Distinct):
-            raise parsed.error(call, "SELECT", "COUNT(DISTINCT …) is not supported")
-        if isinstance(arg, (exp.Star, exp.Literal)):  # COUNT(*), COUNT(1): rows
+        if arg is None or isinstance(arg, (exp.Star, exp.Literal)):  # COUNT(), COUNT(*), COUNT(1)
             return aggregates.count()
         return aggregates.count(_argument(arg, found))
     if type(call) in _AGGREGATES:
+        if call.this is None or call.expressions:
+            raise parsed.error(call, "SELECT", f"{snippet(call)}: "
+                               f"{type(call).__name__.upper()} takes one argument")
         return _AGGREGATES[type(call)](_argument(call.this, found))
     args = call.expressions
     kind = call.name.upper() if isinstance(call, exp.Anonymous) else ""

@@ -23,7 +23,8 @@ from .statement import Statement
 
 _UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
                         "offset": "OFFSET", "distinct": "DISTINCT", "qualify": "QUALIFY",
-                        "with": "WITH", "windows": "WINDOW", "laterals": "LATERAL"}
+                        "with": "WITH", "with_": "WITH", "windows": "WINDOW",
+                        "laterals": "LATERAL"}
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,12 @@ def parse(statement: str) -> Statement:
             or not isinstance(create.expression, exp.Select):
         raise SqlError("expected CREATE TABLE <name> AS SELECT … or CREATE STREAM <name> AS "
                        f"SELECT …, got: {snippet(create)} (for a pull query use sp.query)")
+    for prop in (create.args.get("properties") or exp.Properties()).expressions:
+        if isinstance(prop, exp.PartitionedByProperty):
+            raise located(statement, prop, "PARTITION BY", "unsupported: a table is keyed by its "
+                          "GROUP BY, a stream keeps its source's key")
+        raise located(statement, prop, "WITH", f"unsupported property {snippet(prop)}: the "
+                      "result is the Delta table named after CREATE, under the warehouse")
     name = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
     return Statement(statement, kind, name, create.expression, window, emit or "CHANGES")
 
