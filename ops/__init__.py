@@ -76,6 +76,7 @@ from .operators import (
     aggregate,
     avg,
     collect_list,
+    collect_set,
     count,
     hopping,
     latest_by_offset,
@@ -108,7 +109,8 @@ __all__ = [
     "Pipeline", "CheckpointPolicy", "Tracked", "track", "Hooks", "HookContext", "GlobalTable",
     "global_table",
     # aggregates and windows
-    "Agg", "aggregate", "avg", "collect_list", "count", "latest_by_offset", "max_", "min_", "sum_",
+    "Agg", "aggregate", "avg", "collect_list", "collect_set", "count", "latest_by_offset", "max_",
+    "min_", "sum_",
     "Window", "Session", "hopping", "session", "tumbling",
     # SQL
     "Catalog", "TableQuery", "compile_query", "query", "register", "sql",

@@ -11,6 +11,7 @@ from .aggregates import (
     aggregate,
     avg,
     collect_list,
+    collect_set,
     count,
     latest_by_offset,
     max_,
@@ -32,6 +33,6 @@ __all__ = [
     "Operator", "Session",
     "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TableProjection",
     "TimerDeclaration",
-    "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "count",
+    "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "collect_set", "count",
     "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",
 ]

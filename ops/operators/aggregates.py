@@ -1,8 +1,8 @@
 """Aggregate functions for keyed aggregations: each keeps a small accumulator per key in managed
 state, folds a batch into it with vectorized pandas partials, and reads a result out of it.
 
-Nulls are ignored by every aggregate (SQL and ksqlDB semantics); ``count()`` with no column
-counts rows.
+Nulls are ignored by every aggregate (SQL and ksqlDB semantics) but ``collect_list`` and
+``collect_set``, which keep them as ksqlDB does; ``count()`` with no column counts rows.
 """
 
 from __future__ import annotations
@@ -63,20 +63,24 @@ class Agg:
         if self.kind == "latest_nulls":
             return values.last(skipna=False)
         if self.kind == "collect_list":
-            return values.agg(lambda s: [to_python(v) for v in s.dropna()])
+            return values.agg(_plain_list)
+        if self.kind == "collect_set":
+            return values.agg(lambda s: _distinct(_plain_list(s)))
         # user aggregate: the group's values (in order), folded into the accumulator in combine
         return values.agg(lambda s: [to_python(v) for v in s])
 
     def record_partial(self, value: Any, missing: bool, sign: int = 1) -> Any:
         """What one record contributes, in the shape of a batch partial (``missing``: its
         value is null; ``sign`` -1: a table's row taken back, see :meth:`signed_partial`)."""
-        value = to_python(value)
+        value = None if missing else to_python(value)
         if self.kind == "count":
             return 0 if missing else sign
         if self.kind == "avg":
             return (None, 0) if missing else (value * sign, sign)
         if self.kind == "collect_list":
-            return [] if missing else [value]
+            return [value] if sign > 0 else ListChanges([(value, sign)])
+        if self.kind == "collect_set":
+            return [value]
         if self.kind == "udf":
             return [value]
         if self.kind == "sum" and not missing:
@@ -86,8 +90,13 @@ class Agg:
     def signed_partial(self, frame: pd.DataFrame, by: list[str], sign: str) -> pd.Series:
         """:meth:`partial` of rows added (``frame[sign]`` +1) and taken back (-1), for the
         aggregates that can undo a row (:data:`UNDOABLE`): COUNT adds the signs of its rows,
-        SUM the signed values, AVG both."""
+        SUM the signed values, AVG both, COLLECT_LIST each row's value added or taken back, in
+        order (:class:`ListChanges`)."""
         signs = frame[sign]
+        if self.kind == "collect_list":
+            pairs = list(zip(_plain_list(frame[self.column]), signs.tolist()))
+            return (frame.assign(__p=pairs).groupby(by, sort=False)["__p"]
+                    .agg(lambda rows: ListChanges(rows.tolist())))
         if self.column is None:
             counted = signs
         else:
@@ -104,6 +113,8 @@ class Agg:
         """Fold one key's batch partial into its accumulator (``None`` before the first row)."""
         part = to_python(part)
         kind = self.kind
+        if kind in ("collect_list", "collect_set"):
+            return _collected(kind, list(acc or []), [] if is_missing(part) else part)
         if kind == "count":
             return (acc or 0) + int(part)
         if kind == "avg":
@@ -129,9 +140,7 @@ class Agg:
             return min(acc, part)
         if kind == "max":
             return max(acc, part)
-        if kind == "latest":
-            return part
-        return acc + part  # collect_list
+        return part  # latest
 
     def result(self, acc: Any) -> Any:
         """The aggregate's value for an accumulator."""
@@ -144,7 +153,7 @@ class Agg:
 
 
 #: The aggregates that can take a row back, so they may aggregate a table (ksqlDB's rule).
-UNDOABLE = frozenset({"count", "sum", "avg"})
+UNDOABLE = frozenset({"count", "sum", "avg", "collect_list"})
 _TYPED_KINDS = frozenset({"sum", "min", "max", "latest", "latest_nulls"})  # results of the input's type
 _RESULT_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
                   "timestamp": "datetime64[ns, UTC]"}
@@ -191,8 +200,44 @@ def latest_by_offset(column: str, ignore_nulls: bool = True) -> Agg:
 
 
 def collect_list(column: str) -> Agg:
-    """Every non-null value of ``column``, in input order."""
+    """Every value of ``column``, nulls included, in input order (ksqlDB's ``COLLECT_LIST``).
+    Over a table, a row taken back removes the last occurrence of its value."""
     return Agg("collect_list", column)
+
+
+def collect_set(column: str) -> Agg:
+    """The distinct values of ``column`` (a null once), in the order first seen (ksqlDB's
+    ``COLLECT_SET``: a stream only)."""
+    return Agg("collect_set", column)
+
+
+class ListChanges(list):
+    """A table's ``(value, sign)`` rows for ``collect_list``, in order: +1 appends the value,
+    -1 removes its last occurrence (ksqlDB's ``undo``)."""
+
+
+def _plain_list(values: pd.Series) -> list[Any]:
+    """The values as plain Python ones, a null (NaN, NA) as ``None``."""
+    return [None if is_missing(value) else to_python(value) for value in values]
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))  # hashable scalars; first seen first
+
+
+def _collected(kind: str, acc: list[Any], part: list[Any]) -> list[Any]:
+    """``acc`` after ``part``: appended (or, for a set, the values not in it yet); a table's
+    :class:`ListChanges` applied in order."""
+    if kind == "collect_set":
+        return _distinct(acc + part)
+    if not isinstance(part, ListChanges):
+        return acc + part
+    for value, sign in part:
+        if sign > 0:
+            acc.append(value)
+        elif value in acc:
+            del acc[len(acc) - 1 - acc[::-1].index(value)]
+    return acc
 
 
 def aggregate(column: str, fn: Callable[[Any, pd.Series], Any], initial: Any) -> Agg:

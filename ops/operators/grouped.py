@@ -64,7 +64,8 @@ class GroupAggregate(TableOperator):
         if self.retracting and undoable:
             raise PipelineDefinitionError(
                 f"aggregating a table needs aggregates that can take a row back (COUNT, SUM, "
-                f"AVG); {undoable} cannot, so they apply to a stream only (as in ksqlDB)")
+                f"AVG, COLLECT_LIST); {undoable} cannot, so they apply to a stream only (as in "
+                "ksqlDB)")
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if self.per_record:
@@ -250,7 +251,8 @@ def _without_nan(values: list) -> list:
 
 
 # Dtypes fixed by the aggregate's kind; other kinds take the dtype their values infer.
-_KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "udf": object}
+_KIND_DTYPES = {"count": "Int64", "avg": "Float64", "collect_list": object, "collect_set": object,
+                "udf": object}
 
 
 def nullable_array(agg: Agg, values: list) -> pd.api.extensions.ExtensionArray:

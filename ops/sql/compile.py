@@ -38,7 +38,7 @@ from .statement import Statement, parse
 _AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
     exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
     exp.Avg: aggregates.avg}
-_NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST")
+_NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST", "COLLECT_SET")
 _WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
 
 
@@ -115,6 +115,7 @@ class _Aggregates:
     aggs: dict[str, aggregates.Agg] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     arguments: list[tuple[str, exp.Expression]] = field(default_factory=list)
+    calls: dict[str, exp.Expression] = field(default_factory=dict)  # output name -> its call
 
 
 def _table_query(parsed: Statement, source: Input, time: str | None,
@@ -140,6 +141,11 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
         _collect(parsed, having_node, found, resolver, None)
     if not found.aggs:
         raise parsed.error(select, "SELECT", "the SELECT list needs at least one aggregate")
+    for output, agg in found.aggs.items():
+        if source.table and agg.kind not in aggregates.UNDOABLE:
+            raise parsed.error(found.calls[output], "SELECT", f"{snippet(found.calls[output])} "
+                               "cannot aggregate a TABLE: it cannot take a changed row back "
+                               "(COUNT, SUM, AVG and COLLECT_LIST can, as in ksqlDB)")
     computed = [(key, node) for key, node in zip(keys, groups)
                 if not (isinstance(node, exp.Column) and node.name == key)] + found.arguments
     aggs = found.aggs
@@ -272,6 +278,7 @@ def _collect(parsed: Statement, node: exp.Expression, found: _Aggregates, resolv
         output = name if call is node and name is not None else f"_agg{len(found.names)}"
         found.aggs[output] = _aggregate(parsed, call, found)
         found.names[text] = output
+        found.calls[output] = call
 
 
 def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> aggregates.Agg:
@@ -305,11 +312,13 @@ def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> a
         return aggregates.latest_by_offset(_argument(args[0], found), ignore_nulls=ignore_nulls)
     if kind == "COLLECT_LIST" and len(args) == 1:
         return aggregates.collect_list(_argument(args[0], found))
+    if kind == "COLLECT_SET" and len(args) == 1:
+        return aggregates.collect_set(_argument(args[0], found))
     if kind in _NAMED_AGGREGATES:
         raise parsed.error(call, "SELECT", f"{snippet(call)}: wrong number of arguments")
     name = call.sql().split("(")[0].upper()
     raise parsed.error(call, "SELECT", f"unsupported aggregate {name}; use COUNT, SUM, MIN, MAX, "
-                       "AVG, LATEST_BY_OFFSET or COLLECT_LIST")
+                       "AVG, LATEST_BY_OFFSET, COLLECT_LIST or COLLECT_SET")
 
 
 def _argument(node: exp.Expression, found: _Aggregates) -> str:
