@@ -29,6 +29,8 @@ class Agg:
     initial: Any = None
     #: the pandas dtype of its results, when the input column's type is declared (see typed)
     dtype: str | None = None
+    #: ``avg``'s result over no values (none yet, only nulls, or all taken back)
+    empty: float | None = None
 
     def typed(self, field_types: Mapping[str, str]) -> Agg:
         """This aggregate with the dtype of its results fixed by its input column's declared
@@ -148,7 +150,7 @@ class Agg:
             return acc or 0
         if self.kind == "avg":
             total, count = acc or (None, 0)
-            return None if not count or total is None else total / count
+            return self.empty if not count or total is None else total / count
         return acc
 
 
@@ -189,8 +191,10 @@ def max_(column: str) -> Agg:
     return Agg("max", column)
 
 
-def avg(column: str) -> Agg:
-    return Agg("avg", column)
+def avg(column: str, empty: float | None = None) -> Agg:
+    """The mean of the non-null values of ``column``; ``empty`` when there are none (SQL's
+    null by default; ksqlDB's ``AVG`` gives 0.0, and ``sp.sql`` asks for that)."""
+    return Agg("avg", column, empty=empty)
 
 
 def latest_by_offset(column: str, ignore_nulls: bool = True) -> Agg:

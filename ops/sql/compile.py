@@ -37,7 +37,7 @@ from .statement import Statement, parse
 
 _AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
     exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
-    exp.Avg: aggregates.avg}
+    exp.Avg: lambda column: aggregates.avg(column, empty=0.0)}  # ksqlDB's AVG of no values
 _NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST", "COLLECT_SET")
 _WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
 

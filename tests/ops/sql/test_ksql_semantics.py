@@ -148,10 +148,11 @@ def test_latest_by_offset_ignore_nulls_false_keeps_a_null():
     assert values(run.feed({"TITLE": "A", "NOTE": "y"}), "kept", "last") == [("y", "y")]
 
 
-def test_avg_ignores_nulls_in_its_sum_and_its_count():
+def test_avg_ignores_nulls_in_its_sum_and_its_count_and_is_0_over_none():
     run = table("CREATE TABLE t AS SELECT title, AVG(price) AS mean, COUNT(price) AS priced, "
                 "COUNT(*) AS n FROM orders GROUP BY title")
-    assert values(run.feed({"TITLE": "A", "PRICE": None}), "mean", "priced", "n") == [(None, 0, 1)]
+    # ksqlDB's AVG of no values is 0.0 (its accumulator's map() with a count of 0), not null
+    assert values(run.feed({"TITLE": "A", "PRICE": None}), "mean", "priced", "n") == [(0.0, 0, 1)]
     assert values(run.feed({"TITLE": "A", "PRICE": 4.0}, {"TITLE": "A", "PRICE": None},
                            {"TITLE": "A", "PRICE": 2.0}), "mean", "priced", "n") == [(3.0, 2, 4)]
 
@@ -275,9 +276,9 @@ def test_aggregating_a_table_retracts_the_old_row_before_adding_the_new_one():
     # a tombstone (nulls besides the key) only retracts
     assert values(run.feed({"ID": "u3", "REGION": None, "SCORE": None}), "REGION", "n", "total") == [
         ("west", 1, 12)]
-    # a count that falls to 0 stays, at 0 (SUM of nothing left is 0, AVG null)
+    # a count that falls to 0 stays, at 0 (SUM of nothing left is 0, AVG 0.0 as in ksqlDB)
     assert values(run.feed({"ID": "u2", "REGION": None, "SCORE": None}),
-                  "REGION", "n", "total", "mean", "_change") == [("east", 0, 0, None, "update")]
+                  "REGION", "n", "total", "mean", "_change") == [("east", 0, 0, 0.0, "update")]
     # an update that changes nothing a group shows still retracts and re-adds: no visible change
     assert run.feed({"ID": "u1", "REGION": "west", "SCORE": 12}).empty
 
@@ -379,3 +380,21 @@ def test_collect_list_over_a_table_takes_a_changed_row_back_as_ksqldb_does():
     run.restart()
     out = run.feed({"ID": "u2", "REGION": None, "SCORE": None})  # a tombstone: only taken back
     assert values(out, "REGION", "scores") == [("east", [10, 7])]
+
+
+def test_avg_over_a_table_follows_each_update_across_restarts():
+    """ksqlDB's AVG over a table: each changed row's old value taken back, its new one added
+    (nulls neither), 0.0 once no value is left; hand-computed, with restarts between batches."""
+    run = users_table("CREATE TABLE t AS SELECT region, AVG(score) AS mean FROM users GROUP BY region")
+    steps = [
+        ([("u1", "east", 10), ("u2", "east", 20), ("u3", "east", None)], [("east", 15.0)]),
+        ([("u3", "east", 30)], [("east", 20.0)]),                       # (10 + 20 + 30) / 3
+        ([("u1", "west", 10), ("u2", "east", 21)], [("east", 25.5), ("west", 10.0)]),
+        ([("u2", "east", None)], [("east", 30.0)]),                     # a null leaves the mean to 30
+        ([("u3", None, None)], [("east", 0.0)]),                        # nothing left: 0.0
+        ([("u4", "east", 5)], [("east", 5.0)]),
+    ]
+    for rows, expected in steps:
+        out = run.feed(*[{"ID": i, "REGION": r, "SCORE": v} for i, r, v in rows])
+        assert values(out, "REGION", "mean") == expected
+        run.restart()
