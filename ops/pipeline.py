@@ -26,6 +26,7 @@ from state import (
     resolve_warehouse,
 )
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
 from .kafka import DEFAULT_TIMEOUT, connection
 from .operators import (
@@ -407,13 +408,13 @@ class Pipeline:
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None,
-                 mode: str | None = None) -> RunReport:
+                 mode: str | None = None, clock: Clock = SYSTEM_CLOCK) -> RunReport:
         """Recover, then run micro-batches until the source is drained or ``max_batches`` ran
         (see :func:`ops.runtime.run_pipeline`); ``mode`` overrides :meth:`with_mode` for this
-        run."""
+        run; ``clock`` gives processing time (tests: :class:`ops.testing.ManualClock`)."""
         pipeline = self if mode is None else self.with_mode(mode)
         return run_pipeline(pipeline, spark, warehouse=warehouse, max_batches=max_batches,
-                            progress=progress)
+                            progress=progress, clock=clock)
 
     def run_continuously(self, spark: SparkSession, warehouse: str | None = None, *,
                          trigger: Any = "500ms", stop: StopSignal | None = None,

@@ -21,6 +21,10 @@ get back what it wrote, the state it keeps and what it rejected, in one call.
 ``crash_at="after_sink_write"`` stops the first run at that protocol step and runs the pipeline
 again, which recovers from the last checkpoint and finishes: the result must be the same as
 without the crash.
+
+Processing-time timers are tested with a :class:`ManualClock` (as Spark's own tests use one):
+``run_records(..., clock=clock)`` runs on it, and ``clock.advance("10min")`` between runs makes
+a timer due without waiting for it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pandas as pd
@@ -36,6 +41,7 @@ from pyspark.sql import SparkSession
 from state import tables
 from state.faults import InjectedCrash, crash_at
 
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
 from .inspection import read_state
 from .pipeline import Pipeline
@@ -44,7 +50,7 @@ from .sinks import StoredSink
 from .sources import CallbackSource
 from .spark import spark_session
 
-__all__ = ["PROTOCOL_STEPS", "TestRun", "run_records"]
+__all__ = ["PROTOCOL_STEPS", "ManualClock", "TestRun", "run_records"]
 
 #: Where ``crash_at_step`` can stop a run, in protocol order. The ``hook_*`` steps come right
 #: after the hooks of that name ran (with or without hooks); the global-table ones around an
@@ -75,15 +81,52 @@ class TestRun:
     crashed_at: str | None = None
 
 
+class ManualClock:
+    """Processing time that moves only when a test moves it (a :class:`~ops.clock.Clock`).
+
+    >>> clock = ManualClock("2026-01-01T00:00:00Z")
+    >>> clock.advance("10min"); pd.Timestamp(clock.now(), unit="s")
+    Timestamp('2026-01-01 00:10:00')
+    >>> clock.advance(-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: a clock moves forward only; advance by -1 was asked
+    """
+
+    def __init__(self, start: float | str | pd.Timestamp = 0.0):
+        self._now = _seconds(start)
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, by: float | str | timedelta) -> None:
+        """Move the clock forward by ``by``: seconds, or a duration (``"30s"``, ``"10min"``)."""
+        step = by if isinstance(by, (int, float)) else pd.Timedelta(by).total_seconds()
+        if step < 0:
+            raise ValueError(f"a clock moves forward only; advance by {by!r} was asked")
+        self._now += step
+
+
+def _seconds(at: float | str | pd.Timestamp) -> float:
+    """``at`` as seconds since the epoch: a number as it is, a timestamp (naive ones UTC)."""
+    if isinstance(at, (int, float)):
+        return float(at)
+    stamp = pd.Timestamp(at)
+    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp
+    return stamp.value / 1e9
+
+
 def run_records(pipeline: Pipeline, *batches: Sequence[Any], spark: SparkSession | None = None,
                 warehouse: str | None = None, crash_at_step: str | None = None,
-                crash: int = 1) -> TestRun:
+                crash: int = 1, clock: Clock = SYSTEM_CLOCK) -> TestRun:
     """Publish each of ``batches`` (a list of records each, one publish each) to the pipeline's
     callback source, run the pipeline until drained, and collect what it left.
 
     ``warehouse`` defaults to a new temporary folder, ``spark`` to :func:`ops.spark_session`.
     With ``crash_at_step`` (one of :data:`PROTOCOL_STEPS`) the first run stops at the
-    ``crash``-th arrival at that step, and a second run recovers and drains.
+    ``crash``-th arrival at that step, and a second run recovers and drains. ``clock`` gives
+    the runs their processing time (a :class:`ManualClock` to test timers); pass the same
+    ``warehouse`` again to run on after moving it.
     """
     source = _callback_source(pipeline)
     spark = spark or spark_session()
@@ -95,10 +138,10 @@ def run_records(pipeline: Pipeline, *batches: Sequence[Any], spark: SparkSession
         _check_step(crash_at_step)
         try:
             with crash_at(crash_at_step, crash):
-                reports.append(pipeline.run_once(spark, warehouse))
+                reports.append(pipeline.run_once(spark, warehouse, clock=clock))
         except InjectedCrash:
             pass  # what a crash leaves is what the next run must recover from
-    reports.append(pipeline.run_once(spark, warehouse))
+    reports.append(pipeline.run_once(spark, warehouse, clock=clock))
     return TestRun(outputs=_outputs(spark, pipeline, warehouse),
                    state=_state(spark, pipeline, warehouse),
                    dead_letters=_dead_letters(spark, pipeline, warehouse), reports=reports,

@@ -43,6 +43,7 @@ from state import (
 )
 from state.faults import InjectedCrash
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..columns import ORDER_COLUMN, ROW_COLUMN
 from ..context import BatchScope, RunContext
 from ..heartbeat import Heartbeat
@@ -102,8 +103,9 @@ class _Run:
                  warmer: TransactionWarmer, report: RunReport,
                  progress: Callable[[BatchReport], None] | None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
-                 continuous: Continuous | None = None):
+                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK):
         self.pipeline = pipeline
+        self.clock = clock  # processing time: a batch's time, and whether a timer is due
         self.warmer = warmer
         self.report = report
         self.progress = progress
@@ -226,7 +228,7 @@ class _Run:
         pinned = {}
         for operator in self.pipeline.stream.operators:
             pinned.update(operator.plan_inputs(self.spark))
-        now = time.time()
+        now = self.clock.now()
         plans = [BatchPlan(batch_id + n, {**({source.name: bounds} if bounds else {}), **pinned},
                            planned_at=now) for n, bounds in enumerate(slices)]
         self.pending_plans = self.plans.record(plans, self.ctx.epoch, self.ctx.run_id)
@@ -239,9 +241,10 @@ class _Run:
         due cannot keep a run going)."""
         if self.woken or not self.clocks:
             return False
-        wake = self.wake_at(int(time.time() * 1000)) if not self.distributed else (
+        now = int(self.clock.now() * 1000)
+        wake = self.wake_at(now) if not self.distributed else (
             self.last.wake_at if self.last else None)
-        return wake is not None and wake <= int(time.time() * 1000)
+        return wake is not None and wake <= now
 
     def wake_at(self, batch_time: int) -> int | None:
         """Driver mode: when a batch with no input would next fire a timer (see
@@ -531,9 +534,10 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
-                 continuous: Continuous | None = None) -> RunReport:
+                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK) -> RunReport:
     """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran); with
-    ``continuous``, poll for new input every trigger instead, until asked to stop.
+    ``continuous``, poll for new input every trigger instead, until asked to stop. ``clock``
+    gives processing time (a test's :class:`ops.testing.ManualClock`).
 
     Order: ``on_setup``, recovery (``on_recover``), ``on_start``, batches with checkpoints as the
     pipeline's policy says, a final checkpoint, ``on_finish``; ``on_error`` on failure;
@@ -543,7 +547,8 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
     started = time.perf_counter()
     report = RunReport(pipeline=pipeline.id)
     with warming(spark) as warmer:
-        run = _Run(pipeline, spark, warehouse, warmer, report, progress, checkpointed, continuous)
+        run = _Run(pipeline, spark, warehouse, warmer, report, progress, checkpointed, continuous,
+                   clock)
         try:
             run.call_hooks("on_setup")
             run.recover()

@@ -1,11 +1,12 @@
 """ops.testing: one call runs a pipeline on records and returns outputs, state and dead letters;
 an injected crash at a protocol step, then recovery, gives the same result."""
 
+import pandas as pd
 import pytest
 
 import ops as sp
 from ops import PipelineDefinitionError
-from ops.testing import PROTOCOL_STEPS, run_records
+from ops.testing import PROTOCOL_STEPS, ManualClock, run_records
 
 BATCHES = ([{"k": "a", "x": 1}, {"k": "b", "x": 2}],
            [{"k": "a", "x": 3}, {"k": "b", "x": "not a number"}],
@@ -62,3 +63,33 @@ def test_unknown_steps_and_sources_without_callbacks_are_refused(spark, tmp_path
     with pytest.raises(PipelineDefinitionError, match="must read sp.read.from_callback"):
         run_records(table, spark=spark, warehouse=str(tmp_path))
     assert PROTOCOL_STEPS.index("after_plan") < PROTOCOL_STEPS.index("after_sink_write")
+
+
+def remind_after_ten_minutes(op, md, data):
+    """Sums x per key and reports the total once the key has been quiet for ten minutes."""
+    if md.timer is not None:
+        return pd.DataFrame({"k": [md.key], "total": [sp.get(op, md)], "due": [md.timer],
+                             "batch_time": [md.batch_time]})
+    sp.set(op, md, sp.get(op, md) + int(data["x"].sum()))
+    sp.set_timer(op, md, after="10min")
+    return None
+
+
+def test_a_manual_clock_fires_a_processing_time_timer_without_waiting(spark, warehouse):
+    pipeline = (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
+                .map(remind_after_ten_minutes, state=0, name="quiet", timers=True)
+                .write.to_delta("reminders")).named("reminders")
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    start_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    first = run_records(pipeline, [{"k": 1, "x": 2}, {"k": 1, "x": 3}], spark=spark,
+                        warehouse=warehouse, clock=clock)
+    assert first.outputs["reminders"].empty
+    clock.advance("9min")  # not due yet: the run has nothing to do
+    assert run_records(pipeline, spark=spark, warehouse=warehouse, clock=clock).outputs["reminders"].empty
+    clock.advance("61s")
+    fired = run_records(pipeline, spark=spark, warehouse=warehouse, clock=clock).outputs["reminders"]
+    assert fired[["k", "total", "due", "batch_time"]].values.tolist() == [
+        [1, 5, start_ms + 600_000, start_ms + 601_000]]
+    clock.advance("1h")  # fired once: nothing more
+    again = run_records(pipeline, spark=spark, warehouse=warehouse, clock=clock).outputs["reminders"]
+    assert len(again) == 1
