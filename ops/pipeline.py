@@ -94,7 +94,7 @@ class Stream:
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
             vectorized: bool = False, codec: str = "json", hooks: Hooks | None = None,
             timers: bool = False, ttl: Any = None, event_time: str | None = None,
-            delay: Any = None, data: str = "frame") -> Stream:
+            delay: Any = None, late: str = "keep", data: str = "frame") -> Stream:
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
@@ -113,7 +113,10 @@ class Stream:
         calls ``fn`` for its key even with no data; ``ttl="1h"`` deletes a key's state once no
         rows came for it that long. Deadlines are processing time, or event time with
         ``event_time`` (a column) and ``delay`` (how far the watermark trails the largest event
-        time seen).
+        time seen). ``late``: what becomes of a row whose event time is at or below the
+        watermark the batch starts with: ``"keep"`` (the default: ``fn`` sees it and decides,
+        as a KX or Flink process function does) or ``"drop"`` (Spark's rule for a stateful
+        function with event-time timeouts: dropped before ``fn``, counted in the log).
 
         >>> import ops as sp
         >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
@@ -128,8 +131,12 @@ class Stream:
             raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
         named = self._name_for(name, fn)
         clock = _clock(named, timers, ttl, event_time, delay)
+        if late not in ("keep", "drop") or (late == "drop" and event_time is None):
+            raise PipelineDefinitionError(
+                f"map {named!r}: late= is 'keep' or 'drop' (with event_time=), not {late!r}")
         op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
-                 keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data)
+                 keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data,
+                 drop_late=late == "drop")
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:

@@ -58,6 +58,8 @@ class Map(Operator):
     clock: TimerDeclaration | None = None
     timers: bool = False  # sp.set_timer allowed (else the clock serves TTL only)
     data: str = "frame"  # what a per-key call gets: "frame" (a DataFrame) or "arrays"
+    #: rows at or below the watermark never reach ``fn`` (Spark's rule; event time only)
+    drop_late: bool = False
 
     def __post_init__(self) -> None:
         if self.data not in ("frame", "arrays"):
@@ -90,6 +92,8 @@ class Map(Operator):
         if not self.stateful:
             return self._call(scope, None, frame)
         clock = KeyClock(self.clock, scope) if self.clock is not None else None
+        if clock is not None and self.drop_late:
+            frame = clock.on_time(frame)
         # a vectorized keyed map gets and sets whole Series: numbers are then held as columns
         held = scope.store.operator(self.name, self.state, self.codec,
                                     columns=self.vectorized and bool(self.keys))

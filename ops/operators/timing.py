@@ -22,6 +22,7 @@ and that time has passed (the sensor starts runs for it too).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ from state import OperatorState, StateStore, Timers, expiry_state
 from ..context import BatchScope
 from .base import TimerDeclaration
 from .event_time import NO_TIME, epoch_ms
+
+log = logging.getLogger(__name__)
 
 
 def timers_of(declared: TimerDeclaration, store: StateStore) -> Timers:
@@ -121,6 +124,22 @@ class KeyClock:
         state.delete_many(expired)
         self.timers.clear_many(expired)
         return expired
+
+    def on_time(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` without its late rows: those whose event time is at or below the watermark
+        the batch started with (Spark's rule before a stateful function with event-time
+        timeouts). Rows without an event time stay; so does every row before the first
+        watermark."""
+        if self.now is None or self.declared.event_time is None or frame.empty:
+            return frame
+        times = event_ms(self.declared, frame)
+        late = (times != NO_TIME) & (times <= self.now)
+        if not late.any():
+            return frame
+        log.warning("%s.%s batch %d: %d row(s) at or below the watermark (%d) dropped as late",
+                    self.scope.pipeline, self.declared.operator, self.scope.batch_id,
+                    int(late.sum()), self.now)
+        return frame[~late]
 
     def fire(self, present: list[Hashable]) -> list[tuple[Hashable, int]]:
         """The due timers of keys without rows in the batch, as ``(key, deadline)``; every due

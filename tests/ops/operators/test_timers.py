@@ -26,10 +26,10 @@ def rows(*pairs, ts=None):
 class Batches:
     """One map over one store, applied batch after batch."""
 
-    def __init__(self, fn, vectorized=False, **clock):
+    def __init__(self, fn, vectorized=False, drop_late=False, **clock):
         self.store = memory_store()
         self.map = Map(fn, "s", state=0, keys=("k",), vectorized=vectorized,
-                       clock=TimerDeclaration("s", **clock), timers=True)
+                       clock=TimerDeclaration("s", **clock), timers=True, drop_late=drop_late)
         self.batch = 0
 
     def run(self, at, frame=NO_ROWS):
@@ -176,3 +176,28 @@ def test_event_time_ttl_measures_a_keys_latest_event_time_against_the_watermark(
     assert sorted(run.store.operator("s").held_keys()) == ["a", "b"]
     run.run(0)  # watermark 5 s: a expired; b's deadline is 6 s
     assert run.store.operator("s").held_keys() == ["b"]
+
+
+@pytest.mark.parametrize("late, expected_sums", [
+    ("keep", {"a": 1 + 2 + 32 + 4 + 8, "b": 16}),   # the default: the function sees late rows
+    ("drop", {"a": 1 + 4 + 8, "b": 16}),            # Spark's rule: at or below the watermark
+])
+def test_rows_at_or_below_the_watermark_reach_the_function_unless_late_drop(late, expected_sums):
+    def summing(op, md, data):
+        sp.set(op, md, sp.get(op, md) + int(data["x"].sum()))
+        return None
+
+    run = Batches(summing, event_time="ts", delay_ms=1_000, drop_late=late == "drop")
+    run.run(0, rows(("a", 1), ts=[10_000]))                      # watermark then 9 s
+    run.run(0, rows(("a", 2), ("a", 32), ("a", 4), ts=[8_000, 9_000, 9_001]))  # 8 s, 9 s late
+    run.run(0, rows(("a", 8), ("b", 16), ts=[9_001, None]))     # no event time: never late
+    sums = dict(zip(["a", "b"], run.store.operator("s").get_values(["a", "b"])))
+    assert sums == expected_sums
+
+
+def test_late_drop_needs_event_time():
+    stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+    with pytest.raises(sp.PipelineDefinitionError, match="late= is 'keep' or 'drop'"):
+        stream.map(lambda op, md, d: d, state=0, late="drop")
+    with pytest.raises(sp.PipelineDefinitionError, match="late= is 'keep' or 'drop'"):
+        stream.map(lambda op, md, d: d, state=0, event_time="ts", late="sometimes")
