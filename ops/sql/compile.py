@@ -381,7 +381,8 @@ def _replacer(parsed: Statement, keys: list[str], groups: list[exp.Expression],
                 if not windowed:
                     raise parsed.error(part, clause, f"{part.name.upper().replace('_', '')} "
                                        "needs a WINDOW")
-                return exp.column(part.name, quoted=True)
+                # ksqlDB's WINDOWSTART/WINDOWEND are BIGINT epoch ms (the table keeps timestamps)
+                return exp.Anonymous(this="epoch_ms", expressions=[exp.column(part.name, quoted=True)])
             if isinstance(part, exp.Column):
                 raise parsed.error(part, clause, f"{part.name} must be in GROUP BY or inside "
                                    "an aggregate")

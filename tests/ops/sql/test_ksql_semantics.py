@@ -172,14 +172,16 @@ def at(seconds):
     return pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=seconds)
 
 
-def test_windowstart_windowend_and_having_with_a_window():
+def test_windowstart_windowend_are_bigint_epoch_ms_and_having_with_a_window():
     run = table("CREATE TABLE t AS SELECT page, WINDOWSTART AS ws, WINDOWEND AS we, COUNT(*) AS n "
                 "FROM orders WINDOW TUMBLING (SIZE 10 SECONDS) GROUP BY page HAVING COUNT(*) > 1",
                 schema=WINDOWED, timestamp="ts")
     out = run.feed({"PAGE": "a", "TS": at(1), "X": 1}, {"PAGE": "a", "TS": at(2), "X": 1},
                    {"PAGE": "b", "TS": at(3), "X": 1})
-    assert values(out, "PAGE", "ws", "we", "n") == [("a", at(0), at(10), 2)]
-    assert out.columns.tolist()[:3] == ["PAGE", "window_start", "window_end"]
+    start_ms = at(0).value // 1_000_000
+    assert values(out, "PAGE", "ws", "we", "n") == [("a", start_ms, start_ms + 10_000, 2)]  # BIGINT ms
+    assert str(out["ws"].dtype) == "Int64"
+    assert out.columns.tolist()[:3] == ["PAGE", "window_start", "window_end"]  # the key: timestamps
 
 
 def test_hopping_windows_starting_before_the_epoch_are_not_created():
