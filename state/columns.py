@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .codecs import JSON_FLOAT_PATTERN, JSON_INT_PATTERN, Codec, decode_values, encode_keys
-from .held import DROPPED, Loader, change_frame, checkpoint_rows
+from .held import DROPPED, Loader, change_frame, checkpoint_rows, stored_texts
 from .objects import ObjectValues
 
 #: what the last checkpoint holds for a key, as an int8: a value, none, or not known (the key
@@ -88,11 +88,8 @@ class ColumnValues:
         if not len(unseen):
             return
         encoded = _encoded_keys(unseen)
-        stored = self._loader(self.name, encoded)
-        found = pc.index_in(encoded, value_set=stored["key"])
-        holding = pc.is_valid(found).to_numpy(zero_copy_only=False)
+        holding, texts = stored_texts(encoded, self._loader(self.name, encoded))
         values = np.zeros(len(unseen), self._dtype)
-        texts = pc.take(stored["value"], pc.drop_null(found))
         values[holding] = self._decoded(texts, unseen[holding])
         self._add(unseen, values, holding, holding.astype(np.int8))
 

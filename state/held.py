@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: ``(operator, encoded keys)`` -> the stored ``key, value`` (encoded) of those keys that hold
 #: a value, in any order; every key's, for ``None``.
@@ -78,6 +79,21 @@ class HeldValues(Protocol):
     def changed_keys(self) -> int:
         """How many keys changed since the last checkpoint."""
         ...
+
+
+def stored_texts(encoded: pa.Array, stored: pa.Table) -> tuple[np.ndarray, pa.Array]:
+    """For encoded keys ``encoded`` and what a :data:`Loader` gave for them (``stored``, in
+    any order): whether each key holds a value (a bool array), and the stored texts of those
+    that do, in the keys' order.
+
+    >>> stored = pa.table({"key": ["b", "a"], "value": ["2", "1"]})
+    >>> holding, texts = stored_texts(pa.array(["a", "c", "b"]), stored)
+    >>> holding.tolist(), texts.to_pylist()
+    ([True, False, True], ['1', '2'])
+    """
+    found = pc.index_in(encoded, value_set=stored["key"])
+    holding = pc.is_valid(found).to_numpy(zero_copy_only=False)
+    return holding, pc.take(stored["value"], pc.drop_null(found))
 
 
 def change_frame(operator: str, keys: Sequence[str] | pa.Array,

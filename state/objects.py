@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .codecs import Codec, decode_key, decode_values, encode_keys, encode_value
-from .held import DROPPED, Loader, change_frame, checkpoint_rows
+from .held import DROPPED, Loader, change_frame, checkpoint_rows, stored_texts
 
 _MISSING = object()
 
@@ -79,10 +78,8 @@ class ObjectValues:
     def _take(self, keys: list[Hashable], encoded: pa.Array, stored: pa.Table) -> None:
         """Cache the stored values (``stored``: by encoded key) of ``keys``, not yet seen in
         this run. Column operations, no call per key: a run's first batch may take 600k."""
-        found = pc.index_in(encoded, value_set=stored["key"])
-        held = pc.is_valid(found).to_numpy(zero_copy_only=False)
+        held, texts = stored_texts(encoded, stored)
         holding = list(compress(keys, held))
-        texts = pc.take(stored["value"], pc.drop_null(found))
         self._values.update(zip(holding, decode_values(self._codec, texts, holding,
                                                        operator=self.name)))
         self._stored.update(zip(keys, held.tolist()))

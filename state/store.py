@@ -80,13 +80,17 @@ class OperatorState:
         """Values for many keys at once, as a Series indexed by key (vectorized operators;
         ``keys`` may be that index already)."""
         index = keys if isinstance(keys, pd.Index) else pd.Index(list(keys), tupleize_cols=False)
-        self.prefetch(index)
-        return self._held.get_many(index)
+        try:  # a read of the keys not seen yet comes first, and raises before anything changed
+            return self._held.get_many(index)
+        except ValuesNeedObjects:
+            return self._objects().get_many(index)
 
     def get_values(self, keys: Sequence[Hashable]) -> list[Any]:
         """Values for many keys at once, as a list in the order of ``keys``."""
-        self.prefetch(keys)
-        return self._held.get_values(keys)
+        try:
+            return self._held.get_values(keys)
+        except ValuesNeedObjects:
+            return self._objects().get_values(keys)
 
     def normalized(self, key: Hashable, value: Any) -> Any:
         """``value`` as the codec gives it back after storing it (JSON: a tuple as a list, dict
