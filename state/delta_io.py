@@ -486,10 +486,11 @@ def create(path: str, creation: Creation) -> bool:
     with _lock_for(path):
         if _synced(path) is not None:
             return True
-        try:
+        try:  # no retry: a retried creation would commit a second version 0 as version 1
             _calling(path, "creating the table", lambda: DeltaTable.create(
                 _location(path), schema, mode="ignore", partition_by=list(creation.partition_by) or None,
-                configuration={**_CREATED_PROPERTIES, **dict(creation.properties)}))
+                configuration={**_CREATED_PROPERTIES, **dict(creation.properties)},
+                commit_properties=CommitProperties(max_commit_retries=0)))
         except CommitFailedError:
             pass  # another writer created it first: that is fine
         _forget(path)

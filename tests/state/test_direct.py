@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -130,6 +131,29 @@ def test_two_processes_creating_and_appending_at_once_lose_nothing(spark, tmp_pa
     assert sorted(row.version for row in history) == list(range(50))  # none overwritten
     read = tables.read(spark, path).toPandas()
     assert sorted(read.groupby("name")["k"].apply(sorted).tolist()) == [list(range(25))] * 2
+
+
+CREATOR = """
+import sys, time
+from state import delta_io
+start, paths = float(sys.argv[1]), sys.argv[2:]
+time.sleep(max(0.0, start - time.time()))  # both processes start creating at the same moment
+for path in paths:
+    assert delta_io.create(path, delta_io.Creation(
+        ({"name": "k", "type": "long", "nullable": True, "metadata": {}},)))
+"""
+
+
+def test_two_processes_creating_an_empty_table_at_once_make_one_version(spark, tmp_path):
+    """The loser of the race finds the winner's table: a retried creation would commit a second
+    version (a continuous run read it as a batch of no rows)."""
+    paths = [str(tmp_path / f"t{n}") for n in range(8)]
+    env = dict(os.environ, PYTHONPATH=str(os.getcwd()))
+    start = str(time.time() + 4)
+    creators = [subprocess.Popen([sys.executable, "-c", CREATOR, start, *paths], env=env)
+                for _ in range(2)]
+    assert [c.wait(120) for c in creators] == [0, 0]
+    assert [delta_io.latest_version(path) for path in paths] == [0] * len(paths)
 
 
 def test_a_table_made_again_at_the_same_path_is_read_afresh(spark, tmp_path):
