@@ -35,12 +35,15 @@ from .operators import (
     ChangesAsRows,
     Filter,
     GroupAggregate,
+    JoinSide,
+    KeptTableJoin,
     LatestByKey,
     Map,
     Operator,
     Session,
     SessionAggregate,
     StateKind,
+    StreamStreamJoin,
     TableJoin,
     TableTableJoin,
     TimerDeclaration,
@@ -182,13 +185,44 @@ class Stream:
 
     def join_tables(self, on: str | tuple[str, ...], left: tuple[str, tuple[str, ...]],
                     right: tuple[str, tuple[str, ...]], how: str = "inner",
-                    name: str | None = None) -> Stream:
+                    name: str | None = None, kinds: Mapping[str, str] | None = None) -> Stream:
         """Join two tables on ``on``, given a merged stream of their updates (e.g. two state
         tables' changelogs read with ``sp.read.from_delta``): ``left``/``right`` are
-        ``(source name, value columns)``. Write the result with ``.write.to_table(name)``."""
+        ``(source name, value columns)``; ``kinds`` the declared types of value columns
+        (``{"total": "long"}``), which the joined table keeps whatever a batch holds. Write the
+        result with ``.write.to_table(name)``."""
         keys = (on,) if isinstance(on, str) else tuple(on)
         op = TableTableJoin(name=self._name_for(name, "table_join"), keys=keys,
-                            left=(left[0], tuple(left[1])), right=(right[0], tuple(right[1])), how=how)
+                            left=(left[0], tuple(left[1])), right=(right[0], tuple(right[1])),
+                            how=how, kinds=tuple((kinds or {}).items()))
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    def join_kept_table(self, on: str, table: tuple[str, tuple[str, ...]], how: str = "left", *,
+                        renamed: Mapping[str, str] | None = None,
+                        times: tuple[str, str] | None = None,
+                        kinds: Mapping[str, str] | None = None, name: str | None = None) -> Stream:
+        """Join events to a table kept in state from its updates, given a merged stream of both:
+        ``table`` is ``(updates' source name, value columns)``, ``on`` the column holding the
+        key in both. ``events.merge(user_updates).join_kept_table("user", ("users", ("name",)))``
+        gives each event the user's name as the last update before it left it (see
+        :class:`KeptTableJoin`: ``times``, ``renamed``, ``kinds``)."""
+        op = KeptTableJoin(name=self._name_for(name, "kept_table_join"), on=on,
+                           table=(table[0], tuple(table[1])), how=how,
+                           renamed=tuple((renamed or {}).items()), times=times,
+                           kinds=tuple((kinds or {}).items()))
+        return dataclasses.replace(self, operators=self.operators + (op,))
+
+    def join_within(self, on: str, left: JoinSide, right: JoinSide, *, before: str, after: str,
+                    grace: str = "0s", how: str = "inner", kinds: Mapping[str, str] | None = None,
+                    name: str | None = None) -> Stream:
+        """Join two streams' records of the same key (in column ``on``) whose event times are
+        close, given a merged stream of both: a right record from ``before`` earlier to
+        ``after`` later than a left one (ksqlDB's ``WITHIN``). ``how``: ``inner``, ``left`` or
+        ``outer`` (unmatched records emitted once no on-time record can match them); records
+        later than ``grace`` are dropped. See :class:`StreamStreamJoin`."""
+        op = StreamStreamJoin(name=self._name_for(name, "stream_join"), on=on, left=left,
+                              right=right, before_ms=_ms(before), after_ms=_ms(after),
+                              grace_ms=_ms(grace), how=how, kinds=tuple((kinds or {}).items()))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def as_table(self, *keys: str, name: str | None = None) -> Stream:
@@ -563,3 +597,11 @@ def _check_aggs(aggs: Mapping[str, Any]) -> None:
 def hook_key(hook: Hooks) -> str:
     """Where a pipeline-wide hook's marker is stored: its ``marker_key``, else its class name."""
     return hook.marker_key or type(hook).__name__
+
+
+def _ms(duration: str) -> int:
+    """A duration (``"10s"``, ``"1h"``) in milliseconds; a bad one is a definition error."""
+    try:
+        return int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
+    except (ValueError, TypeError):
+        raise PipelineDefinitionError(f"{duration!r} is not a duration such as '10s' or '1h'") from None

@@ -30,7 +30,7 @@ a timer due without waiting for it.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -116,11 +116,12 @@ def _seconds(at: float | str | pd.Timestamp) -> float:
     return stamp.value / 1e9
 
 
-def run_records(pipeline: Pipeline, *batches: Sequence[Any], spark: SparkSession | None = None,
-                warehouse: str | None = None, crash_at_step: str | None = None,
-                crash: int = 1, clock: Clock = SYSTEM_CLOCK) -> TestRun:
+def run_records(pipeline: Pipeline, *batches: Sequence[Any] | Mapping[str, Sequence[Any]],
+                spark: SparkSession | None = None, warehouse: str | None = None,
+                crash_at_step: str | None = None, crash: int = 1, clock: Clock = SYSTEM_CLOCK) -> TestRun:
     """Publish each of ``batches`` (a list of records each, one publish each) to the pipeline's
-    callback source, run the pipeline until drained, and collect what it left.
+    callback source (for a pipeline merging several callbacks, a batch is a mapping of callback
+    name to its records), run the pipeline until drained, and collect what it left.
 
     ``warehouse`` defaults to a new temporary folder, ``spark`` to :func:`ops.spark_session`.
     With ``crash_at_step`` (one of :data:`PROTOCOL_STEPS`) the first run stops at the
@@ -132,7 +133,9 @@ def run_records(pipeline: Pipeline, *batches: Sequence[Any], spark: SparkSession
     spark = spark or spark_session()
     warehouse = warehouse or tempfile.mkdtemp(prefix="lakestream-test-")
     for records in batches:
-        pipeline.publish(spark, list(records), warehouse, source=source.name)
+        by_source = records if isinstance(records, Mapping) else {source.name: records}
+        for name, part in by_source.items():
+            pipeline.publish(spark, list(part), warehouse, source=name)
     reports = []
     if crash_at_step is not None:
         _check_step(crash_at_step)

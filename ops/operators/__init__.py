@@ -21,18 +21,19 @@ from .aggregates import (
 from .base import Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
 from .basic import GLOBAL_STATE, STATELESS, Filter, Map
 from .grouped import GroupAggregate
-from .joins import TableJoin, TableTableJoin
+from .joins import KeptTableJoin, TableJoin, TableTableJoin
 from .latest import LatestByKey
 from .projection import TableProjection
 from .retraction import ChangesAsRows
 from .sessions import Session, SessionAggregate, session
+from .stream_join import JoinSide, StreamStreamJoin
 from .windows import Window, WindowAggregate, hopping, tumbling
 
 __all__ = [
-    "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "LatestByKey", "Map",
-    "Operator", "Session",
-    "SessionAggregate", "StateDeclaration", "StateKind", "TableJoin", "TableOperator", "TableProjection",
-    "TimerDeclaration",
-    "TableTableJoin", "Window", "WindowAggregate", "aggregate", "avg", "collect_list", "collect_set", "count",
-    "hopping", "latest_by_offset", "max_", "min_", "session", "sum_", "tumbling",
+    "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "JoinSide",
+    "KeptTableJoin", "LatestByKey", "Map", "Operator", "Session", "SessionAggregate",
+    "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
+    "TableProjection", "TableTableJoin", "TimerDeclaration", "Window", "WindowAggregate",
+    "aggregate", "avg", "collect_list", "collect_set", "count", "hopping", "latest_by_offset",
+    "max_", "min_", "session", "sum_", "tumbling",
 ]

@@ -46,7 +46,7 @@ class Agg:
             return self
         if self.kind == "sum" and declared not in ("long", "double"):
             return self
-        return replace(self, dtype=_RESULT_DTYPES[declared])
+        return replace(self, dtype=NULLABLE_DTYPES[declared])
 
     def partial(self, groups: DataFrameGroupBy) -> pd.Series:
         """This batch's contribution per group (index: group key)."""
@@ -157,7 +157,8 @@ class Agg:
 #: The aggregates that can take a row back, so they may aggregate a table (ksqlDB's rule).
 UNDOABLE = frozenset({"count", "sum", "avg", "collect_list"})
 _TYPED_KINDS = frozenset({"sum", "min", "max", "latest", "latest_nulls"})  # results of the input's type
-_RESULT_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
+#: The nullable pandas dtype of each declared kind: a column keeps its type with nulls in it.
+NULLABLE_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
                   "timestamp": "datetime64[ns, UTC]"}
 
 

@@ -1,5 +1,7 @@
-"""Joins. Stream–table: enrich each event with a Delta table's value for the event's key.
-Table–table: join two tables' update streams on their key (see :class:`TableTableJoin`).
+"""Joins. Stream–table: enrich each event with a Delta table's value for the event's key
+(:class:`TableJoin`), or with a table this operator keeps from a stream of its updates
+(:class:`KeptTableJoin`). Table–table: join two tables' update streams on their key (see
+:class:`TableTableJoin`).
 
 The table (typically a state table another pipeline materialises) is read at the Delta version
 pinned in the batch's plan, so a replayed batch is enriched exactly as the first attempt was:
@@ -13,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
@@ -21,8 +24,9 @@ from state import tables
 from ..columns import CHANGE_COLUMN, OLD_COLUMN, SOURCE_COLUMN, WRITTEN_COLUMNS
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
-from .aggregates import to_python
+from .aggregates import NULLABLE_DTYPES, is_missing, to_python
 from .base import Operator, StateDeclaration, TableOperator
+from .grouped import row_keys_of, without_nulls
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ class TableJoin(Operator):
 @dataclass(frozen=True)
 class TableTableJoin(TableOperator):
     """Join two tables on their key, fed as one merged stream of both tables' updates (each row
-    tagged with its source in ``_source``; all value columns null = the key was deleted).
+    tagged with its source in ``_source``): a changelog's rows (``_change``: ``delete`` deletes
+    the key), or a stream of updates' (all value columns null deletes the key).
 
     Keeps each side's latest row per key in state and emits a change of the joined table
     whenever either side changes: ``inner`` shows a key while both sides have it, ``left`` while
@@ -96,6 +101,9 @@ class TableTableJoin(TableOperator):
     left: tuple[str, tuple[str, ...]]    # (source name, value columns)
     right: tuple[str, tuple[str, ...]]
     how: str = "inner"
+    #: declared kinds (``long``, ``string``…) of value columns: the joined table's columns keep
+    #: their types whatever a batch's values (a column of nulls only, an integer beside a null)
+    kinds: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.how not in ("inner", "left", "outer"):
@@ -107,13 +115,16 @@ class TableTableJoin(TableOperator):
         if SOURCE_COLUMN not in frame.columns and not frame.empty:
             raise OperatorError(f"{scope.where(self.name)}: this operator joins a merged stream: "
                                 "left_table_stream.merge(right_table_stream).join_tables(...)")
-        latest = frame.drop_duplicates([SOURCE_COLUMN, *self.keys], keep="last") if len(frame) else frame
+        latest = without_nulls(frame, self.keys) if len(frame) else frame
+        latest = latest.drop_duplicates([SOURCE_COLUMN, *self.keys], keep="last") if len(latest) else latest
         updates: dict[Any, dict[str, Any]] = {}
-        for row in latest.to_dict("records"):
+        for row in typed(latest, dict(self.kinds)).to_dict("records"):
             side, columns = sides[row[SOURCE_COLUMN]]
             key = tuple(to_python(row[k]) for k in self.keys)
-            values = {c: to_python(row.get(c)) for c in columns}
-            deleted = all(v is None or v != v for v in values.values())
+            values = {c: storable(row.get(c)) for c in columns}
+            change = row.get(CHANGE_COLUMN)  # a changelog's row says; an update of nulls deletes
+            deleted = change == "delete" if isinstance(change, str) else \
+                all(v is None for v in values.values())
             updates.setdefault(key, {})[side] = None if deleted else values
         store = scope.store.operator(self.name, initial=None)
         keys = list(updates)
@@ -129,8 +140,9 @@ class TableTableJoin(TableOperator):
             shown = after or {c: None for c in (*self.left[1], *self.right[1])}
             rows.append({**dict(zip(self.keys, key)), **shown, CHANGE_COLUMN: change,
                          OLD_COLUMN: None if before is None else json.dumps(before, default=str)})
-        return pd.DataFrame(rows, columns=[*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN,
-                                           OLD_COLUMN])
+        out = pd.DataFrame(rows, columns=[*self.keys, *self.left[1], *self.right[1], CHANGE_COLUMN,
+                                          OLD_COLUMN])
+        return typed(out, dict(self.kinds))
 
     def state_key(self, values: tuple[Any, ...]) -> Any:
         return values  # a tuple even for one key column (see apply)
@@ -143,3 +155,129 @@ class TableTableJoin(TableOperator):
             return None
         return {**(left or {c: None for c in self.left[1]}),
                 **(right or {c: None for c in self.right[1]})}
+
+
+@dataclass(frozen=True)
+class KeptTableJoin(Operator):
+    """A stream joined to a table this operator keeps from the table's updates, both fed as one
+    merged stream (ksqlDB's stream–table join over a TABLE declared on a topic).
+
+    Rows from source ``table[0]`` update the table: each is its key's new row (value columns
+    ``table[1]``), a row whose values are all null deletes the key; they emit nothing. Every
+    other row is emitted with the table's values for its key (in column ``on``) as they stand
+    when the row is processed. Within a batch, rows are processed in event-time order when
+    ``times`` names the stream's and the table's event-time columns (an update at the same
+    time as an event comes first), else all of the batch's updates come first. ``how="inner"``
+    drops events without a row; ``"left"`` keeps them with nulls. A table column the stream
+    also has is emitted as ``renamed``'s name for it.
+    """
+
+    name: str
+    on: str
+    table: tuple[str, tuple[str, ...]]
+    how: str = "left"
+    renamed: tuple[tuple[str, str], ...] = ()
+    times: tuple[str, str] | None = None
+    kinds: tuple[tuple[str, str], ...] = ()  # declared kinds of the table's value columns
+
+    def __post_init__(self) -> None:
+        if self.how not in ("left", "inner"):
+            raise PipelineDefinitionError(f"join how must be 'left' or 'inner', not {self.how!r}")
+
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.keyed((self.on,), self.name)
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        source, values = self.table
+        if SOURCE_COLUMN not in frame.columns:
+            if not frame.empty:
+                raise OperatorError(f"{scope.where(self.name)}: this operator joins a merged "
+                                    "stream: events.merge(table_updates).join_kept_table(...)")
+            return frame
+        is_update = (frame[SOURCE_COLUMN] == source).to_numpy()
+        updates = without_nulls(frame[is_update], (self.on,))
+        events = frame[~is_update]
+        store = scope.store.operator(self.name, initial=None)
+        stored = dict(zip(*_with_values(store, events, updates, self.on)))
+        found = self._found(events, updates, stored)
+        for key, row in self._last_rows(updates, values).items():
+            if row is None:
+                store.delete(key)
+            else:
+                store.set(key, row)
+        return self._emitted(events, found, values)
+
+    def _found(self, events: pd.DataFrame, updates: pd.DataFrame, stored: dict) -> list:
+        """The table's row (a dict, or ``None``) each event finds, in the events' order."""
+        keys = row_keys_of(events, (self.on,))
+        if self.times is None or updates.empty:
+            after = {**stored, **self._last_rows(updates, self.table[1])}
+            return [after.get(key) for key in keys]
+        event_time, table_time = self.times
+        current = dict(stored)
+        rows = self._rows(updates, self.table[1])
+        found: list = [None] * len(events)
+        order = sorted([(t, 0, i) for i, t in enumerate(updates[table_time])]
+                       + [(t, 1, i) for i, t in enumerate(events[event_time])],
+                       key=lambda item: (item[0] is None or item[0] != item[0], item[:2]))
+        update_keys = row_keys_of(updates, (self.on,))
+        for _, is_event, i in order:
+            if is_event:
+                found[i] = current.get(keys[i])
+            else:
+                current[update_keys[i]] = rows[i]
+        return found
+
+    def _rows(self, updates: pd.DataFrame, values: tuple[str, ...]) -> list[dict | None]:
+        """Each update's row, ``None`` for a deletion (all its values null)."""
+        rows = []
+        for record in typed(updates[list(values)], dict(self.kinds)).to_dict("records"):
+            row = {c: storable(v) for c, v in record.items()}
+            rows.append(None if all(v is None for v in row.values()) else row)
+        return rows
+
+    def _last_rows(self, updates: pd.DataFrame, values: tuple[str, ...]) -> dict:
+        """Each updated key's row after the batch (in event-time order, when there is one)."""
+        if self.times is not None and len(updates):
+            updates = updates.sort_values(self.times[1], kind="stable", na_position="first")
+        return dict(zip(row_keys_of(updates, (self.on,)), self._rows(updates, values)))
+
+    def _emitted(self, events: pd.DataFrame, found: list, values: tuple[str, ...]) -> pd.DataFrame:
+        renamed = dict(self.renamed)
+        table_only = [c for c in values if c not in renamed and c in events.columns]
+        out = events.drop(columns=[*table_only, SOURCE_COLUMN])
+        matched = [row is not None for row in found]
+        for column in values:
+            out[renamed.get(column, column)] = [None if row is None else row[column] for row in found]
+        if self.how == "inner":
+            out = out[np.asarray(matched, dtype=bool)]
+        kinds = {renamed.get(c, c): kind for c, kind in self.kinds}
+        return typed(out, kinds)
+
+
+def _with_values(store: Any, events: pd.DataFrame, updates: pd.DataFrame,
+                 on: str) -> tuple[list, list]:
+    """The keys of a batch's events and updates, and the table's rows for them before it."""
+    keys = list(dict.fromkeys(row_keys_of(events, (on,)) + row_keys_of(updates, (on,))))
+    return keys, store.get_values(keys)
+
+
+def storable(value: Any) -> Any:
+    """A row's value as its state keeps it: a Python scalar (JSON-encodable), ``None`` for
+    every kind of null, a timestamp as ISO-8601 text (:func:`typed` makes it one again)."""
+    if is_missing(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return to_python(value)
+
+
+def typed(frame: pd.DataFrame, kinds: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with the columns ``kinds`` declares (``long``, ``string``…) in their nullable
+    dtypes, so a column of nulls only, or integers beside a null, keeps its declared type."""
+    present = {c: kind for c, kind in kinds.items() if c in frame.columns and kind in NULLABLE_DTYPES}
+    if not present:
+        return frame
+    return frame.assign(**{c: pd.to_datetime(frame[c], utc=True, format="ISO8601")
+                           if kind == "timestamp" else frame[c].astype(NULLABLE_DTYPES[kind])
+                           for c, kind in present.items()})

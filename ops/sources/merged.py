@@ -24,8 +24,9 @@ from .records import RecordSchema
 
 @dataclass(frozen=True)
 class MergedSource(Source):
-    """Several sources read as one; ``name`` is theirs joined with ``+``, ``schema`` the first's
-    (they share their key)."""
+    """Several sources read as one; ``name`` is theirs joined with ``+``, ``schema`` all their
+    declared fields, keyed by their key when they share one (else by none: a keyed operator
+    after the merge names its key columns)."""
 
     sources: tuple[Source, ...]
     name: str = field(init=False)
@@ -36,12 +37,9 @@ class MergedSource(Source):
         if len(set(names)) != len(names):
             raise PipelineDefinitionError(f"merged sources need distinct names, got {names}; "
                                           "pass name=... to the readers")
-        keys = {part.schema.key_fields for part in self.parts}
-        if len(keys) > 1:
-            raise PipelineDefinitionError(f"merged sources must share their key, got {sorted(keys)}")
         # frozen: the derived fields are set once, here
         object.__setattr__(self, "name", "+".join(names))
-        object.__setattr__(self, "schema", self.sources[0].schema)
+        object.__setattr__(self, "schema", _merged_schema(self.parts))
 
     @property
     def parts(self) -> tuple[Source, ...]:
@@ -78,7 +76,7 @@ class MergedSource(Source):
             sliced = part.read(ctx, begin, finish)
             good.append(sliced.good.assign(**{SOURCE_COLUMN: part.name}))
             rejected.append(sliced.rejected)
-        return Slice(good=pd.concat(good, ignore_index=True) if good else pd.DataFrame(),
+        return Slice(good=_concat(good),
                      rejected=pd.concat(rejected, ignore_index=True) if rejected
                      else Slice.no_rejects())
 
@@ -91,3 +89,33 @@ class MergedSource(Source):
         if all(token is None for token in tokens.values()):
             return None
         return ";".join(f"{name}={token}" for name, token in tokens.items())
+
+
+def _merged_schema(parts: tuple[Source, ...]) -> RecordSchema:
+    """Every part's declared fields (a field two parts declare as different types is refused),
+    keyed by the parts' key when they all have the same one."""
+    fields: dict[str, str] = {}
+    for part in parts:
+        for name, kind in part.schema.fields.items():
+            if fields.setdefault(name, kind) != kind:
+                raise PipelineDefinitionError(
+                    f"merged sources declare field {name!r} as {fields[name]} and as {kind} "
+                    f"({part.name}); rename it in one of them")
+    keys = {part.schema.key_fields for part in parts}
+    key = next(iter(keys)) if len(keys) == 1 else ()
+    return RecordSchema(fields, key or None)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' rows, one after the other. A column some parts lack would be filled with NaN,
+    turning its integers into floats (``7`` into ``7.0``, and keys that no longer match), so
+    such integer and boolean columns become their nullable kinds first."""
+    if not frames:
+        return pd.DataFrame()
+    if len(frames) == 1:
+        return frames[0]
+    everywhere = set.intersection(*(set(frame.columns) for frame in frames))
+    nullable = {"int64": "Int64", "int32": "Int64", "bool": "boolean"}
+    return pd.concat([frame.astype({c: nullable[str(frame[c].dtype)] for c in frame.columns
+                                    if c not in everywhere and str(frame[c].dtype) in nullable})
+                      for frame in frames], ignore_index=True)

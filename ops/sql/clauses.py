@@ -1,6 +1,6 @@
-"""ksqlDB's clauses that sqlglot does not know, ``WINDOW …`` and ``EMIT …``: blanked out of a
-statement by token position (so what remains keeps every position of the user's text, for
-errors that point at it), and the WINDOW clause read into a window definition.
+"""ksqlDB's clauses that sqlglot does not know, ``WINDOW …``, a join's ``WITHIN …`` and
+``EMIT …``: blanked out of a statement by token position (so what remains keeps every position
+of the user's text, for errors that point at it), and the WINDOW and WITHIN clauses read.
 
 A window without ``GRACE PERIOD`` gets ksqlDB's default grace, :data:`DEFAULT_GRACE` (24 hours,
 Kafka Streams' old default that ksqlDB keeps): with ``EMIT FINAL`` a window is emitted a day
@@ -8,6 +8,8 @@ after it ends unless a grace period is given.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlglot.tokens import Tokenizer
 
@@ -19,12 +21,23 @@ DEFAULT_GRACE = "24h"
 _UNITS = {"MILLISECOND": "ms", "SECOND": "s", "MINUTE": "min", "HOUR": "h", "DAY": "D"}
 
 
-def split_clauses(statement: str) -> tuple[str, list | None, str | None]:
-    """Blank ksqlDB's ``WINDOW …`` and ``EMIT …`` clauses (unknown to sqlglot) out of the
-    statement by token position: the rest (every other character where it was), the WINDOW
-    clause's tokens, and the emission (``CHANGES``, ``FINAL``, ``None`` without EMIT)."""
+@dataclass(frozen=True)
+class Clauses:
+    """What :func:`split_clauses` set aside: the WINDOW and WITHIN clauses' tokens and the
+    emission (``CHANGES``, ``FINAL``, ``None`` without EMIT)."""
+
+    window: list | None = None
+    within: list | None = None
+    emit: str | None = None
+
+
+def split_clauses(statement: str) -> tuple[str, Clauses]:
+    """Blank ksqlDB's ``WINDOW …``, ``WITHIN …`` and ``EMIT …`` clauses (unknown to sqlglot)
+    out of the statement by token position: the rest (every other character where it was), and
+    the clauses."""
     tokens = Tokenizer().tokenize(statement)
     end, window, emit, cut = len(statement), None, None, None
+    within, cuts = None, []
     for index, token in enumerate(tokens):
         word = token.text.upper()
         if word == "EMIT":
@@ -39,11 +52,50 @@ def split_clauses(statement: str) -> tuple[str, list | None, str | None]:
             if close is None:
                 raise SqlError(f"unterminated WINDOW clause: {statement[token.start:][:60]!r}")
             window, cut = tokens[index + 1:close + 1], (token.start, tokens[close].end + 1)
+            cuts.append(cut)
+        if word == "WITHIN" and within is None:
+            on = next((i for i in range(index, len(tokens)) if tokens[i].text.upper() == "ON"), None)
+            if on is None or on == index + 1:
+                raise SqlError(f"WITHIN needs a time bound and then ON: {statement[token.start:][:60]!r}")
+            within = tokens[index + 1:on]
+            cuts.append((token.start, tokens[on - 1].end + 1))
     body = statement[:end] + " " * (len(statement) - end)
-    if cut is not None:
-        body = body[:cut[0]] + " " * (cut[1] - cut[0]) + body[cut[1]:]
+    for start, stop in cuts:
+        body = body[:start] + " " * (stop - start) + body[stop:]
     semicolon = body.rstrip().endswith(";")
-    return (body.rstrip()[:-1] if semicolon else body.rstrip()), window, emit
+    return (body.rstrip()[:-1] if semicolon else body.rstrip()), Clauses(window, within, emit)
+
+
+@dataclass(frozen=True)
+class Within:
+    """A stream–stream join's time bound: a right record may be ``before`` earlier or
+    ``after`` later than a left one; records later than ``grace`` are dropped."""
+
+    before: str
+    after: str
+    grace: str
+
+
+def within_of(tokens: list) -> Within:
+    """``WITHIN n unit``, ``WITHIN (n unit, n unit)`` (before, after), either followed by
+    ``GRACE PERIOD n unit`` (else ksqlDB's default grace, :data:`DEFAULT_GRACE`)."""
+    words = [t.text.upper() for t in tokens if t.text not in ("(", ")", ",")]
+    text = " ".join(t.text for t in tokens)
+    grace = DEFAULT_GRACE
+    if len(words) >= 4 and words[-4:-2] == ["GRACE", "PERIOD"]:
+        grace, words = _duration(words[-2:], "WITHIN … GRACE PERIOD"), words[:-4]
+    spans = [_duration(words[i:i + 2], "WITHIN") for i in range(0, len(words), 2)]
+    if len(words) % 2 or len(spans) not in (1, 2):
+        raise SqlError(f"cannot read WITHIN {text}: use WITHIN n UNIT or WITHIN (n UNIT, n UNIT), "
+                       "then GRACE PERIOD n UNIT if you want one")
+    return Within(spans[0], spans[-1], grace)
+
+
+def _duration(words: list[str], clause: str) -> str:
+    number, unit = words[0], words[1].rstrip("S") if len(words) > 1 else ""
+    if not number.isdigit() or unit not in _UNITS:
+        raise SqlError(f"{clause}: {' '.join(words)} is not a duration (units: {sorted(_UNITS)})")
+    return f"{number}{_UNITS[unit]}"
 
 
 def window_of(tokens: list, time: str) -> Window | Session:

@@ -22,22 +22,25 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import pandas as pd
 from sqlglot import exp
 
 from ..errors import SqlError
 from ..operators import TableProjection, aggregates
 from ..operators.event_time import END, START, EventTimeAggregate
 from ..pipeline import Pipeline, Stream
+from ..sources.records import RecordSchema
 from .catalog import Catalog
 from .clauses import window_of
 from .engine import Expressions, known_function
 from .names import Scope, snippet
-from .sources import Input, columns_kept, read_from
+from .sources import Input, read_from
 from .statement import Statement, parse
 
 _AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
     exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
     exp.Avg: lambda column: aggregates.avg(column, empty=0.0)}  # ksqlDB's AVG of no values
+_KIND_OF_DTYPE = {dtype: kind for kind, dtype in aggregates.NULLABLE_DTYPES.items()}
 _NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST", "COLLECT_SET")
 _WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
 
@@ -66,26 +69,26 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
         if source.table:
             raise SqlError(f"FROM: {source.columns.source} is a table; CREATE STREAM reads a "
                            "stream (CREATE TABLE … AS SELECT aggregates a table)")
-        return _stream_query(parsed, source.stream, source.columns)
+        return _stream_query(parsed, source)
     time = timestamp or source.timestamp
     time = time and (source.columns.find(time) or time)
     if source.joined and not parsed.select.args.get("group"):
-        pipeline, columns = _joined_table_query(parsed, source)
+        pipeline, columns, kinds = _joined_table_query(parsed, source)
     else:
         if source.joined:  # aggregate the joined table: its changes as rows to take back
             source = dataclasses.replace(source, stream=source.stream.changes_as_rows(
                 name=f"{parsed.name}_changes"))
-        pipeline, columns = _table_query(parsed, source, time, emit_changes == "per_record")
+        pipeline, columns, kinds = _table_query(parsed, source, time, emit_changes == "per_record")
     final = any(isinstance(op, EventTimeAggregate) and op.emit == "final"
                 for op in pipeline.stream.operators)
-    catalog.register_table(parsed.name, pipeline, columns, final)
+    catalog.register_table(parsed.name, pipeline, columns, final, kinds)
     return pipeline
 
 
 # -- CREATE STREAM -------------------------------------------------------------------------
 
-def _stream_query(parsed: Statement, stream: Stream, columns: Scope) -> Pipeline:
-    select = parsed.select
+def _stream_query(parsed: Statement, source: Input) -> Pipeline:
+    select, stream = parsed.select, source.stream
     for arg, clause in (("group", "GROUP BY"), ("having", "HAVING")):
         if select.args.get(arg):
             raise parsed.error(select.args[arg], clause, "a stream query has no " + clause +
@@ -94,14 +97,14 @@ def _stream_query(parsed: Statement, stream: Stream, columns: Scope) -> Pipeline
         raise SqlError("WINDOW: a stream query has no WINDOW; use CREATE TABLE … AS SELECT")
     if parsed.emit != "CHANGES":
         raise SqlError("EMIT FINAL: a stream query emits every row (EMIT CHANGES)")
-    resolver = _Resolver(parsed, columns)
-    stream = _where(parsed, stream, resolver)
+    resolver = _Resolver(parsed, source.columns)
+    stream = _where(parsed, stream, resolver, source.kinds)
     outputs = _items(parsed, resolver, star=True)
     for _, node in outputs:
         if _aggregates_in(node):
             raise parsed.error(node, "SELECT", "aggregates need CREATE TABLE … GROUP BY: "
                                f"{snippet(node)}")
-    projection = Expressions.of(outputs, _declared(stream))
+    projection = Expressions.of(outputs, source.kinds)
     return stream.map(projection.evaluate, name="select").write.to_delta(parsed.name).named(parsed.name)
 
 
@@ -119,8 +122,8 @@ class _Aggregates:
 
 
 def _table_query(parsed: Statement, source: Input, time: str | None,
-                 per_record: bool) -> tuple[Pipeline, tuple[str, ...]]:
-    """The pipeline of a CREATE TABLE, and the columns of its table."""
+                 per_record: bool) -> tuple[Pipeline, tuple[str, ...], dict[str, str]]:
+    """The pipeline of a CREATE TABLE, the columns of its table and their declared types."""
     select = parsed.select
     stream, columns = source.stream, source.columns
     group = select.args.get("group")
@@ -128,7 +131,7 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
         raise SqlError("GROUP BY: a state table needs GROUP BY (one or more columns or "
                        "expressions)")
     resolver = _Resolver(parsed, columns)
-    stream = _where(parsed, stream, resolver)
+    stream = _where(parsed, stream, resolver, source.kinds)
     items = _items(parsed, resolver)
     groups = [resolver.expression(node, "GROUP BY") for node in group.expressions]
     keys = _key_names(items, groups)
@@ -148,11 +151,12 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
                                "(COUNT, SUM, AVG and COLLECT_LIST can, as in ksqlDB)")
     computed = [(key, node) for key, node in zip(keys, groups)
                 if not (isinstance(node, exp.Column) and node.name == key)] + found.arguments
-    aggs = found.aggs
+    declared = dict(source.kinds)
     if computed:
-        pre = Expressions.of(computed, _declared(stream))
-        aggs = _typed(aggs, pre, stream)
+        pre = Expressions.of(computed, source.kinds)
+        declared.update(pre.types(_empty(source.kinds)))
         stream = stream.map(pre.append_to, name="group_columns")
+    aggs = {name: agg.typed(declared) for name, agg in found.aggs.items()}
     grouped = stream.group_by(*keys)
     windowed = parsed.window is not None
     replace = _replacer(parsed, keys, groups, found.names, windowed)
@@ -174,18 +178,25 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
             per_record=per_record and parsed.emit == "CHANGES")
         table_keys = (*keys, START)
     outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
+    kinds = {**{key: declared[key] for key in keys if key in declared},
+             **({START: "timestamp", END: "timestamp"} if windowed else {}),
+             **{name: kind for name, agg in aggs.items() if (kind := _result_kind(agg, declared))}}
     # the aggregation's own columns are the table's when the SELECT list is the aggregates,
     # as they are, in order, and nothing else
     if [name for name, node in outputs if isinstance(node, exp.Column) and node.name == name] \
             != list(aggs) or len(outputs) != len(aggs):
+        projection = Expressions.of(outputs, kinds)
         changes = changes.via(TableProjection(
             name=f"{parsed.name}_select", keys=table_keys, values=tuple(aggs),
-            project=Expressions.of(outputs).evaluate))
+            project=projection.evaluate))
+        kinds = {**{key: kinds[key] for key in table_keys if key in kinds},
+                 **_output_kinds(projection, kinds)}
     table_columns = (*table_keys, *((END,) if windowed else ()), *(name for name, _ in outputs))
-    return changes.write.to_table(parsed.name).named(parsed.name), table_columns
+    return changes.write.to_table(parsed.name).named(parsed.name), table_columns, kinds
 
 
-def _joined_table_query(parsed: Statement, source: Input) -> tuple[Pipeline, tuple[str, ...]]:
+def _joined_table_query(parsed: Statement,
+                        source: Input) -> tuple[Pipeline, tuple[str, ...], dict[str, str]]:
     """``CREATE TABLE … AS SELECT … FROM a JOIN b ON …`` (no GROUP BY): the joined table,
     keyed by the join key, its columns the SELECT list."""
     select = parsed.select
@@ -203,14 +214,17 @@ def _joined_table_query(parsed: Statement, source: Input) -> tuple[Pipeline, tup
     keys = source.joined
     outputs = [(name, node) for name, node in items if name not in keys]
     values = tuple(c for c in source.columns.names or () if c not in keys)
+    projection = Expressions.of(outputs, source.kinds)
     changes = source.stream.via(TableProjection(
-        name=f"{parsed.name}_select", keys=keys, values=values,
-        project=Expressions.of(outputs).evaluate))
+        name=f"{parsed.name}_select", keys=keys, values=values, project=projection.evaluate))
+    kinds = {**{key: source.kinds[key] for key in keys if key in source.kinds},
+             **_output_kinds(projection, source.kinds)}
     return (changes.write.to_table(parsed.name).named(parsed.name),
-            (*keys, *(name for name, _ in outputs)))
+            (*keys, *(name for name, _ in outputs)), kinds)
 
 
-def _where(parsed: Statement, stream: Stream, resolver: _Resolver) -> Stream:
+def _where(parsed: Statement, stream: Stream, resolver: _Resolver,
+           kinds: Mapping[str, str]) -> Stream:
     where = parsed.select.args.get("where")
     if where is None:
         return stream
@@ -219,7 +233,7 @@ def _where(parsed: Statement, stream: Stream, resolver: _Resolver) -> Stream:
                            f"aggregates belong in HAVING, not WHERE: "
                            f"{snippet(_aggregates_in(where.this)[0])}")
     condition = resolver.expression(where.this, "WHERE")
-    return stream.filter(Expressions.of([("where", condition)], _declared(stream)).mask,
+    return stream.filter(Expressions.of([("where", condition)], kinds).mask,
                          name="where")
 
 
@@ -343,19 +357,27 @@ def _is_aggregate(node: exp.Expr) -> bool:
         isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_AGGREGATES)
 
 
-def _declared(stream: Stream) -> dict[str, str]:
-    """The declared kinds of the stream's columns, when its rows still have its source's."""
-    return dict(stream.source.schema.fields) if columns_kept(stream) else {}
+def _empty(kinds: Mapping[str, str]) -> pd.DataFrame:
+    """A frame with no rows and the columns ``kinds`` declares, of those types."""
+    return RecordSchema(dict(kinds)).frame([], [])
 
 
-def _typed(aggs: dict[str, aggregates.Agg], pre: Expressions, stream: Stream) -> dict[str, aggregates.Agg]:
-    """``aggs`` typed by the computed columns' types when the source's schema is declared, so
-    a first batch of nulls still makes typed columns (see :meth:`Agg.typed`)."""
-    declared = _declared(stream)
-    if not declared:
-        return aggs
-    declared.update(pre.types(stream.source.schema.frame([], [])))
-    return {name: agg.typed(declared) for name, agg in aggs.items()}
+def _result_kind(agg: aggregates.Agg, declared: Mapping[str, str]) -> str | None:
+    """The declared type of an aggregate's results, where its kind and input fix it."""
+    if agg.kind == "count":
+        return "long"
+    if agg.kind == "avg":
+        return "double"
+    return _KIND_OF_DTYPE.get(str(agg.typed(declared).dtype))
+
+
+def _output_kinds(projection: Expressions, inputs: Mapping[str, str]) -> dict[str, str]:
+    """The declared types of ``projection``'s outputs over inputs of types ``inputs``; none
+    when it reads a column whose type is not known."""
+    try:
+        return projection.types(_empty(inputs))
+    except SqlError:  # a column of unknown type: its values will decide
+        return {}
 
 
 _Rewrite = Callable[[exp.Expression, str], exp.Expression]

@@ -69,8 +69,9 @@ class TableQuery:
 def compile_query(statement: str, catalog: Catalog) -> TableQuery:
     """Compile a pull or push query over a state table registered in ``catalog`` (``sp.sql``
     registers every table it creates)."""
-    body, window, emit = split_clauses(statement)
-    if window is not None:
+    body, clauses = split_clauses(statement)
+    emit = clauses.emit
+    if clauses.window is not None:
         raise SqlError("WINDOW: a query over a table has no WINDOW; windows belong in "
                        "CREATE TABLE … AS SELECT")
     try:

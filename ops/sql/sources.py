@@ -4,19 +4,22 @@ its expressions may name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
 
-from ..columns import BATCH_COLUMN, ROW_COLUMN
-from ..errors import SqlError
+from ..columns import BATCH_COLUMN, ROW_COLUMN, SOURCE_COLUMN
+from ..errors import PipelineDefinitionError, SqlError
+from ..operators import JoinSide
 from ..operators.basic import Filter
 from ..operators.event_time import START
 from ..pipeline import Stream
 from ..readers import read as sp_read
 from ..sinks import TableSink
 from .catalog import Catalog, TableEntry
+from .clauses import within_of
 from .engine import Expressions
 from .names import Columns, Scope, Side, snippet
 from .statement import Statement
@@ -31,13 +34,15 @@ _UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
 class Input:
     """What ``FROM`` reads: its rows as a stream, their event time, their columns (one source,
     or two joined), and whether they are a table's changes (an aggregation takes rows back;
-    ``joined``: the changes of a table–table join, keyed by the join key)."""
+    ``joined``: the changes of a table–table join, keyed by the join key). ``kinds``: the
+    declared types of the columns whose type is known, whatever a batch's values are."""
 
     stream: Stream
     timestamp: str | None
     columns: Scope
     table: bool = False
     joined: tuple[str, ...] = ()
+    kinds: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,18 @@ class _Named:
         return Scope((Side(self.columns(), tuple(n.lower() for n in (self.name, self.alias) if n),
                            renamed),))
 
+    @property
+    def is_table(self) -> bool:
+        """A table: one an earlier statement made, or a stream of updates (``primary_key``)."""
+        return self.table is not None or bool(self.primary_key)
+
+    def kinds(self) -> dict[str, str]:
+        """The declared types of its columns, where known."""
+        if self.table is not None:
+            return dict(self.table.kinds)
+        assert self.stream is not None
+        return dict(self.stream.source.schema.fields) if columns_kept(self.stream) else {}
+
 
 def read_from(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> Input:
     """What ``FROM`` (and ``JOIN``) read, from the first catalog that has each name (see
@@ -86,13 +103,19 @@ def read_from(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> I
     if not isinstance(join.this, exp.Table):
         raise parsed.error(join, "JOIN", "JOIN must name a registered stream or table")
     right = _lookup(parsed, join.this, catalogs)
-    if left.table is None and right.table is not None and not left.primary_key:
-        return _stream_table_join(parsed, left, right, join, warehouse)
-    if left.table is not None and right.table is not None:
+    if parsed.within is not None and (left.is_table or right.is_table):
+        raise parsed.error(join, "JOIN", "WITHIN bounds a stream–stream join; a join with a "
+                           "table has none")
+    if left.is_table and right.is_table:
         return _table_table_join(parsed, left, right, join, warehouse)
-    raise parsed.error(join, "JOIN", "stream–stream joins (WITHIN) are not supported; join a "
-                       "stream to a table (CREATE TABLE … AS SELECT over the other stream "
-                       "first), or two tables")
+    if left.is_table:
+        raise parsed.error(join, "JOIN", f"{left.name} is a table and {right.name} a stream: a "
+                           "stream–table join reads the stream FROM and JOINs the table")
+    if right.table is not None:
+        return _stream_table_join(parsed, left, right, join, warehouse)
+    if right.primary_key:
+        return _stream_kept_table_join(parsed, left, right, join)
+    return _stream_stream_join(parsed, left, right, join)
 
 
 def _lookup(parsed: Statement, table: exp.Table, catalogs: tuple[Catalog, ...]) -> _Named:
@@ -115,12 +138,12 @@ def _read(parsed: Statement, named: _Named, warehouse: str | None) -> Input:
         return _table_source(parsed, named, warehouse)
     assert named.stream is not None
     if not named.primary_key:
-        return Input(named.stream, named.timestamp, named.scope())
+        return Input(named.stream, named.timestamp, named.scope(), kinds=named.kinds())
     columns = named.columns()
     key = [columns.find(column) or column for column in named.primary_key]
     rows = named.stream.as_table(*key, name=f"{named.name}_rows")
     return Input(rows.changes_as_rows(name=f"{named.name}_changes"), named.timestamp,
-                   named.scope(), table=True)
+                 named.scope(), table=True, kinds=named.kinds())
 
 
 def _changelog(entry: TableEntry, warehouse: str | None) -> Stream:
@@ -138,12 +161,13 @@ def _table_source(parsed: Statement, named: _Named, warehouse: str | None) -> In
     changelog = _changelog(entry, warehouse)
     if parsed.window is None:
         return Input(changelog.changes_as_rows(name=f"{entry.table}_changes"), None,
-                       named.scope(), table=True)
+                     named.scope(), table=True, kinds=named.kinds())
     if not entry.final:
         raise SqlError(f"WINDOW over table {entry.table}: its rows change as it updates; a "
                        "window reads each row once, so window a stream, or make "
                        f"{entry.table} a windowed table with EMIT FINAL")
-    return Input(changelog, START if START in entry.columns else None, named.scope())
+    return Input(changelog, START if START in entry.columns else None, named.scope(),
+                 kinds=named.kinds())
 
 
 def _join_columns(parsed: Statement, join: exp.Join, left: _Named,
@@ -172,10 +196,8 @@ def _stream_table_join(parsed: Statement, left: _Named, right: _Named, join: exp
     table's row for its key, as of the batch's plan."""
     table = right.table
     assert table is not None and left.stream is not None
-    how = {"": "inner", "INNER": "inner", "LEFT": "left"}.get(join.side or join.kind or "")
-    if how is None:
-        raise parsed.error(join, "JOIN", f"a stream–table join is JOIN or LEFT JOIN, not "
-                           f"{join.side or join.kind} JOIN")
+    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left"},
+               "a stream–table join is JOIN or LEFT JOIN")
     stream_column, table_column = _join_columns(parsed, join, left, right)
     if table.keys != (table_column,):
         raise parsed.error(join.args["on"], "JOIN", f"a stream–table join is ON the table's key "
@@ -194,39 +216,183 @@ def _stream_table_join(parsed: Statement, left: _Named, right: _Named, join: exp
     joined = stream.join_table(path, on=table_column, columns=values, how=how,
                                name=f"join_{table.table}")
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
-    return Input(joined, left.timestamp, scope)
+    return Input(joined, left.timestamp, scope, kinds=_joined_kinds(left, right, renamed))
+
+
+def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
+                            join: exp.Join) -> Input:
+    """``stream [LEFT] JOIN t ON stream.col = t.key`` over a TABLE of updates (``primary_key``,
+    or ``as_table``): ksqlDB's most common join. One pipeline reads both, keeps the table in
+    its state (see :class:`KeptTableJoin`) and enriches each event with its key's row as the
+    updates before it left it."""
+    assert left.stream is not None
+    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left"}, "a stream–table "
+               "join is JOIN or LEFT JOIN")
+    stream_column, table_column = _join_columns(parsed, join, left, right)
+    table = _updates(parsed, right, None)
+    if table.keys != (table_column,):
+        raise parsed.error(join.args["on"], "JOIN", f"a stream–table join is ON the table's key "
+                           f"{list(table.keys)}, not {table_column}")
+    if left.stream.operators:
+        raise parsed.error(join, "JOIN", f"{left.name} is a stream with operators; a join with "
+                           f"a TABLE of updates reads the stream as it is registered")
+    stream_columns = left.columns().names or ()
+    events = _merged(join, left.stream, table.updates)
+    if stream_column != table_column:
+        if table_column in stream_columns:
+            raise parsed.error(join.args["on"], "JOIN", f"the stream has a column {table_column} "
+                               "other than the join key; rename it in a CREATE STREAM first")
+        # the key in one column: the table's for its updates, the stream's column for events
+        events = events.map(_key_copy(left.stream.source.name, stream_column,
+                                      table_column).append_to, name=f"{right.name}_key")
+    renamed = tuple((c, f"{c}_table") for c in table.values if c in stream_columns)
+    times = None
+    if left.timestamp and right.timestamp:  # both have event times: rows are joined in their order
+        times = (left.columns().find(left.timestamp) or left.timestamp,
+                 right.columns().find(right.timestamp) or right.timestamp)
+    joined = events.join_kept_table(table_column, (table.source, table.values), how,
+                                    renamed=dict(renamed), times=times,
+                                    kinds=table.kinds, name=f"join_{right.name}")
+    scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
+    return Input(joined, left.timestamp, scope, kinds=_joined_kinds(left, right, renamed))
+
+
+def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join) -> Input:
+    """``a [LEFT|FULL OUTER] JOIN b WITHIN … ON a.k = b.k``: records of the two streams with
+    the same key and close event times (see :class:`StreamStreamJoin`). The key is emitted
+    under the left stream's name for it; a right column the left also has gets the right
+    stream's name as a suffix."""
+    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"},
+               "a stream–stream join is JOIN, LEFT JOIN or FULL OUTER JOIN")
+    if parsed.within is None:
+        raise parsed.error(join, "JOIN", "a stream–stream join needs a time bound: JOIN "
+                           f"{right.name} WITHIN 1 HOUR ON … (or WITHIN (before, after))")
+    within = within_of(parsed.within)
+    on, right_key = _join_columns(parsed, join, left, right)
+    columns, times = [], []
+    for side in (left, right):
+        names = side.columns().names
+        if names is None or side.stream is None or side.stream.operators:
+            raise SqlError(f"JOIN {side.name}: a stream–stream join keeps both streams' records, "
+                           "so each must be a reader with a declared schema and no operators")
+        if not side.timestamp:
+            raise SqlError(f"JOIN {side.name}: a stream–stream join needs each stream's event "
+                           f"time: sp.register({side.name!r}, …, timestamp='ts')")
+        columns.append(names)
+        times.append(side.columns().find(side.timestamp) or side.timestamp)
+    assert left.stream is not None and right.stream is not None
+    events = _merged(join, left.stream, right.stream)
+    if right_key != on:
+        if on in columns[1]:
+            raise parsed.error(join.args["on"], "JOIN", f"{right.name} has a column {on} other "
+                               "than its join key; rename it in a CREATE STREAM first")
+        events = events.map(_key_copy(right.stream.source.name, right_key, on).append_to,
+                            name=f"{right.name}_key")
+    suffix = (right.alias or right.name).lower()
+    renamed = tuple((c, f"{c}_{suffix}") for c in columns[1] if c in columns[0] and c != on)
+    shown = dict(renamed)
+    sides = (JoinSide(left.stream.source.name, tuple((c, c) for c in columns[0] if c != on), times[0]),
+             JoinSide(right.stream.source.name,
+                      tuple((c, shown.get(c, c)) for c in columns[1] if c != on), times[1]))
+    kinds = _joined_kinds(left, right, renamed)
+    joined = events.join_within(on, *sides, before=within.before, after=within.after,
+                                grace=within.grace, how=how, kinds=kinds,
+                                name=f"join_{left.name}_{right.name}")
+    scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
+    return Input(joined, times[0], scope, kinds=kinds)
+
+
+def _key_copy(source: str, key: str, into: str) -> Expressions:
+    """Column ``into`` holding the join key of every row: ``key`` for ``source``'s rows."""
+    return Expressions.of([(into, exp.Case(
+        ifs=[exp.If(this=exp.EQ(this=exp.column(SOURCE_COLUMN, quoted=True),
+                                expression=exp.Literal.string(source)),
+                    true=exp.column(key, quoted=True))],
+        default=exp.column(into, quoted=True)))])
+
+
+def _joined_kinds(left: _Named, right: _Named,
+                  renamed: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The declared types of a stream–table join's columns: the stream's, then the table's
+    (under the names they are emitted as)."""
+    names = dict(renamed)
+    return {**left.kinds(), **{names.get(c, c): kind for c, kind in right.kinds().items()
+                               if names.get(c, c) not in left.kinds()}}
+
+
+@dataclass(frozen=True)
+class _Updates:
+    """A table as a stream of its rows' updates, from a reader (merged with another's before
+    any operator): its source's name, key, value columns and their declared types."""
+
+    updates: Stream
+    source: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    kinds: dict[str, str]
+
+
+def _updates(parsed: Statement, named: _Named, warehouse: str | None) -> _Updates:
+    """``named`` (a table an earlier statement made, or a TABLE of updates) as its updates:
+    the changelog of the first, the registered stream of the second."""
+    if named.table is not None:
+        entry = named.table
+        return _Updates(_changelog(entry, warehouse), entry.table, entry.keys,
+                        tuple(c for c in entry.columns if c not in entry.keys), named.kinds())
+    assert named.stream is not None
+    columns = named.columns()
+    if columns.names is None or named.stream.operators:
+        raise SqlError(f"JOIN {named.name}: a join keeps the table from its updates, so the "
+                       f"stream registered as {named.name} must be a reader with a declared "
+                       "schema (schema={...}) and no operators")
+    keys = tuple(columns.find(column) or column for column in named.primary_key)
+    return _Updates(named.stream, named.stream.source.name, keys,
+                    tuple(c for c in columns.names if c not in keys), named.kinds())
+
+
+def _merged(join: exp.Join, first: Stream, second: Stream) -> Stream:
+    """One stream of both sides' rows, for a join that keeps state of both."""
+    try:
+        return first.merge(second)
+    except PipelineDefinitionError as exc:
+        raise SqlError(f"JOIN {snippet(join)}: {exc}") from None
+
+
+def _how(parsed: Statement, join: exp.Join, kinds: Mapping[str, str], expected: str) -> str:
+    how = kinds.get(join.side or join.kind or "")
+    if how is None:
+        raise parsed.error(join, "JOIN", f"{expected}, not {join.side or join.kind} JOIN")
+    return how
 
 
 def _table_table_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join,
                       warehouse: str | None) -> Input:
     """``table [LEFT|FULL OUTER] JOIN table ON a.key = b.key``: a table of the two, changed
-    whenever either side changes (see :class:`TableTableJoin`)."""
-    assert left.table is not None and right.table is not None
-    how = {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"}.get(
-        join.side or join.kind or "")
-    if how is None:
-        raise parsed.error(join, "JOIN", "a table–table join is JOIN, LEFT JOIN or FULL OUTER JOIN")
+    whenever either side changes (see :class:`TableTableJoin`). Each side is a table an
+    earlier statement made (read from its changelog) or a TABLE of updates."""
+    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"},
+               "a table–table join is JOIN, LEFT JOIN or FULL OUTER JOIN")
     left_key, right_key = _join_columns(parsed, join, left, right)
-    if left.table.keys != (left_key,) or right.table.keys != (right_key,):
+    if parsed.window is not None:
+        raise SqlError("WINDOW: a table–table join has no window")
+    sides = (_updates(parsed, left, warehouse), _updates(parsed, right, warehouse))
+    if sides[0].keys != (left_key,) or sides[1].keys != (right_key,):
         raise parsed.error(join.args["on"], "JOIN", "a table–table join is ON both tables' keys "
-                           f"({list(left.table.keys)}, {list(right.table.keys)})")
+                           f"({list(sides[0].keys)}, {list(sides[1].keys)})")
     if left_key != right_key:
         raise parsed.error(join.args["on"], "JOIN", f"the keys are named {left_key} and "
                            f"{right_key}: name them alike (as in the statements that made them)")
-    left_values = tuple(c for c in left.table.columns if c != left_key)
-    right_values = tuple(c for c in right.table.columns if c != right_key)
-    clash = sorted(set(left_values) & set(right_values))
+    clash = sorted(set(sides[0].values) & set(sides[1].values))
     if clash:
         raise parsed.error(join, "JOIN", f"both tables have columns {clash}; name them apart in "
                            "the statements that made them")
-    if parsed.window is not None:
-        raise SqlError("WINDOW: a table–table join has no window")
-    merged = _changelog(left.table, warehouse).merge(_changelog(right.table, warehouse))
-    joined = merged.join_tables(on=left_key, left=(left.table.table, left_values),
-                                right=(right.table.table, right_values), how=how,
-                                name=f"join_{left.table.table}_{right.table.table}")
+    kinds = {**sides[1].kinds, **sides[0].kinds}
+    merged = _merged(join, sides[0].updates, sides[1].updates)
+    joined = merged.join_tables(on=left_key, left=(sides[0].source, sides[0].values),
+                                right=(sides[1].source, sides[1].values), how=how,
+                                name=f"join_{sides[0].source}_{sides[1].source}", kinds=kinds)
     scope = Scope((*left.scope().sides, *right.scope().sides))
-    return Input(joined, None, scope, table=True, joined=(left_key,))
+    return Input(joined, None, scope, table=True, joined=(left_key,), kinds=kinds)
 
 
 def _first(value: Any) -> exp.Expression:

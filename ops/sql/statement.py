@@ -18,7 +18,8 @@ from .names import located, snippet
 @dataclass(frozen=True)
 class Statement:
     """A parsed ``CREATE TABLE|STREAM <name> AS SELECT …``: ``text`` is the user's statement
-    (positions in errors refer to it), ``window`` the WINDOW clause's tokens."""
+    (positions in errors refer to it), ``window`` the WINDOW clause's tokens, ``within`` a
+    join's WITHIN clause's."""
 
     text: str
     kind: str
@@ -26,6 +27,7 @@ class Statement:
     select: exp.Select
     window: list | None
     emit: str
+    within: list | None = None
 
     def error(self, node: exp.Expression | None, clause: str, message: str) -> SqlError:
         return located(self.text, node, clause, message)
@@ -33,7 +35,7 @@ class Statement:
 
 def parse(statement: str) -> Statement:
     """The statement read with sqlglot, ksqlDB's own clauses set aside (see ``clauses``)."""
-    body, window, emit = split_clauses(statement)
+    body, clauses = split_clauses(statement)
     words = [t for t in Tokenizer().tokenize(body)][:3]
     kind = words[1].text.upper() if len(words) > 1 and words[0].text.upper() == "CREATE" else ""
     if kind == "STREAM":  # sqlglot knows CREATE TABLE only: same length, so positions hold
@@ -53,7 +55,8 @@ def parse(statement: str) -> Statement:
         raise located(statement, prop, "WITH", f"unsupported property {snippet(prop)}: the "
                       "result is the Delta table named after CREATE, under the warehouse")
     name = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
-    return Statement(statement, kind, name, create.expression, window, emit or "CHANGES")
+    return Statement(statement, kind, name, create.expression, clauses.window,
+                     clauses.emit or "CHANGES", clauses.within)
 
 
 def syntax_error(text: str, exc: ParseError) -> SqlError:
