@@ -400,3 +400,22 @@ def test_avg_over_a_table_follows_each_update_across_restarts():
         out = run.feed(*[{"ID": i, "REGION": r, "SCORE": v} for i, r, v in rows])
         assert values(out, "REGION", "mean") == expected
         run.restart()
+
+
+def test_a_column_null_in_every_row_of_a_batch_keeps_its_declared_type():
+    """A table made by sp.sql read back from its changelog: a batch whose names are all null
+    arrives as pandas' NaN column; the name is still a string to DuckDB (it was a double, and
+    LENGTH failed to bind), because the table's column types come from its statement."""
+    catalog = sp.Catalog()
+    catalog.register("people", sp.read.from_callback("people", schema={"id": "string", "name": "string"}))
+    sp.sql("CREATE TABLE names AS SELECT id, LATEST_BY_OFFSET(name, FALSE) AS name FROM people "
+           "GROUP BY id", catalog=catalog)
+    assert dict(catalog.table("names").kinds) == {"id": "string", "name": "string"}
+    run = Run(sp.sql("CREATE TABLE lengths AS SELECT COALESCE(LENGTH(name), -1) AS length, "
+                     "COUNT(*) AS n FROM names GROUP BY COALESCE(LENGTH(name), -1)", catalog=catalog))
+    changes = {"_change": ["insert", "insert"], "_old": [None, None]}
+    first = run.feed(id=["a", "b"], name=[float("nan")] * 2, **changes)
+    assert values(first, "length", "n") == [(-1, 2)]
+    run.restart()
+    second = run.feed(id=["a"], name=["Ann"], _change=["update"], _old=['{"name": null}'])
+    assert values(second, "length", "n") == [(-1, 1), (3, 1)]
