@@ -220,9 +220,12 @@ class Stream:
         ``after`` later than a left one (ksqlDB's ``WITHIN``). ``how``: ``inner``, ``left`` or
         ``outer`` (unmatched records emitted once no on-time record can match them); records
         later than ``grace`` are dropped. See :class:`StreamStreamJoin`."""
-        op = StreamStreamJoin(name=self._name_for(name, "stream_join"), on=on, left=left,
-                              right=right, before_ms=_ms(before), after_ms=_ms(after),
-                              grace_ms=_ms(grace), how=how, kinds=tuple((kinds or {}).items()))
+        named = self._name_for(name, "stream_join")
+        op = StreamStreamJoin(name=named, on=on, left=left, right=right,
+                              before_ms=_duration(named, "before", before),
+                              after_ms=_duration(named, "after", after),
+                              grace_ms=_duration(named, "grace", grace), how=how,
+                              kinds=tuple((kinds or {}).items()))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def as_table(self, *keys: str, name: str | None = None) -> Stream:
@@ -547,18 +550,20 @@ class WindowedStream:
             **aggs: Agg) -> Stream:
         """Aggregates per key and window; ``emit="final"`` emits each window once, closed;
         ``having`` hides windows that fail it; ``per_record`` emits a change per input row
-        (``changes`` mode). Sessions take neither ``having`` nor ``per_record``."""
+        (``changes`` mode)."""
         return self.aggregate(aggs, emit=emit, name=name, having=having, per_record=per_record)
 
     def aggregate(self, aggs: Mapping[str, Agg], *, emit: str = "changes", name: str | None = None,
                   having: Callable[[pd.DataFrame], Any] | None = None,
-                  per_record: bool = False) -> Stream:
-        """:meth:`agg` with the aggregates in a mapping (see :meth:`GroupedStream.aggregate`)."""
+                  per_record: bool = False, progress: str | None = None) -> Stream:
+        """:meth:`agg` with the aggregates in a mapping (see :meth:`GroupedStream.aggregate`);
+        ``progress``: a column whose largest value stream time reaches after each batch (see
+        :class:`EventTimeAggregate`), for windows over a FINAL tumbling table's rows."""
         _check_aggs(aggs)
         kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
         op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
                   window=self.window, aggs=self.stream.typed(aggs), emit=emit, having=having,
-                  per_record=per_record)
+                  per_record=per_record, progress=progress)
         return self.stream.via(op)
 
 
@@ -579,10 +584,10 @@ def _duration(operator: str, name: str, value: Any) -> int:
         ms = value if isinstance(value, int) else int(pd.Timedelta(value) / pd.Timedelta("1ms"))
     except (ValueError, TypeError):
         raise PipelineDefinitionError(
-            f"map {operator!r}: {name}={value!r} is not a duration (use '30s', '1h', a "
+            f"operator {operator!r}: {name}={value!r} is not a duration (use '30s', '1h', a "
             "timedelta or milliseconds)") from None
     if ms < 0 or (name == "ttl" and ms == 0):
-        raise PipelineDefinitionError(f"map {operator!r}: {name}={value!r} must be positive")
+        raise PipelineDefinitionError(f"operator {operator!r}: {name}={value!r} must be positive")
     return ms
 
 
@@ -597,11 +602,3 @@ def _check_aggs(aggs: Mapping[str, Any]) -> None:
 def hook_key(hook: Hooks) -> str:
     """Where a pipeline-wide hook's marker is stored: its ``marker_key``, else its class name."""
     return hook.marker_key or type(hook).__name__
-
-
-def _ms(duration: str) -> int:
-    """A duration (``"10s"``, ``"1h"``) in milliseconds; a bad one is a definition error."""
-    try:
-        return int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
-    except (ValueError, TypeError):
-        raise PipelineDefinitionError(f"{duration!r} is not a duration such as '10s' or '1h'") from None

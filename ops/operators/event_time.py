@@ -51,6 +51,12 @@ class EventTimeAggregate(Operator):
     having: Callable[[pd.DataFrame], Any] | None = None
     #: ``changes`` mode: a change per input row, not per window per batch (see GroupAggregate)
     per_record: bool = False
+    #: a column whose largest value in a batch stream time has surely reached after it (a FINAL
+    #: tumbling table's ``window_end``: its window was emitted once the upstream's stream time
+    #: passed it, and every later row starts there or after). It moves stream time at the end
+    #: of the batch only, never a row's lateness, so a window downstream closes in the batch
+    #: where the upstream closes its last part, as Spark's chained windows do.
+    progress: str | None = None
 
     @property
     def one_change_per_key(self) -> bool:
@@ -102,7 +108,18 @@ class EventTimeAggregate(Operator):
         if self.name in scope.stream_time:  # measured by the runtime over the whole batch
             return (events[STREAM_TIME_COLUMN].to_numpy(dtype="int64"),
                     scope.stream_time[self.name])
-        return running_max_before(ms, clock["time"])
+        before, after = running_max_before(ms, clock["time"])
+        return before, self.progressed(events, after)
+
+    def progressed(self, frame: pd.DataFrame, time: int | None) -> int | None:
+        """Stream time ``time`` moved to the largest :attr:`progress` value in ``frame``."""
+        if self.progress is None or self.progress not in frame.columns:
+            return time
+        reached = frame[self.progress].dropna()
+        if reached.empty:
+            return time
+        latest = int(epoch_ms(reached).max())
+        return latest if time is None else max(time, latest)
 
     def open_keys(self, store: OperatorState) -> list:
         """The keys of the operator's open windows (or sessions): all it holds but its clock."""

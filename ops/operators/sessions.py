@@ -11,7 +11,7 @@ from state import OperatorState
 
 from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
-from ..errors import PipelineDefinitionError
+from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
 from .event_time import END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
 from .grouped import nullable_array, without_nulls
@@ -41,18 +41,27 @@ class SessionAggregate(EventTimeAggregate):
     them (merging sessions it bridges); otherwise it opens a session ``[ts, ts]``, unless that
     would already be closed (``ts + gap + grace <= stream time``): then it is late, dropped and
     counted. A session closes when ``end + gap + grace <= stream time``. ``window_start`` and
-    ``window_end`` are the first and last event times (both inclusive, as in ksqlDB). In
-    ``changes`` mode a merge deletes the rows of the sessions it absorbed. Records are folded one
-    by one (sessions are inherently sequential), so this operator is not vectorized.
+    ``window_end`` are the first and last event times (both inclusive, as in ksqlDB). Records
+    are folded one by one (sessions are inherently sequential), so this operator is not
+    vectorized.
+
+    ``changes`` mode, as ksqlDB's changelog: when a record grows or merges sessions, each shown
+    session it replaces gets a tombstone (a delete carrying its old start and end) before the
+    row of the session that replaces it (a session whose start and end stay is only updated).
+    Per batch, or with ``per_record`` for every record. ``having`` hides sessions that fail it;
+    a shown one that stops passing gets a tombstone. ``final`` emits each session once, when it
+    closes, if it passes ``having``.
     """
+
+    @property
+    def one_change_per_key(self) -> bool:
+        # a session that grows keeps its start: its tombstone and new row share the table key
+        return self.emit == "final"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if any(agg.kind == "udf" for _, agg in self.aggs):
             raise PipelineDefinitionError("user aggregates cannot merge sessions; use the built-in ones")
-        if self.having is not None or self.per_record:
-            raise PipelineDefinitionError("HAVING and per-record emission are not supported with "
-                                          "session windows")
 
     def state_key(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(values)  # a key's sessions are kept under the tuple of its key columns
@@ -67,12 +76,10 @@ class SessionAggregate(EventTimeAggregate):
         before, time = self.stream_times(scope, frame, ms, clock)
         keys = [tuple(to_python(v) for v in row) for row in frame[list(self.keys)].itertuples(index=False)]
         unique = list(dict.fromkeys(keys))
-        sessions = dict(zip(unique, store.get_values(unique)))
+        sessions = {key: held or [] for key, held in zip(unique, store.get_values(unique))}
         gap, grace = to_ms(self.window.gap), to_ms(self.window.grace)
-        late, changes = 0, []
+        late, steps = 0, []
         for key, ts, now, row in zip(keys, ms.tolist(), before.tolist(), frame.to_dict("records")):
-            if sessions[key] is None:
-                sessions[key] = []
             # sessions closed by stream time (even if not yet emitted) take no more records, so
             # the outcome does not depend on where batches were cut
             touching = [s for s in sessions[key] if s[0] - gap <= ts <= s[1] + gap
@@ -84,16 +91,15 @@ class SessionAggregate(EventTimeAggregate):
             for old in sorted(touching):
                 acc = old[2] if acc is None else self._merge(acc, old[2])
                 sessions[key].remove(old)
-                changes.append(("delete", key, old))
             merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
-                      self._add(acc, row)]
+                      self._add(acc, row), False]  # shown: not yet
             sessions[key].append(merged)
-            changes.append(("upsert", key, merged))
-        finals = self._close(store, sessions, time, gap + grace)
-        for key, value in sessions.items():
+            steps.append((key, sorted(touching), merged))
+        finals = self._close(scope, store, sessions, time, gap + grace)
+        rows = self._changes(scope, steps) if self.emit == "changes" else finals
+        for key, value in sessions.items():  # after the changes: they mark what is shown
             store.set(key, value) if value else store.delete(key)
         self.tick(scope, store, clock, time, late)
-        rows = self._rows(changes) if self.emit == "changes" else finals
         columns = [*self.keys, START, END, *(n for n, _ in self.aggs), CHANGE_COLUMN, OLD_COLUMN]
         out = pd.DataFrame(rows, columns=columns)
         for name, agg in self.aggs:  # nullable dtypes, as the other aggregations emit
@@ -118,26 +124,53 @@ class SessionAggregate(EventTimeAggregate):
     def _values(self, acc: dict) -> dict:
         return {name: agg.result(acc.get(name)) for name, agg in self.aggs}
 
-    def _rows(self, changes: list) -> list[dict]:
-        """Net changes of the batch: sessions absorbed by a later merge show as deletes only,
-        each carrying the old session's start and end (ksqlDB's tombstone), before the rows of
-        the sessions that replace them."""
-        final: dict[tuple, tuple] = {}
-        for change, key, sess in changes:
-            final[(key, sess[0])] = (change, key, sess)
+    def _changes(self, scope: BatchScope, steps: list[tuple]) -> list[dict]:
+        """The change rows of a batch's steps (key, sessions a record replaced, the session it
+        made): one per record with ``per_record``, else the batch's net changes, where only
+        what was shown before the batch gets tombstones and only the sessions the batch ends
+        with get rows."""
+        steps = [(key, replaced, [made]) for key, replaced, made in steps] if self.per_record \
+            else _net(steps)
+        passing = iter(self._passes(scope, [(key, made) for key, _, made_all in steps
+                                            for made in made_all]))
         rows = []
-        for change, key, sess in sorted(final.values(), key=lambda item: item[0] != "delete"):
-            values = self._values(sess[2]) if change == "upsert" else {n: None for n, _ in self.aggs}
-            rows.append({**dict(zip(self.keys, key)), START: sess[0], END: sess[1], **values,
-                         CHANGE_COLUMN: "update" if change == "upsert" else "delete",
-                         OLD_COLUMN: None})
+        for key, replaced, made_all in steps:
+            kept = {(made[0], made[1]) for made in made_all}
+            shown_before = {(old[0], old[1]) for old in replaced if _shown(old)}
+            rows += [self._row(key, old, "delete") for old in replaced
+                     if _shown(old) and (old[0], old[1]) not in kept]
+            for made in made_all:
+                made[3] = next(passing)
+                if made[3]:
+                    rows.append(self._row(key, made, "update"))
+                elif (made[0], made[1]) in shown_before:  # it stopped passing HAVING
+                    rows.append(self._row(key, made, "delete"))
         return rows
 
-    def _close(self, store: OperatorState, sessions: dict, time: int | None,
+    def _row(self, key: tuple, sess: list, change: str) -> dict:
+        values = self._values(sess[2]) if change != "delete" else {n: None for n, _ in self.aggs}
+        return {**dict(zip(self.keys, key)), START: sess[0], END: sess[1], **values,
+                CHANGE_COLUMN: change, OLD_COLUMN: None}
+
+    def _passes(self, scope: BatchScope, sessions: list[tuple[tuple, list]]) -> list[bool]:
+        """Whether each (key, session) passes ``having`` (all do without one)."""
+        if self.having is None or not sessions:
+            return [True] * len(sessions)
+        frame = pd.DataFrame([{**dict(zip(self.keys, key)), START: sess[0], END: sess[1],
+                               **self._values(sess[2])} for key, sess in sessions])
+        frame = timestamps(frame.assign(**{name: nullable_array(agg, frame[name].tolist())
+                                           for name, agg in self.aggs}))
+        try:
+            return [bool(v) for v in pd.Series(self.having(frame)).fillna(False)]
+        except Exception as exc:
+            raise OperatorError(
+                f"{scope.where(self.name)}: HAVING failed: {type(exc).__name__}: {exc}") from exc
+
+    def _close(self, scope: BatchScope, store: OperatorState, sessions: dict, time: int | None,
                wait: int) -> list[dict]:
-        """Final rows of the sessions stream time closed (any key's, not only the batch's);
-        they leave ``sessions``, which then holds every key the batch changed."""
-        rows = []
+        """Final rows of the sessions stream time closed (any key's, not only the batch's) that
+        pass ``having``; they leave ``sessions``, which then holds every key the batch changed."""
+        closed = []
         for key in sorted(set(self.open_keys(store)) | set(sessions)):
             held = sessions.get(key)
             if held is None:
@@ -145,7 +178,26 @@ class SessionAggregate(EventTimeAggregate):
             for sess in sorted(held):
                 if time is not None and sess[1] + wait <= time:
                     held.remove(sess)
-                    rows.append({**dict(zip(self.keys, key)), START: sess[0], END: sess[1],
-                                 **self._values(sess[2]), CHANGE_COLUMN: "insert", OLD_COLUMN: None})
-        return rows
+                    closed.append((key, sess))
+        passing = self._passes(scope, closed) if self.emit == "final" else [False] * len(closed)
+        return [self._row(key, sess, "insert") for (key, sess), shown in zip(closed, passing) if shown]
 
+
+def _shown(sess: list) -> bool:
+    """Whether a kept session's row is in the table (state written before HAVING was
+    possible has no flag: every session was shown)."""
+    return bool(sess[3]) if len(sess) > 3 else True
+
+
+def _net(steps: list[tuple]) -> list[tuple]:
+    """A batch's steps as one per key: the sessions it held before the batch that the batch
+    replaced, and the sessions the batch made that it still holds (in the order made)."""
+    made_ids = {id(made) for _, _, made in steps}
+    by_key: dict[tuple, tuple[list, list]] = {}
+    replaced_ids = {id(old) for _, replaced, _ in steps for old in replaced}
+    for key, replaced, made in steps:
+        before, after = by_key.setdefault(key, ([], []))
+        before += [old for old in replaced if id(old) not in made_ids]
+        if id(made) not in replaced_ids:
+            after.append(made)
+    return [(key, sorted(before), after) for key, (before, after) in by_key.items()]

@@ -367,15 +367,19 @@ def _measure_stream_time(output: StageOutput, task: TaskSpec, clock: StateStore)
                          .sortWithinPartitions(ORDER_COLUMN)
                          .withColumn(PART_COLUMN, F.spark_partition_id()))
     latest: dict[int, int] = {}
-    for part, time in ranged.mapInPandas(lambda chunks: _latest_times(chunks, operator),
-                                         "part int, latest long").collect():
+    progress: int | None = None
+    for part, time, reached in ranged.mapInPandas(lambda chunks: _latest_times(chunks, operator),
+                                                  "part int, latest long, reached long").collect():
         latest[part] = max(latest.get(part, NO_TIME), time)
+        progress = progress if reached is None else max(progress or NO_TIME, reached)
     starts, running = {}, NO_TIME if held["time"] is None else held["time"]
     for part in sorted(latest):
         starts[part], running = running, max(running, latest[part])
     schema = StructType([*output.rows.schema.fields, StructField(STREAM_TIME_COLUMN, LongType())])
     output.rows = ranged.mapInPandas(lambda chunks: _stamped(chunks, operator, starts), schema)
     after = None if running == NO_TIME else running
+    if progress is not None:  # the operator's progress column (see EventTimeAggregate)
+        after = progress if after is None else max(after, progress)
     return replace(task, stream_time={operator.name: after})
 
 
@@ -511,11 +515,14 @@ def _owned(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFr
 
 def _latest_times(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate
                   ) -> Iterator[pd.DataFrame]:
-    """Per chunk of a range partition: its number and its largest event time."""
+    """Per chunk of a range partition: its number, its largest event time and the stream time
+    its progress column says was reached (``None`` without one)."""
     for chunk in chunks:
         if len(chunk):
             yield pd.DataFrame({"part": [int(chunk[PART_COLUMN].iloc[0])],
-                                "latest": [int(operator.event_ms(chunk).max())]})
+                                "latest": [int(operator.event_ms(chunk).max())],
+                                "reached": pd.array([operator.progressed(chunk, None)],
+                                                    dtype="Int64")})
 
 
 def _stamped(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate,

@@ -175,7 +175,7 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
                            "sp.register(name, stream, timestamp='ts')")
         changes = grouped.window(window).aggregate(
             aggs, emit=parsed.emit.lower(), having=having_fn, name=f"{parsed.name}_window",
-            per_record=per_record and parsed.emit == "CHANGES")
+            per_record=per_record and parsed.emit == "CHANGES", progress=source.progress)
         table_keys = (*keys, START)
     outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
     kinds = {**{key: declared[key] for key in keys if key in declared},

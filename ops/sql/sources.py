@@ -14,8 +14,9 @@ from ..columns import BATCH_COLUMN, ROW_COLUMN, SOURCE_COLUMN
 from ..errors import PipelineDefinitionError, SqlError
 from ..operators import JoinSide
 from ..operators.basic import Filter
-from ..operators.event_time import START
-from ..pipeline import Stream
+from ..operators.event_time import END, START
+from ..operators.windows import WindowAggregate
+from ..pipeline import Pipeline, Stream
 from ..readers import read as sp_read
 from ..sinks import TableSink
 from .catalog import Catalog, TableEntry
@@ -43,6 +44,8 @@ class Input:
     table: bool = False
     joined: tuple[str, ...] = ()
     kinds: Mapping[str, str] = field(default_factory=dict)
+    #: a column whose largest value stream time surely reached (see EventTimeAggregate.progress)
+    progress: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,14 @@ def _table_source(parsed: Statement, named: _Named, warehouse: str | None) -> In
                        "window reads each row once, so window a stream, or make "
                        f"{entry.table} a windowed table with EMIT FINAL")
     return Input(changelog, START if START in entry.columns else None, named.scope(),
-                 kinds=named.kinds())
+                 kinds=named.kinds(), progress=END if _tumbling(entry.pipeline) else None)
+
+
+def _tumbling(pipeline: Pipeline) -> bool:
+    """Whether ``pipeline`` aggregates tumbling windows: each of its final rows says the
+    stream time its window's end (plus grace) was reached, and later rows start after it."""
+    return any(isinstance(op, WindowAggregate) and op.window.advance == op.window.size
+               for op in pipeline.stream.operators)
 
 
 def _join_columns(parsed: Statement, join: exp.Join, left: _Named,

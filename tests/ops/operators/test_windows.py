@@ -23,9 +23,11 @@ class Feeder:
     """Runs one window (or session) operator over batches with in-memory state (nothing
     checkpointed) and returns each batch's rows as tuples, nulls as None."""
 
-    def __init__(self, window, emit="changes", kind=sp.WindowAggregate, **aggs):
+    def __init__(self, window, emit="changes", kind=sp.WindowAggregate, having=None,
+                 per_record=False, **aggs):
         self.op = kind(name="w", keys=("k",), window=window,
-                       aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit)
+                       aggs=tuple((aggs or {"n": sp.count()}).items()), emit=emit,
+                       having=having, per_record=per_record)
         self.store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
         self.batch = 0
 
@@ -170,10 +172,52 @@ def test_sessions_grow_merge_and_close():
     feeder = SessionFeeder(sp.session("ts", "1min", grace="2min"), total=sp.sum_("x"))
     assert feeder.feed(events(("a", "00:00:00", 1), ("a", "00:00:30", 2), ("a", "00:02:00", 4))) == [
         ("a", "00:00:00", "00:00:30", 3, "update"), ("a", "00:02:00", "00:02:00", 4, "update")]
-    # 00:01:15 is within a minute of both sessions: they merge. As in ksqlDB, the absorbed
-    # session's tombstone (its start and end) comes before the merged session's row
+    # 00:01:15 is within a minute of both sessions: they merge. As in ksqlDB, each absorbed
+    # session's tombstone (its start and end) comes before the merged session's row, the one
+    # whose start the merged session keeps too
     assert feeder.feed(events(("a", "00:01:15", 8))) == [
-        ("a", "00:02:00", "00:02:00", None, "delete"), ("a", "00:00:00", "00:02:00", 15, "update")]
+        ("a", "00:00:00", "00:00:30", None, "delete"), ("a", "00:02:00", "00:02:00", None, "delete"),
+        ("a", "00:00:00", "00:02:00", 15, "update")]
+    # a record inside a session changes its values only: an update, no tombstone
+    assert feeder.feed(events(("a", "00:01:00", 1))) == [("a", "00:00:00", "00:02:00", 16, "update")]
+
+
+def test_sessions_out_of_order_merge_tombstones_every_replaced_session_per_batch_or_record():
+    """Out of order: 00:03:00 and 00:00:00 open two sessions, 00:01:30 then bridges them. Per
+    batch, only what was shown before the batch gets a tombstone; per record, every step."""
+    rows = (("a", "00:03:00", 1), ("a", "00:00:00", 2), ("a", "00:01:30", 4))
+    per_batch = SessionFeeder(sp.session("ts", "2min", grace="5min"), total=sp.sum_("x"))
+    assert per_batch.feed(events(*rows[:2])) == [
+        ("a", "00:03:00", "00:03:00", 1, "update"), ("a", "00:00:00", "00:00:00", 2, "update")]
+    assert per_batch.feed(events(rows[2])) == [
+        ("a", "00:00:00", "00:00:00", None, "delete"), ("a", "00:03:00", "00:03:00", None, "delete"),
+        ("a", "00:00:00", "00:03:00", 7, "update")]
+    per_record = Feeder(sp.session("ts", "2min", grace="5min"), kind=sp.SessionAggregate,
+                        per_record=True, total=sp.sum_("x"))
+    assert per_record.feed(events(*rows)) == [
+        ("a", "00:03:00", "00:03:00", 1, "update"), ("a", "00:00:00", "00:00:00", 2, "update"),
+        ("a", "00:00:00", "00:00:00", None, "delete"), ("a", "00:03:00", "00:03:00", None, "delete"),
+        ("a", "00:00:00", "00:03:00", 7, "update")]
+
+
+def test_session_having_hides_sessions_and_tombstones_one_that_stops_passing():
+    def big(values):
+        return values["total"] >= 3
+
+    changes = Feeder(sp.session("ts", "1min", grace="5min"), kind=sp.SessionAggregate,
+                     having=big, total=sp.sum_("x"))
+    assert changes.feed(events(("a", "00:00:00", 1), ("b", "00:00:00", 5))) == [
+        ("b", "00:00:00", "00:00:00", 5, "update")]
+    assert changes.feed(events(("a", "00:00:30", 2), ("b", "00:00:20", -4))) == [
+        ("a", "00:00:00", "00:00:30", 3, "update"),     # a passes now
+        ("b", "00:00:00", "00:00:00", None, "delete"),  # b's shown row goes; its new one fails
+    ]
+    # within a's session: the same window, and it fails now: its row goes
+    assert changes.feed(events(("a", "00:00:10", -3))) == [("a", "00:00:00", "00:00:30", None, "delete")]
+    final = Feeder(sp.session("ts", "1min"), emit="final", kind=sp.SessionAggregate,
+                   having=big, total=sp.sum_("x"))
+    final.feed(events(("a", "00:00:00", 1), ("b", "00:00:00", 5)))
+    assert final.feed(events(("c", "00:05:00", 1))) == [("b", "00:00:00", "00:00:00", 5, "insert")]
 
 
 def test_session_final_and_late_records(caplog):

@@ -419,3 +419,24 @@ def test_a_column_null_in_every_row_of_a_batch_keeps_its_declared_type():
     run.restart()
     second = run.feed(id=["a"], name=["Ann"], _change=["update"], _old=['{"name": null}'])
     assert values(second, "length", "n") == [(-1, 1), (3, 1)]
+
+
+def test_session_windows_with_having_and_per_record_emission_across_a_restart():
+    """ksqlDB's sessions: HAVING hides a session (its row goes when it stops passing), and
+    without the record cache every record's merge emits the replaced sessions' tombstones,
+    then the merged session."""
+    def at(second):
+        return pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=second)
+
+    statement = ("CREATE TABLE visits AS SELECT id, COUNT(*) AS n FROM orders "
+                 "WINDOW SESSION (60 SECONDS, GRACE PERIOD 10 MINUTES) GROUP BY id HAVING COUNT(*) >= 2")
+    schema = {"ID": "string", "TS": "timestamp"}
+    run = table(statement, schema=schema, timestamp="ts", emit_changes="per_record")
+    out = run.feed({"ID": "a", "TS": at(0)}, {"ID": "a", "TS": at(150)}, {"ID": "a", "TS": at(30)})
+    # 0 and 150 are sessions of one (hidden); 30 joins the first: two records, shown
+    assert values(out, "ID", "n", "_change") == [("a", 2, "update")]
+    run.restart()
+    out = run.feed({"ID": "a", "TS": at(90)})  # bridges [0, 30] and [150, 150]
+    assert [(r["_change"], r["window_start"].second + 60 * r["window_start"].minute, r["n"])
+            for r in out.to_dict("records")] == [("delete", 0, None), ("update", 0, 4)]
+    assert values(out, "window_end")[0][0] == at(30)  # the tombstone carries the old end

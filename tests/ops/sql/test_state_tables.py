@@ -231,7 +231,10 @@ def test_a_table_over_another_tables_changelog_retracts_and_resumes(spark, wareh
         ("east", 2, "insert"), ("east", 1, "update"), ("west", 1, "insert")]
 
 
-def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse):
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse, mode):
+    """The coarse window closes in the batch where the fine one closes its last part (Spark's
+    chained windows in append mode): a FINAL tumbling window's end is stream time reached."""
     catalog = sp.Catalog()
     catalog.register("hits", sp.read.from_callback("hits", schema={"page": "string", "ts": "timestamp"}),
                      timestamp="ts")
@@ -240,7 +243,7 @@ def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse):
                   catalog=catalog)
     coarse = sp.sql("CREATE TABLE hits_10s AS SELECT page, SUM(n) AS n FROM hits_5s "
                     "WINDOW TUMBLING (SIZE 10 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY page EMIT FINAL",
-                    catalog=catalog, warehouse=warehouse)
+                    catalog=catalog, warehouse=warehouse).with_mode(mode)
     base = pd.Timestamp("2026-01-01", tz="UTC")
 
     def hits(*seconds):
@@ -251,9 +254,9 @@ def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse):
         return [(int((pd.Timestamp(r.window_start, tz="UTC") - base).total_seconds()), r.n)
                 for r in coarse.read_sink(spark, "hits_10s", warehouse).itertuples()]
 
-    assert hits(1, 2, 6) == []                 # no 5 s window closed yet
-    assert hits(11) == []                      # [0,5) and [5,10) closed; [0,10) waits for a start >= 10
-    assert hits(16) == [(0, 3)]                # [10,15) closed upstream: its start closes [0,10)
+    assert hits(1, 2, 6) == []                 # [0,5) closed upstream; [0,10) is open
+    assert hits(11) == [(0, 3)]                # [5,10) closed upstream: its end closes [0,10) at once
+    assert hits(16) == [(0, 3)]                # [10,15) closed upstream; [10,20) is open
 
 
 def test_sql_joins_stream_table_and_table_table(spark, warehouse):
