@@ -62,12 +62,15 @@ from .operations import (
 from .operators import (
     Agg,
     GroupAggregate,
+    JoinSide,
+    KeptTableJoin,
     LatestByKey,
     Operator,
     Session,
     SessionAggregate,
     StateDeclaration,
     StateKind,
+    StreamStreamJoin,
     TableJoin,
     TableOperator,
     TableTableJoin,
@@ -126,6 +129,7 @@ __all__ = [
     "PublishReport",
     "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext",
     "GroupAggregate", "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
+    "KeptTableJoin", "StreamStreamJoin", "JoinSide",
     "Sink", "StoredSink", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
     # columns lakestream adds
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",

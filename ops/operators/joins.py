@@ -198,7 +198,8 @@ class KeptTableJoin(Operator):
         updates = without_nulls(frame[is_update], (self.on,))
         events = frame[~is_update]
         store = scope.store.operator(self.name, initial=None)
-        stored = dict(zip(*_with_values(store, events, updates, self.on)))
+        keys = list(dict.fromkeys(row_keys_of(events, (self.on,)) + row_keys_of(updates, (self.on,))))
+        stored = dict(zip(keys, store.get_values(keys)))  # the table's rows before the batch
         found = self._found(events, updates, stored)
         for key, row in self._last_rows(updates, values).items():
             if row is None:
@@ -217,9 +218,10 @@ class KeptTableJoin(Operator):
         current = dict(stored)
         rows = self._rows(updates, self.table[1])
         found: list = [None] * len(events)
+        # (time, 0 for an update / 1 for an event, position); rows without a time come last
         order = sorted([(t, 0, i) for i, t in enumerate(updates[table_time])]
                        + [(t, 1, i) for i, t in enumerate(events[event_time])],
-                       key=lambda item: (item[0] is None or item[0] != item[0], item[:2]))
+                       key=lambda item: (pd.isna(item[0]), item[:2] if pd.notna(item[0]) else item[1:]))
         update_keys = row_keys_of(updates, (self.on,))
         for _, is_event, i in order:
             if is_event:
@@ -253,13 +255,6 @@ class KeptTableJoin(Operator):
             out = out[np.asarray(matched, dtype=bool)]
         kinds = {renamed.get(c, c): kind for c, kind in self.kinds}
         return typed(out, kinds)
-
-
-def _with_values(store: Any, events: pd.DataFrame, updates: pd.DataFrame,
-                 on: str) -> tuple[list, list]:
-    """The keys of a batch's events and updates, and the table's rows for them before it."""
-    keys = list(dict.fromkeys(row_keys_of(events, (on,)) + row_keys_of(updates, (on,))))
-    return keys, store.get_values(keys)
 
 
 def storable(value: Any) -> Any:

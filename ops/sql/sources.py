@@ -239,7 +239,7 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
     how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left"}, "a stream–table "
                "join is JOIN or LEFT JOIN")
     stream_column, table_column = _join_columns(parsed, join, left, right)
-    table = _updates(parsed, right, None)
+    table = _updates(right, None)
     if table.keys != (table_column,):
         raise parsed.error(join.args["on"], "JOIN", f"a stream–table join is ON the table's key "
                            f"{list(table.keys)}, not {table_column}")
@@ -254,7 +254,7 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
                                "other than the join key; rename it in a CREATE STREAM first")
         # the key in one column: the table's for its updates, the stream's column for events
         events = events.map(_key_copy(left.stream.source.name, stream_column,
-                                      table_column).append_to, name=f"{right.name}_key")
+                                      table_column).append_to, name=f"{table.source}_key")
     renamed = tuple((c, f"{c}_table") for c in table.values if c in stream_columns)
     times = None
     if left.timestamp and right.timestamp:  # both have event times: rows are joined in their order
@@ -262,7 +262,7 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
                  right.columns().find(right.timestamp) or right.timestamp)
     joined = events.join_kept_table(table_column, (table.source, table.values), how,
                                     renamed=dict(renamed), times=times,
-                                    kinds=table.kinds, name=f"join_{right.name}")
+                                    kinds=table.kinds, name=f"join_{table.source}")
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
     return Input(joined, left.timestamp, scope, kinds=_joined_kinds(left, right, renamed))
 
@@ -297,7 +297,7 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
             raise parsed.error(join.args["on"], "JOIN", f"{right.name} has a column {on} other "
                                "than its join key; rename it in a CREATE STREAM first")
         events = events.map(_key_copy(right.stream.source.name, right_key, on).append_to,
-                            name=f"{right.name}_key")
+                            name=f"{right.stream.source.name}_key")
     suffix = (right.alias or right.name).lower()
     renamed = tuple((c, f"{c}_{suffix}") for c in columns[1] if c in columns[0] and c != on)
     shown = dict(renamed)
@@ -307,7 +307,7 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
     kinds = _joined_kinds(left, right, renamed)
     joined = events.join_within(on, *sides, before=within.before, after=within.after,
                                 grace=within.grace, how=how, kinds=kinds,
-                                name=f"join_{left.name}_{right.name}")
+                                name=f"join_{sides[0].source}_{sides[1].source}")
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
     return Input(joined, times[0], scope, kinds=kinds)
 
@@ -342,7 +342,7 @@ class _Updates:
     kinds: dict[str, str]
 
 
-def _updates(parsed: Statement, named: _Named, warehouse: str | None) -> _Updates:
+def _updates(named: _Named, warehouse: str | None) -> _Updates:
     """``named`` (a table an earlier statement made, or a TABLE of updates) as its updates:
     the changelog of the first, the registered stream of the second."""
     if named.table is not None:
@@ -385,7 +385,7 @@ def _table_table_join(parsed: Statement, left: _Named, right: _Named, join: exp.
     left_key, right_key = _join_columns(parsed, join, left, right)
     if parsed.window is not None:
         raise SqlError("WINDOW: a table–table join has no window")
-    sides = (_updates(parsed, left, warehouse), _updates(parsed, right, warehouse))
+    sides = (_updates(left, warehouse), _updates(right, warehouse))
     if sides[0].keys != (left_key,) or sides[1].keys != (right_key,):
         raise parsed.error(join.args["on"], "JOIN", "a table–table join is ON both tables' keys "
                            f"({list(sides[0].keys)}, {list(sides[1].keys)})")

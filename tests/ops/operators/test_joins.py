@@ -73,3 +73,38 @@ def test_table_table_join_follows_both_sides(spark, warehouse):
     joined.run_once(spark, warehouse)
     assert joined.read_sink(spark, "spend_by_name", warehouse)[["user", "total", "name"]] \
         .values.tolist() == [["u2", 5.0, "Bo"]]
+
+
+def test_the_python_api_of_the_joins_that_keep_both_sides():
+    """join_kept_table and join_within as a Python user writes them (SQL compiles to these):
+    over a merged stream, with the batch fed to the operators and state in memory."""
+    from state import PipelineLayout, StateStore
+
+    def feed(stream, *rows):
+        frame = pd.DataFrame(list(rows))
+        scope = sp.BatchScope("p", 1, (), StateStore(None, PipelineLayout("/unused", "p"), as_of=None))
+        for op in stream.operators:
+            frame = op.apply(scope, frame)
+        return frame.reset_index(drop=True)
+
+    t0 = pd.Timestamp("2026-01-01", tz="UTC")
+    views = sp.read.from_callback("views", schema={"uid": "string", "ad": "string", "ts": "timestamp"})
+    clicks = sp.read.from_callback("clicks", schema={"uid": "string", "to": "string", "ts": "timestamp"})
+    accounts = sp.read.from_callback("accounts", schema={"uid": "string", "owner": "string"})
+    kept = views.merge(accounts).join_kept_table("uid", ("accounts", ("owner",)), how="inner")
+    out = feed(kept, {"_source": "views", "uid": "u1", "ad": "x", "ts": t0},
+               {"_source": "accounts", "uid": "u1", "owner": "Ann"},
+               {"_source": "views", "uid": "u2", "ad": "y", "ts": t0})
+    assert out[["uid", "ad", "owner"]].values.tolist() == [["u1", "x", "Ann"]]
+    within = views.merge(clicks).join_within(
+        "uid", sp.JoinSide("views", (("ad", "ad"), ("ts", "ts")), "ts"),
+        sp.JoinSide("clicks", (("to", "to"), ("ts", "clicked")), "ts"), before="0s", after="1min",
+        kinds={"clicked": "timestamp"})
+    out = feed(within, {"_source": "views", "uid": "u1", "ad": "x", "ts": t0},
+               {"_source": "clicks", "uid": "u1", "to": "/a", "ts": t0 + pd.Timedelta("30s")},
+               {"_source": "clicks", "uid": "u1", "to": "/b", "ts": t0 + pd.Timedelta("2min")})
+    assert out[["uid", "ad", "to"]].values.tolist() == [["u1", "x", "/a"]]
+    assert out["clicked"].tolist() == [t0 + pd.Timedelta("30s")]
+    with pytest.raises(sp.PipelineDefinitionError, match="'soon' is not a duration"):
+        views.merge(clicks).join_within("uid", within.operators[0].left, within.operators[0].right,
+                                        before="soon", after="1s")
