@@ -26,6 +26,7 @@ from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import NULLABLE_DTYPES, is_missing, to_python
 from .base import Operator, StateDeclaration, TableOperator
+from .event_time import epoch_ms
 from .grouped import row_keys_of, without_nulls
 
 
@@ -194,55 +195,54 @@ class KeptTableJoin(Operator):
                 raise OperatorError(f"{scope.where(self.name)}: this operator joins a merged "
                                     "stream: events.merge(table_updates).join_kept_table(...)")
             return frame
+        # a batch may hold rows of one input only: the other's columns are then missing
+        frame = with_columns(frame, (self.on, *values, *(self.times or ())))
         is_update = (frame[SOURCE_COLUMN] == source).to_numpy()
         updates = without_nulls(frame[is_update], (self.on,))
         events = frame[~is_update]
         store = scope.store.operator(self.name, initial=None)
         keys = list(dict.fromkeys(row_keys_of(events, (self.on,)) + row_keys_of(updates, (self.on,))))
         stored = dict(zip(keys, store.get_values(keys)))  # the table's rows before the batch
-        found = self._found(events, updates, stored)
-        for key, row in self._last_rows(updates, values).items():
-            if row is None:
+        found, table = self._found(events, updates, stored)
+        for key in dict.fromkeys(row_keys_of(updates, (self.on,))):
+            if table[key] is None:
                 store.delete(key)
             else:
-                store.set(key, row)
+                store.set(key, table[key])
         return self._emitted(events, found, values)
 
-    def _found(self, events: pd.DataFrame, updates: pd.DataFrame, stored: dict) -> list:
-        """The table's row (a dict, or ``None``) each event finds, in the events' order."""
+    def _found(self, events: pd.DataFrame, updates: pd.DataFrame,
+               stored: dict) -> tuple[list, dict]:
+        """The table's row (a dict, or ``None``) each event finds, in the events' order, and
+        the table after the batch's updates (applied in their arrival order, as a topic's)."""
         keys = row_keys_of(events, (self.on,))
-        if self.times is None or updates.empty:
-            after = {**stored, **self._last_rows(updates, self.table[1])}
-            return [after.get(key) for key in keys]
-        event_time, table_time = self.times
-        current = dict(stored)
-        rows = self._rows(updates, self.table[1])
-        found: list = [None] * len(events)
-        # (time, 0 for an update / 1 for an event, position); rows without a time come last
-        order = sorted([(t, 0, i) for i, t in enumerate(updates[table_time])]
-                       + [(t, 1, i) for i, t in enumerate(events[event_time])],
-                       key=lambda item: (pd.isna(item[0]), item[:2] if pd.notna(item[0]) else item[1:]))
-        update_keys = row_keys_of(updates, (self.on,))
-        for _, is_event, i in order:
-            if is_event:
-                found[i] = current.get(keys[i])
-            else:
-                current[update_keys[i]] = rows[i]
-        return found
+        update_keys, rows = row_keys_of(updates, (self.on,)), self._rows(updates)
+        table = dict(stored)
+        if self.times is None:  # the batch's updates first
+            table.update(zip(update_keys, rows))
+            return [table.get(key) for key in keys], table
+        # Kafka Streams' choice between two inputs: the one whose next record is earlier (the
+        # table on a tie); each keeps its own order. A row without a time (a tombstone) takes
+        # the time of the row before it in its input.
+        update_ms = _carried_ms(updates[self.times[1]])
+        event_ms = _carried_ms(events[self.times[0]])
+        found: list = []
+        position = 0
+        for key, ms in zip(keys, event_ms):
+            while position < len(rows) and update_ms[position] <= ms:
+                table[update_keys[position]] = rows[position]
+                position += 1
+            found.append(table.get(key))
+        table.update(zip(update_keys[position:], rows[position:]))
+        return found, table
 
-    def _rows(self, updates: pd.DataFrame, values: tuple[str, ...]) -> list[dict | None]:
+    def _rows(self, updates: pd.DataFrame) -> list[dict | None]:
         """Each update's row, ``None`` for a deletion (all its values null)."""
         rows = []
-        for record in typed(updates[list(values)], dict(self.kinds)).to_dict("records"):
+        for record in typed(updates[list(self.table[1])], dict(self.kinds)).to_dict("records"):
             row = {c: storable(v) for c, v in record.items()}
             rows.append(None if all(v is None for v in row.values()) else row)
         return rows
-
-    def _last_rows(self, updates: pd.DataFrame, values: tuple[str, ...]) -> dict:
-        """Each updated key's row after the batch (in event-time order, when there is one)."""
-        if self.times is not None and len(updates):
-            updates = updates.sort_values(self.times[1], kind="stable", na_position="first")
-        return dict(zip(row_keys_of(updates, (self.on,)), self._rows(updates, values)))
 
     def _emitted(self, events: pd.DataFrame, found: list, values: tuple[str, ...]) -> pd.DataFrame:
         renamed = dict(self.renamed)
@@ -257,10 +257,41 @@ class KeptTableJoin(Operator):
         return typed(out, kinds)
 
 
+def with_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with every one of ``columns``, those it lacked all null."""
+    missing = [c for c in dict.fromkeys(columns) if c not in frame.columns]
+    return frame.assign(**dict.fromkeys(missing)) if missing else frame
+
+
+@dataclass(frozen=True)
+class KeyColumn:
+    """A map that puts each row's join key in one column, ``into``: ``key``'s value for the rows
+    of ``source`` (a merged stream's rows carry their source's name in ``_source``)."""
+
+    source: str
+    key: str
+    into: str
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        frame = with_columns(frame, (self.key, self.into))
+        ours = frame[SOURCE_COLUMN] == self.source
+        return frame.assign(**{self.into: frame[self.key].where(ours, frame[self.into])})
+
+
+def _carried_ms(times: pd.Series) -> np.ndarray:
+    """Event times in epoch ms, a missing one taking the time before it (the first ones: the
+    earliest there is)."""
+    stamps = pd.to_datetime(times, utc=True).ffill()
+    ms = np.full(len(stamps), np.iinfo(np.int64).min, dtype="int64")
+    known = stamps.notna().to_numpy()
+    ms[known] = epoch_ms(stamps[known])
+    return ms
+
+
 def storable(value: Any) -> Any:
     """A row's value as its state keeps it: a Python scalar (JSON-encodable), ``None`` for
     every kind of null, a timestamp as ISO-8601 text (:func:`typed` makes it one again)."""
-    if is_missing(value):
+    if value is pd.NaT or is_missing(value):
         return None
     if isinstance(value, pd.Timestamp):
         return value.isoformat()

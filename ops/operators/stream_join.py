@@ -99,7 +99,10 @@ class StreamStreamJoin(Operator):
                         scope.batch_id, late)
         store.set(CLOCK, {"time": stream_time, "late": clock["late"] + late})
         names = [self.on, *(out for _, out in (*self.left.columns, *self.right.columns))]
-        return typed(pd.DataFrame(pairs + expired, columns=names), dict(self.kinds))
+        # the event times are timestamps whatever else was declared (kept as text in state)
+        times = {out: "timestamp" for spec in (self.left, self.right)
+                 for column, out in spec.columns if column == spec.time}
+        return typed(pd.DataFrame(pairs + expired, columns=names), {**times, **dict(self.kinds)})
 
     def _records(self, scope: BatchScope, frame: pd.DataFrame) -> list[tuple[Any, str, int, dict]]:
         """The batch's records as (key, side, event time in ms, row), in processing order;
@@ -112,9 +115,9 @@ class StreamStreamJoin(Operator):
         records: list[tuple[Any, str, int, dict]] = []
         for side, spec in (("l", self.left), ("r", self.right)):
             rows = frame[frame[SOURCE_COLUMN] == spec.source]
-            rows = rows[rows[self.on].notna() & rows[spec.time].notna()]
-            if rows.empty:
+            if rows.empty:  # a batch may hold one input's rows only (and its columns only)
                 continue
+            rows = rows[rows[self.on].notna() & rows[spec.time].notna()]
             values = [{out: storable(v) for (_, out), v in zip(spec.columns, row)}
                       for row in rows[[c for c, _ in spec.columns]].itertuples(index=False)]
             records += zip(row_keys_of(rows, (self.on,)), [side] * len(rows),

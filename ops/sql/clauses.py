@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlglot.tokens import Tokenizer
+from sqlglot.tokens import Token, Tokenizer, TokenType
 
 from ..errors import PipelineDefinitionError, SqlError
 from ..operators import Session, Window, hopping, session, tumbling
@@ -39,7 +39,7 @@ def split_clauses(statement: str) -> tuple[str, Clauses]:
     end, window, emit, cut = len(statement), None, None, None
     within, cuts = None, []
     for index, token in enumerate(tokens):
-        word = token.text.upper()
+        word = _word(token)
         if word == "EMIT":
             rest = [t.text.upper() for t in tokens[index + 1:] if t.text != ";"]
             if rest not in (["CHANGES"], ["FINAL"]):
@@ -54,7 +54,7 @@ def split_clauses(statement: str) -> tuple[str, Clauses]:
             window, cut = tokens[index + 1:close + 1], (token.start, tokens[close].end + 1)
             cuts.append(cut)
         if word == "WITHIN" and within is None:
-            on = next((i for i in range(index, len(tokens)) if tokens[i].text.upper() == "ON"), None)
+            on = next((i for i in range(index, len(tokens)) if _word(tokens[i]) == "ON"), None)
             if on is None or on == index + 1:
                 raise SqlError(f"WITHIN needs a time bound and then ON: {statement[token.start:][:60]!r}")
             within = tokens[index + 1:on]
@@ -64,6 +64,12 @@ def split_clauses(statement: str) -> tuple[str, Clauses]:
         body = body[:start] + " " * (stop - start) + body[stop:]
     semicolon = body.rstrip().endswith(";")
     return (body.rstrip()[:-1] if semicolon else body.rstrip()), Clauses(window, within, emit)
+
+
+def _word(token: Token) -> str:
+    """A token's text as a keyword (upper case); nothing for a string literal or a quoted
+    identifier, which never start a clause (``'within'`` is a value, ``"window"`` a column)."""
+    return "" if token.token_type in (TokenType.STRING, TokenType.IDENTIFIER) else token.text.upper()
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,8 @@ def within_of(tokens: list) -> Within:
     if len(words) >= 4 and words[-4:-2] == ["GRACE", "PERIOD"]:
         grace, words = _duration(words[-2:], "WITHIN … GRACE PERIOD"), words[:-4]
     spans = [_duration(words[i:i + 2], "WITHIN") for i in range(0, len(words), 2)]
-    if len(words) % 2 or len(spans) not in (1, 2):
+    bracketed = bool(tokens) and tokens[0].text == "("
+    if len(words) % 2 or len(spans) != (2 if bracketed else 1):
         raise SqlError(f"cannot read WITHIN {text}: use WITHIN n UNIT or WITHIN (n UNIT, n UNIT), "
                        "then GRACE PERIOD n UNIT if you want one")
     return Within(spans[0], spans[-1], grace)

@@ -154,7 +154,7 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
     declared = dict(source.kinds)
     if computed:
         pre = Expressions.of(computed, source.kinds)
-        declared.update(pre.types(_empty(source.kinds)))
+        declared.update(_output_kinds(pre, source.kinds))
         stream = stream.map(pre.append_to, name="group_columns")
     aggs = {name: agg.typed(declared) for name, agg in found.aggs.items()}
     grouped = stream.group_by(*keys)
@@ -373,10 +373,12 @@ def _result_kind(agg: aggregates.Agg, declared: Mapping[str, str]) -> str | None
 
 def _output_kinds(projection: Expressions, inputs: Mapping[str, str]) -> dict[str, str]:
     """The declared types of ``projection``'s outputs over inputs of types ``inputs``; none
-    when it reads a column whose type is not known."""
+    when it reads a column whose type is not known (its values will decide)."""
+    if not inputs:
+        return {}
     try:
         return projection.types(_empty(inputs))
-    except SqlError:  # a column of unknown type: its values will decide
+    except SqlError:  # it reads a column of unknown type
         return {}
 
 

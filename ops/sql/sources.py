@@ -10,11 +10,12 @@ from typing import Any
 
 from sqlglot import exp
 
-from ..columns import BATCH_COLUMN, ROW_COLUMN, SOURCE_COLUMN
+from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..errors import PipelineDefinitionError, SqlError
 from ..operators import JoinSide
 from ..operators.basic import Filter
 from ..operators.event_time import END, START
+from ..operators.joins import KeyColumn
 from ..operators.windows import WindowAggregate
 from ..pipeline import Pipeline, Stream
 from ..readers import read as sp_read
@@ -253,8 +254,8 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
             raise parsed.error(join.args["on"], "JOIN", f"the stream has a column {table_column} "
                                "other than the join key; rename it in a CREATE STREAM first")
         # the key in one column: the table's for its updates, the stream's column for events
-        events = events.map(_key_copy(left.stream.source.name, stream_column,
-                                      table_column).append_to, name=f"{table.source}_key")
+        events = events.map(KeyColumn(left.stream.source.name, stream_column, table_column),
+                            name=f"{table.source}_key")
     renamed = tuple((c, f"{c}_table") for c in table.values if c in stream_columns)
     times = None
     if left.timestamp and right.timestamp:  # both have event times: rows are joined in their order
@@ -296,7 +297,7 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
         if on in columns[1]:
             raise parsed.error(join.args["on"], "JOIN", f"{right.name} has a column {on} other "
                                "than its join key; rename it in a CREATE STREAM first")
-        events = events.map(_key_copy(right.stream.source.name, right_key, on).append_to,
+        events = events.map(KeyColumn(right.stream.source.name, right_key, on),
                             name=f"{right.stream.source.name}_key")
     suffix = (right.alias or right.name).lower()
     renamed = tuple((c, f"{c}_{suffix}") for c in columns[1] if c in columns[0] and c != on)
@@ -305,20 +306,14 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
              JoinSide(right.stream.source.name,
                       tuple((c, shown.get(c, c)) for c in columns[1] if c != on), times[1]))
     kinds = _joined_kinds(left, right, renamed)
-    joined = events.join_within(on, *sides, before=within.before, after=within.after,
-                                grace=within.grace, how=how, kinds=kinds,
-                                name=f"join_{sides[0].source}_{sides[1].source}")
+    try:
+        joined = events.join_within(on, *sides, before=within.before, after=within.after,
+                                    grace=within.grace, how=how, kinds=kinds,
+                                    name=f"join_{sides[0].source}_{sides[1].source}")
+    except PipelineDefinitionError as exc:  # a bound pandas cannot hold, say
+        raise SqlError(f"WITHIN {' '.join(t.text for t in parsed.within)}: {exc}") from None
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
     return Input(joined, times[0], scope, kinds=kinds)
-
-
-def _key_copy(source: str, key: str, into: str) -> Expressions:
-    """Column ``into`` holding the join key of every row: ``key`` for ``source``'s rows."""
-    return Expressions.of([(into, exp.Case(
-        ifs=[exp.If(this=exp.EQ(this=exp.column(SOURCE_COLUMN, quoted=True),
-                                expression=exp.Literal.string(source)),
-                    true=exp.column(key, quoted=True))],
-        default=exp.column(into, quoted=True)))])
 
 
 def _joined_kinds(left: _Named, right: _Named,

@@ -98,13 +98,12 @@ def test_the_python_api_of_the_joins_that_keep_both_sides():
     assert out[["uid", "ad", "owner"]].values.tolist() == [["u1", "x", "Ann"]]
     within = views.merge(clicks).join_within(
         "uid", sp.JoinSide("views", (("ad", "ad"), ("ts", "ts")), "ts"),
-        sp.JoinSide("clicks", (("to", "to"), ("ts", "clicked")), "ts"), before="0s", after="1min",
-        kinds={"clicked": "timestamp"})
+        sp.JoinSide("clicks", (("to", "to"), ("ts", "clicked")), "ts"), before="0s", after="1min")
     out = feed(within, {"_source": "views", "uid": "u1", "ad": "x", "ts": t0},
                {"_source": "clicks", "uid": "u1", "to": "/a", "ts": t0 + pd.Timedelta("30s")},
                {"_source": "clicks", "uid": "u1", "to": "/b", "ts": t0 + pd.Timedelta("2min")})
     assert out[["uid", "ad", "to"]].values.tolist() == [["u1", "x", "/a"]]
-    assert out["clicked"].tolist() == [t0 + pd.Timedelta("30s")]
+    assert out["clicked"].tolist() == [t0 + pd.Timedelta("30s")] and out["ts"].tolist() == [t0]
     with pytest.raises(sp.PipelineDefinitionError, match="'soon' is not a duration"):
         views.merge(clicks).join_within("uid", within.operators[0].left, within.operators[0].right,
                                         before="soon", after="1s")

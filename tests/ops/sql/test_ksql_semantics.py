@@ -440,3 +440,12 @@ def test_session_windows_with_having_and_per_record_emission_across_a_restart():
     assert [(r["_change"], r["window_start"].second + 60 * r["window_start"].minute, r["n"])
             for r in out.to_dict("records")] == [("delete", 0, None), ("update", 0, 4)]
     assert values(out, "window_end")[0][0] == at(30)  # the tombstone carries the old end
+
+
+def test_group_by_expressions_over_a_stream_without_a_schema():
+    """Nothing declares the columns' types: their values decide (the types' inference from
+    an empty frame of no columns escaped sp.sql)."""
+    run = Run(sp.sql("CREATE TABLE t AS SELECT UCASE(title) AS title, SUM(qty * 2) AS n FROM orders "
+                     "GROUP BY UCASE(title)", streams={"orders": sp.read.from_callback("orders")},
+                     catalog=sp.Catalog()))
+    assert values(run.feed({"title": "a", "qty": 1}, {"title": "A", "qty": 2}), "title", "n") == [("A", 6)]

@@ -218,3 +218,74 @@ def test_stream_stream_joins_refuse(statement, message):
     with pytest.raises(SqlError, match="needs each stream's event time"):
         sp.sql("CREATE STREAM s AS SELECT * FROM clicks c JOIN views v WITHIN 1 SECOND "
                "ON c.uid = v.uid", catalog=found)
+
+
+# -- found in review --------------------------------------------------------------------
+
+def test_a_tombstone_without_a_time_applies_where_it_arrives_and_updates_keep_their_order():
+    """A tombstone has no event time: it takes the time of the update before it (the table's
+    updates keep their arrival order, as a topic's offsets; events are taken between them by
+    time, as Kafka Streams picks the input whose next record is earlier)."""
+    run = Run(sp.sql("CREATE STREAM e AS SELECT o.order_id, u.name FROM orders o JOIN users u "
+                     "ON o.user_id = u.id", catalog=catalog(timestamps=True)))
+    assert values(run.feed(user("u1", "Ann", second=1), user("u1", None), order("o1", "u1", 1, second=5)),
+                  "order_id", "name") == []
+    out = run.feed(user("u1", "Bob", second=5), user("u1", "Cy", second=3), order("o2", "u1", 1, second=9))
+    assert values(out, "order_id", "name") == [("o2", "Cy")]  # the last by arrival, as split
+    run.restart()
+    assert values(run.feed(order("o3", "u1", 1, second=10)), "order_id", "name") == [("o3", "Cy")]
+
+
+def test_null_timestamps_are_kept_and_a_timestamp_sides_tombstone_deletes():
+    within_run = within("JOIN")
+    clicked = click("u1", "a", 0)
+    out = within_run.feed({**clicked, "ts": clicked["ts"]}, view("u1", "x", 1))
+    within_run.restart()  # the kept records encode (a NaT was not JSON)
+    assert values(out, "uid", "page", "ad") == [("u1", "a", "x")]
+    found = catalog()
+    found.register("tiers", sp.read.from_callback(
+        "tiers", schema={"id": "string", "label": "string", "since": "timestamp"}), primary_key="id")
+    run = Run(sp.sql("CREATE TABLE t AS SELECT id, name, label FROM users JOIN tiers "
+                     "ON users.id = tiers.id", catalog=found))
+    run.feed(user("u1", "Ann"), {"_source": "tiers", "id": "u1", "label": "gold", "since": pd.NaT})
+    run.restart()
+    assert values(run.feed(user("u1", None)), "id", "_change") == [("u1", "delete")]
+
+
+def test_event_times_given_as_text_order_a_kept_table_join():
+    found = sp.Catalog()
+    found.register("orders", sp.read.from_callback("orders", schema=ORDERS), timestamp="ts")
+    found.register("users", sp.read.from_callback(
+        "users", schema={"id": "string", "name": "string", "at": "string"}), timestamp="at",
+        primary_key="id")
+    run = Run(sp.sql("CREATE STREAM e AS SELECT o.order_id, u.name FROM orders o JOIN users u "
+                     "ON o.user_id = u.id", catalog=found))
+    out = run.feed({"_source": "users", "id": "u1", "name": "Ann", "at": "2026-01-01T00:00:01Z"},
+                   order("o1", "u1", 1, second=5),
+                   {"_source": "users", "id": "u1", "name": "Bea", "at": "2026-01-01T00:00:09Z"})
+    assert values(out, "order_id", "name") == [("o1", "Ann")]
+
+
+@pytest.mark.parametrize("statement", [
+    "CREATE STREAM s AS SELECT uid, 'within' AS w FROM clicks",
+    "CREATE STREAM s AS SELECT c.uid FROM clicks c JOIN views v WITHIN 1 HOUR ON c.uid = v.uid "
+    "WHERE c.page = 'within'",
+])
+def test_within_in_a_string_is_a_value_not_a_clause(statement):
+    found = sp.Catalog()
+    found.register("clicks", sp.read.from_callback("clicks", schema=CLICKS), timestamp="ts")
+    found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
+    assert sp.sql(statement, catalog=found).stream.operators
+
+
+@pytest.mark.parametrize("bound, message", [
+    ("99999999999999999999 DAYS", "is not a duration"),
+    ("1 HOUR 2 HOURS", "cannot read WITHIN"),
+])
+def test_within_bounds_that_cannot_be_are_sql_errors(bound, message):
+    found = sp.Catalog()
+    found.register("clicks", sp.read.from_callback("clicks", schema=CLICKS), timestamp="ts")
+    found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
+    with pytest.raises(SqlError, match=message):
+        sp.sql(f"CREATE STREAM s AS SELECT * FROM clicks c JOIN views v WITHIN {bound} "
+               "ON c.uid = v.uid", catalog=found)
