@@ -166,9 +166,11 @@ class KeptTableJoin(Operator):
     Rows from source ``table[0]`` update the table: each is its key's new row (value columns
     ``table[1]``), a row whose values are all null deletes the key; they emit nothing. Every
     other row is emitted with the table's values for its key (in column ``on``) as they stand
-    when the row is processed. Within a batch, rows are processed in event-time order when
-    ``times`` names the stream's and the table's event-time columns (an update at the same
-    time as an event comes first), else all of the batch's updates come first. ``how="inner"``
+    when the row is processed. Updates apply in their arrival order (a topic's offsets). When
+    ``times`` names the stream's and the table's event-time columns, events are taken between
+    them by time, as Kafka Streams takes the input whose next record is earlier (the table on a
+    tie; a row without a time, such as a tombstone, has the time of the row before it); else a
+    batch's updates all come before its events. ``how="inner"``
     drops events without a row; ``"left"`` keeps them with nulls. A table column the stream
     also has is emitted as ``renamed``'s name for it.
     """
