@@ -185,11 +185,7 @@ class GroupAggregate(TableOperator):
         frame = pd.DataFrame(values)
         for position, column in enumerate(self.keys):
             frame[column] = [key[position] if len(self.keys) > 1 else key for key in keys]
-        try:
-            return [bool(v) for v in pd.Series(self.having(frame)).fillna(False)]
-        except Exception as exc:
-            raise OperatorError(
-                f"{scope.where(self.name)}: HAVING failed: {type(exc).__name__}: {exc}") from exc
+        return having_mask(self.having, frame, scope.where(self.name))
 
     def changes(self, keys: list, folded: list[tuple], keep_unchanged: bool = False) -> pd.DataFrame:
         """The change rows of a :meth:`fold`: one per key whose visible value changed (with
@@ -229,6 +225,15 @@ class GroupAggregate(TableOperator):
 
 
 _DIRECT_KINDS = frozenset({"count", "sum", "min", "max", "latest", "latest_nulls"})
+
+
+def having_mask(having: Callable[[pd.DataFrame], Any], frame: pd.DataFrame,
+                where: str) -> list[bool]:
+    """Whether each row of ``frame`` passes ``having`` (null fails); its error names ``where``."""
+    try:
+        return [bool(v) for v in pd.Series(having(frame)).fillna(False)]
+    except Exception as exc:
+        raise OperatorError(f"{where}: HAVING failed: {type(exc).__name__}: {exc}") from exc
 
 
 def row_keys_of(frame: pd.DataFrame, keys: tuple[str, ...]) -> list:

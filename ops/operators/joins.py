@@ -203,22 +203,23 @@ class KeptTableJoin(Operator):
         updates = without_nulls(frame[is_update], (self.on,))
         events = frame[~is_update]
         store = scope.store.operator(self.name, initial=None)
-        keys = list(dict.fromkeys(row_keys_of(events, (self.on,)) + row_keys_of(updates, (self.on,))))
+        event_keys, update_keys = row_keys_of(events, (self.on,)), row_keys_of(updates, (self.on,))
+        keys = list(dict.fromkeys(event_keys + update_keys))
         stored = dict(zip(keys, store.get_values(keys)))  # the table's rows before the batch
-        found, table = self._found(events, updates, stored)
-        for key in dict.fromkeys(row_keys_of(updates, (self.on,))):
+        found, table = self._found(events, event_keys, updates, update_keys, stored)
+        for key in dict.fromkeys(update_keys):
             if table[key] is None:
                 store.delete(key)
             else:
                 store.set(key, table[key])
         return self._emitted(events, found, values)
 
-    def _found(self, events: pd.DataFrame, updates: pd.DataFrame,
+    def _found(self, events: pd.DataFrame, keys: list, updates: pd.DataFrame, update_keys: list,
                stored: dict) -> tuple[list, dict]:
-        """The table's row (a dict, or ``None``) each event finds, in the events' order, and
-        the table after the batch's updates (applied in their arrival order, as a topic's)."""
-        keys = row_keys_of(events, (self.on,))
-        update_keys, rows = row_keys_of(updates, (self.on,)), self._rows(updates)
+        """The table's row (a dict, or ``None``) each event (of key ``keys``) finds, in the
+        events' order, and the table after the batch's updates (applied in their arrival order,
+        as a topic's)."""
+        rows = self._rows(updates)
         table = dict(stored)
         if self.times is None:  # the batch's updates first
             table.update(zip(update_keys, rows))

@@ -11,10 +11,10 @@ from state import OperatorState
 
 from ..columns import CHANGE_COLUMN, OLD_COLUMN
 from ..context import BatchScope
-from ..errors import OperatorError, PipelineDefinitionError
+from ..errors import PipelineDefinitionError
 from .aggregates import to_python
 from .event_time import END, START, EventTimeAggregate, epoch_ms, timestamps, to_ms
-from .grouped import nullable_array, without_nulls
+from .grouped import having_mask, nullable_array, without_nulls
 
 
 @dataclass(frozen=True)
@@ -160,11 +160,7 @@ class SessionAggregate(EventTimeAggregate):
                                **self._values(sess[2])} for key, sess in sessions])
         frame = timestamps(frame.assign(**{name: nullable_array(agg, frame[name].tolist())
                                            for name, agg in self.aggs}))
-        try:
-            return [bool(v) for v in pd.Series(self.having(frame)).fillna(False)]
-        except Exception as exc:
-            raise OperatorError(
-                f"{scope.where(self.name)}: HAVING failed: {type(exc).__name__}: {exc}") from exc
+        return having_mask(self.having, frame, scope.where(self.name))
 
     def _close(self, scope: BatchScope, store: OperatorState, sessions: dict, time: int | None,
                wait: int) -> list[dict]:

@@ -121,11 +121,7 @@ def window_of(tokens: list, time: str) -> Window | Session:
         skip = 2 if words[position] in ("ADVANCE", "GRACE") else 1  # ADVANCE BY, GRACE PERIOD
         if name is None or position + skip + 1 >= len(words):
             raise SqlError(f"cannot read WINDOW {kind} (…) near {' '.join(words[position:])!r}")
-        number, unit = words[position + skip], words[position + skip + 1].rstrip("S")
-        if not number.isdigit() or unit not in _UNITS:
-            raise SqlError(f"WINDOW {kind}: {number} {unit} is not a duration "
-                           f"(units: {sorted(_UNITS)})")
-        spans[name] = f"{number}{_UNITS[unit]}"
+        spans[name] = _duration(words[position + skip:position + skip + 2], f"WINDOW {kind}")
         position += skip + 2
     grace = spans.get("grace", DEFAULT_GRACE)
     try:

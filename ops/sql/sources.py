@@ -32,6 +32,11 @@ _UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
                         "laterals": "LATERAL"}
 
 
+# the join kinds each join takes, by sqlglot's side or kind of the JOIN
+_STREAM_TABLE_JOINS = {"": "inner", "INNER": "inner", "LEFT": "left"}
+_TWO_SIDED_JOINS = {**_STREAM_TABLE_JOINS, "FULL": "outer"}
+
+
 @dataclass(frozen=True)
 class Input:
     """What ``FROM`` reads: its rows as a stream, their event time, their columns (one source,
@@ -207,8 +212,7 @@ def _stream_table_join(parsed: Statement, left: _Named, right: _Named, join: exp
     table's row for its key, as of the batch's plan."""
     table = right.table
     assert table is not None and left.stream is not None
-    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left"},
-               "a stream–table join is JOIN or LEFT JOIN")
+    how = _how(parsed, join, _STREAM_TABLE_JOINS, "a stream–table join is JOIN or LEFT JOIN")
     stream_column, table_column = _join_columns(parsed, join, left, right)
     if table.keys != (table_column,):
         raise parsed.error(join.args["on"], "JOIN", f"a stream–table join is ON the table's key "
@@ -237,8 +241,7 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
     its state (see :class:`KeptTableJoin`) and enriches each event with its key's row as the
     updates before it left it."""
     assert left.stream is not None
-    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left"}, "a stream–table "
-               "join is JOIN or LEFT JOIN")
+    how = _how(parsed, join, _STREAM_TABLE_JOINS, "a stream–table join is JOIN or LEFT JOIN")
     stream_column, table_column = _join_columns(parsed, join, left, right)
     table = _updates(right, None)
     if table.keys != (table_column,):
@@ -273,7 +276,7 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
     the same key and close event times (see :class:`StreamStreamJoin`). The key is emitted
     under the left stream's name for it; a right column the left also has gets the right
     stream's name as a suffix."""
-    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"},
+    how = _how(parsed, join, _TWO_SIDED_JOINS,
                "a stream–stream join is JOIN, LEFT JOIN or FULL OUTER JOIN")
     if parsed.within is None:
         raise parsed.error(join, "JOIN", "a stream–stream join needs a time bound: JOIN "
@@ -282,10 +285,7 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
     on, right_key = _join_columns(parsed, join, left, right)
     columns, times = [], []
     for side in (left, right):
-        names = side.columns().names
-        if names is None or side.stream is None or side.stream.operators:
-            raise SqlError(f"JOIN {side.name}: a stream–stream join keeps both streams' records, "
-                           "so each must be a reader with a declared schema and no operators")
+        names = _reader_columns(side, "a stream–stream join keeps both streams' records")
         if not side.timestamp:
             raise SqlError(f"JOIN {side.name}: a stream–stream join needs each stream's event "
                            f"time: sp.register({side.name!r}, …, timestamp='ts')")
@@ -345,14 +345,21 @@ def _updates(named: _Named, warehouse: str | None) -> _Updates:
         return _Updates(_changelog(entry, warehouse), entry.table, entry.keys,
                         tuple(c for c in entry.columns if c not in entry.keys), named.kinds())
     assert named.stream is not None
+    names = _reader_columns(named, "a join keeps the table from its updates")
     columns = named.columns()
-    if columns.names is None or named.stream.operators:
-        raise SqlError(f"JOIN {named.name}: a join keeps the table from its updates, so the "
-                       f"stream registered as {named.name} must be a reader with a declared "
-                       "schema (schema={...}) and no operators")
     keys = tuple(columns.find(column) or column for column in named.primary_key)
     return _Updates(named.stream, named.stream.source.name, keys,
-                    tuple(c for c in columns.names if c not in keys), named.kinds())
+                    tuple(c for c in names if c not in keys), named.kinds())
+
+
+def _reader_columns(named: _Named, why: str) -> tuple[str, ...]:
+    """The columns of a stream a join reads merged with another, which must be a reader (no
+    operator yet) with a declared schema."""
+    names = named.columns().names
+    if names is None or named.stream is None or named.stream.operators:
+        raise SqlError(f"JOIN {named.name}: {why}, so the stream registered as {named.name} "
+                       "must be a reader with a declared schema (schema={...}) and no operators")
+    return names
 
 
 def _merged(join: exp.Join, first: Stream, second: Stream) -> Stream:
@@ -375,7 +382,7 @@ def _table_table_join(parsed: Statement, left: _Named, right: _Named, join: exp.
     """``table [LEFT|FULL OUTER] JOIN table ON a.key = b.key``: a table of the two, changed
     whenever either side changes (see :class:`TableTableJoin`). Each side is a table an
     earlier statement made (read from its changelog) or a TABLE of updates."""
-    how = _how(parsed, join, {"": "inner", "INNER": "inner", "LEFT": "left", "FULL": "outer"},
+    how = _how(parsed, join, _TWO_SIDED_JOINS,
                "a table–table join is JOIN, LEFT JOIN or FULL OUTER JOIN")
     left_key, right_key = _join_columns(parsed, join, left, right)
     if parsed.window is not None:

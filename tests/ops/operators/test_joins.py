@@ -78,14 +78,10 @@ def test_table_table_join_follows_both_sides(spark, warehouse):
 def test_the_python_api_of_the_joins_that_keep_both_sides():
     """join_kept_table and join_within as a Python user writes them (SQL compiles to these):
     over a merged stream, with the batch fed to the operators and state in memory."""
-    from state import PipelineLayout, StateStore
+    from tests.ops.sql.test_ksql_semantics import Run
 
     def feed(stream, *rows):
-        frame = pd.DataFrame(list(rows))
-        scope = sp.BatchScope("p", 1, (), StateStore(None, PipelineLayout("/unused", "p"), as_of=None))
-        for op in stream.operators:
-            frame = op.apply(scope, frame)
-        return frame.reset_index(drop=True)
+        return Run(stream.write.to_delta("out")).feed(*rows)
 
     t0 = pd.Timestamp("2026-01-01", tz="UTC")
     views = sp.read.from_callback("views", schema={"uid": "string", "ad": "string", "ts": "timestamp"})
