@@ -50,6 +50,7 @@ from .inspection import (
     read_state,
     source_lag,
 )
+from .migrations import Migration, MigrationReport, migrate
 from .operations import (
     DEFAULT_RETENTION_HOURS,
     compact,
@@ -119,7 +120,7 @@ __all__ = [
     "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
     # running and operating
     "run_pipeline", "BatchReport", "CheckpointReport", "RunReport", "StopSignal", "Trigger",
-    "recover", "replay", "reset_to_checkpoint",
+    "recover", "replay", "reset_to_checkpoint", "Migration", "MigrationReport", "migrate",
     "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",
     "describe_lag_by_part", "source_lag",
     "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",

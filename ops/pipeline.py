@@ -452,20 +452,23 @@ class Pipeline:
     def run_once(self, spark: SparkSession, warehouse: str | None = None,
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None,
-                 mode: str | None = None, clock: Clock = SYSTEM_CLOCK) -> RunReport:
+                 mode: str | None = None, clock: Clock = SYSTEM_CLOCK,
+                 allow_dropped_state: bool = False) -> RunReport:
         """Recover, then run micro-batches until the source is drained or ``max_batches`` ran
         (see :func:`ops.runtime.run_pipeline`); ``mode`` overrides :meth:`with_mode` for this
-        run; ``clock`` gives processing time (tests: :class:`ops.testing.ManualClock`)."""
+        run; ``clock`` gives processing time (tests: :class:`ops.testing.ManualClock`).
+        ``allow_dropped_state=True``: state no operator keeps now is dropped (a new
+        checkpoint) instead of stopping the run (README, "Changing a running pipeline")."""
         pipeline = self if mode is None else self.with_mode(mode)
         return run_pipeline(pipeline, spark, warehouse=warehouse, max_batches=max_batches,
-                            progress=progress, clock=clock)
+                            progress=progress, clock=clock, allow_dropped_state=allow_dropped_state)
 
     def run_continuously(self, spark: SparkSession, warehouse: str | None = None, *,
                          trigger: Any = "500ms", stop: StopSignal | None = None,
                          max_seconds: float | None = None,
                          progress: Callable[[BatchReport], None] | None = None,
                          checkpointed: Callable[[CheckpointReport], None] | None = None,
-                         mode: str | None = None) -> RunReport:
+                         mode: str | None = None, allow_dropped_state: bool = False) -> RunReport:
         """Run as one long-lived process: recover once, then run a batch whenever the source
         has new input, polling it every ``trigger`` while idle (like Spark's
         ``trigger(processingTime=...)``), with the Spark session, state and plans kept warm.
@@ -475,6 +478,7 @@ class Pipeline:
         a kill, stops it at once; the next run recovers as after any crash. Checkpoints follow
         the pipeline's policy, and an idle run checkpoints what it ran (unless the policy
         waits for ``every_seconds``). ``checkpointed`` hears of each checkpoint committed.
+        ``allow_dropped_state`` as in :meth:`run_once`.
 
         >>> import ops as sp
         >>> pipeline = (sp.read.from_callback("ticks", schema={"sym": "string", "px": "double"})
@@ -487,7 +491,8 @@ class Pipeline:
         pipeline = self if mode is None else self.with_mode(mode)
         with live.stop.on_signals():
             return run_pipeline(pipeline, spark, warehouse=warehouse, progress=progress,
-                                checkpointed=checkpointed, continuous=live)
+                                checkpointed=checkpointed, continuous=live,
+                                allow_dropped_state=allow_dropped_state)
 
     def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,
                 dedupe_id: str | None = None, source: str | None = None) -> PublishReport:

@@ -19,6 +19,8 @@ from .errors import (
     ConfigError,
     CorruptStateError,
     EncodingError,
+    MigrationError,
+    PipelineChangedError,
     StateError,
     StorageError,
     StreamError,
@@ -28,6 +30,7 @@ from .global_tables import GlobalTable, global_table
 from .hooks import HookContext, Hooks
 from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
 from .layout import PipelineLayout, check_name, resolve_warehouse
+from .migration import Migrated, StateEdit, migrate_state
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
 from .rollback import discard_plans, reset_checkpoint
@@ -40,7 +43,8 @@ __all__ = [
     "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
     "key_groups", "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
     "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
-    "EncodingError", "GlobalTable",
+    "EncodingError", "GlobalTable", "Migrated", "MigrationError", "PipelineChangedError",
+    "StateEdit", "migrate_state",
     "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
     "StateError", "StateStore", "StorageError", "StreamError", "Tracked", "TransactionWarmer",
     "changed_keys", "check_name",

@@ -77,6 +77,11 @@ class Checkpoint:
     # When the earliest timer held then falls due (epoch ms; now, when an event-time timer is
     # due under the watermark): a run started after it fires timers even with no new input.
     wake_at: int | None = None
+    # What the state means: per state name, the operator keeping it, its keys, codec and value
+    # shape (``ops.runtime.meaning``). ``None`` in records written before it was recorded.
+    operators: dict[str, Any] | None = None
+    # The migration this checkpoint made (``ops.migrations``), ``None`` for a batch's.
+    migration: str | None = None
 
     @property
     def predecessor(self) -> int | None:
@@ -234,11 +239,13 @@ def _latest_stamp(layout: PipelineLayout, spark: SparkSession | None) -> dict[st
 
 def new_checkpoint(previous: Checkpoint | None, *, batch_id: int, offsets: dict[str, Any],
                    tracked: dict[str, str], markers: dict[str, Any], run_id: str,
-                   key_groups: int = DEFAULT_KEY_GROUPS, wake_at: int | None = None) -> Checkpoint:
+                   key_groups: int = DEFAULT_KEY_GROUPS, wake_at: int | None = None,
+                   operators: dict[str, Any] | None = None) -> Checkpoint:
     """The checkpoint that follows ``previous`` (or the first one, with ``key_groups``: later
-    ones keep the first one's)."""
+    ones keep the first one's); ``operators``: what its state means."""
     return Checkpoint(
         checkpoint_id=(previous.checkpoint_id + 1) if previous else 1,
         batch_id=batch_id, offsets=offsets, tracked=tracked, markers=markers,
         epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time(),
-        key_groups=previous.key_groups if previous else key_groups, wake_at=wake_at)
+        key_groups=previous.key_groups if previous else key_groups, wake_at=wake_at,
+        operators=operators)

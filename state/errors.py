@@ -28,3 +28,14 @@ class CorruptStateError(StateError):
 
 class ConfigError(StreamError):
     """A setting is missing or invalid; the message names it and the accepted values."""
+
+
+class PipelineChangedError(ConfigError):
+    """The pipeline's stateful operators no longer mean what its latest checkpoint recorded of
+    its state (renamed, removed, re-keyed, other values); lists each difference and the ways
+    forward. Nothing ran."""
+
+
+class MigrationError(StateError):
+    """A state migration cannot be applied as asked; names the operator (and key) and why.
+    Nothing was written: the checkpoint before it stays in force."""

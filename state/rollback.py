@@ -68,7 +68,8 @@ def reset_checkpoint(spark: SparkSession, layout: PipelineLayout, checkpoint_id:
                        offsets=target.offsets, tracked=target.tracked, markers=target.markers,
                        epoch=latest.epoch + 1, run_id=run_id, created_at=time.time(),
                        reset_to_batch=target.batch_id, resumed_from=checkpoint_id,
-                       key_groups=latest.key_groups, wake_at=target.wake_at)  # its timers are back
+                       key_groups=latest.key_groups, wake_at=target.wake_at,  # its timers are back
+                       operators=target.operators)  # and what its state meant
     log.commit(reset, rows)
     return reset
 

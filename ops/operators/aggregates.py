@@ -32,6 +32,15 @@ class Agg:
     #: ``avg``'s result over no values (none yet, only nulls, or all taken back)
     empty: float | None = None
 
+    @property
+    def spec(self) -> str:
+        """What it computes, as recorded with a checkpoint: ``sum(x)``, ``count(*)``.
+
+        >>> sum_("x").spec, count().spec
+        ('sum(x)', 'count(*)')
+        """
+        return f"{self.kind}({self.column or '*'})"
+
     def typed(self, field_types: Mapping[str, str]) -> Agg:
         """This aggregate with the dtype of its results fixed by its input column's declared
         type (``field_types``: column -> ``long``/``double``/…), so a batch whose values are

@@ -120,6 +120,13 @@ class Operator(ABC):
         """The state this operator keeps (see :class:`StateDeclaration`)."""
         return StateDeclaration.unkeyed(self.name)
 
+    def state_shape(self) -> dict[str, Any]:
+        """What this operator's stored values look like, beyond what it declares (JSON: the
+        type of a map's initial value, an aggregate's functions, a window's size). Each
+        checkpoint records it; a run whose operator gives another shape stops before reading
+        the state (see :mod:`ops.runtime.meaning`). Default: nothing more to say."""
+        return {}
+
     @property
     def table_keys(self) -> tuple[str, ...] | None:
         """The key columns of the table whose changes this operator emits (aggregations,

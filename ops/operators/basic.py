@@ -88,6 +88,17 @@ class Map(Operator):
             return declared
         return replace(declared, names=declared.names + self.clock.names, clock=self.clock)
 
+    def state_shape(self) -> dict[str, Any]:
+        """The type of the initial value (and a dict's fields): what a stored value is read as.
+
+        >>> Map(fn=len, name="n", state={"n": 0, "sum": 0.0}).state_shape()
+        {'value': 'dict with n, sum'}
+        """
+        initial = self.state
+        if isinstance(initial, dict):
+            return {"value": "dict with " + ", ".join(sorted(map(str, initial)))}
+        return {"value": type(initial).__name__}
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:
             return self._call(scope, None, frame)

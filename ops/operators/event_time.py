@@ -76,6 +76,10 @@ class EventTimeAggregate(Operator):
     def declares(self) -> StateDeclaration:
         return StateDeclaration.keyed(self.keys, self.name, shared=(CLOCK,))
 
+    def state_shape(self) -> dict[str, Any]:
+        return {"aggregates": {name: agg.spec for name, agg in self.aggs},
+                "window": self.window.spec}
+
     def timed(self, frame: pd.DataFrame, where: str = "") -> pd.DataFrame:
         """The rows this operator aggregates, the only ones that move stream time: those with
         an event time (sessions also need the key)."""

@@ -52,6 +52,10 @@ class GroupAggregate(TableOperator):
     def one_change_per_key(self) -> bool:
         return not self.per_record
 
+    def state_shape(self) -> dict[str, Any]:
+        return {"aggregates": {name: agg.spec for name, agg in self.aggs},
+                "retracting": self.retracting}
+
     def __post_init__(self) -> None:
         if not self.keys:
             raise PipelineDefinitionError("group_by needs at least one column")

@@ -29,6 +29,11 @@ class Session:
         if self.gap <= pd.Timedelta(0) or self.grace < pd.Timedelta(0):
             raise PipelineDefinitionError("a session gap must be positive and grace not negative")
 
+    @property
+    def spec(self) -> str:
+        """Which sessions it makes, as recorded with a checkpoint (see ``Window.spec``)."""
+        return f"sessions with gaps of {self.gap // pd.Timedelta('1ms')} ms on {self.time}"
+
 
 def session(time: str, gap: str, grace: str = "0s") -> Session:
     """Sessions on column ``time`` that close after ``gap`` of inactivity (plus ``grace``)."""

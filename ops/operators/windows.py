@@ -49,6 +49,17 @@ class Window:
         if self.grace < pd.Timedelta(0):
             raise PipelineDefinitionError("grace must not be negative")
 
+    @property
+    def spec(self) -> str:
+        """Which windows it makes (grace aside: it changes no stored window), as recorded with
+        a checkpoint.
+
+        >>> tumbling("ts", "1min").spec
+        'windows of 60000 ms every 60000 ms on ts'
+        """
+        return (f"windows of {self.size // pd.Timedelta('1ms')} ms every "
+                f"{self.advance // pd.Timedelta('1ms')} ms on {self.time}")
+
 
 def tumbling(time: str, size: str, grace: str = "0s") -> Window:
     """Back-to-back windows of ``size`` (``"1min"``, ``"10s"``…) on column ``time``."""

@@ -31,10 +31,12 @@ from state import (
     CheckpointLog,
     ConfigError,
     HookContext,
+    PipelineChangedError,
     StateStore,
     TransactionWarmer,
     delta_io,
     fault_point,
+    migrate_state,
     new_checkpoint,
     restore_all,
     save_all,
@@ -42,6 +44,7 @@ from state import (
     warming,
 )
 from state.faults import InjectedCrash
+from state.migration import dropped
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..columns import ORDER_COLUMN, ROW_COLUMN
@@ -53,6 +56,7 @@ from ..sources import FrameSlice, Slice
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
 from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of
+from .meaning import Remedy, describe, differences, refusal
 from .modes import AUTO_DISTRIBUTED_ROWS
 from .reports import BatchReport, CheckpointReport, RunReport, distinct_keys
 
@@ -103,8 +107,11 @@ class _Run:
                  warmer: TransactionWarmer, report: RunReport,
                  progress: Callable[[BatchReport], None] | None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
-                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK):
+                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK,
+                 allow_dropped_state: bool = False):
         self.pipeline = pipeline
+        self.meaning = describe(pipeline.stream.operators)  # recorded with each checkpoint
+        self.allow_dropped_state = allow_dropped_state
         self.clock = clock  # processing time: a batch's time, and whether a timer is due
         self.warmer = warmer
         self.report = report
@@ -156,6 +163,7 @@ class _Run:
         self.last = self.checkpoints.latest()
         if self.last:
             self.check_key_groups(self.last)
+            self.last = self.check_meaning(self.last)
         epoch = self.last.epoch if self.last else 0
         self.ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hook_ctx.run_id)
         self.pipeline.source.setup(self.ctx)
@@ -187,6 +195,45 @@ class _Run:
                 f"pipeline {self.pipeline.name!r} was created with {last.key_groups} key groups "
                 f"and is now defined with {self.pipeline.key_groups}; the number is fixed at "
                 f"creation (keys would change groups): use .with_key_groups({last.key_groups})")
+
+    def check_meaning(self, last: Checkpoint) -> Checkpoint:
+        """The pipeline must read its state as ``last`` recorded it (:mod:`.meaning`): a
+        difference that would misread or leave state behind stops the run, listing each and the
+        ways forward; others are logged. With ``allow_dropped_state``, state no operator keeps
+        now is dropped first, by a migration (a new checkpoint, returned)."""
+        if last.operators is None:
+            log.info("%s: checkpoint %d was written before checkpoints recorded what their state "
+                     "means; the next checkpoint records it", self.pipeline.name, last.checkpoint_id)
+            return last
+        tracked = [variable.name for variable in self.pipeline.tracked]
+        found = differences(last.operators, self.meaning, last.tracked, tracked)
+        for difference in found:
+            if not difference.blocking:
+                log.info("%s: state %r: %s", self.pipeline.name, difference.name, difference.what)
+        blocking = [d for d in found if d.blocking]
+        if not blocking:
+            return last
+        if not (self.allow_dropped_state
+                and all(d.remedy is Remedy.DROP_OR_RENAME for d in blocking)):
+            raise PipelineChangedError(refusal(self.pipeline.id, last.checkpoint_id, found))
+        return self.drop_left_behind(last, tracked)
+
+    def drop_left_behind(self, last: Checkpoint, tracked: list[str]) -> Checkpoint:
+        """Drop the state of ``last`` that no operator (or tracked variable) of the pipeline
+        keeps now, as a migration; return its checkpoint."""
+        assert last.operators is not None
+        names = sorted(set(last.operators) - set(self.meaning))
+        migrated = migrate_state(
+            self.spark, self.layout, dropped(names), operators=self.meaning,
+            tracked={name: value for name, value in last.tracked.items() if name in tracked},
+            label=f"allow_dropped_state: dropped {', '.join(names) or 'tracked variables'}",
+            run_id=self.hook_ctx.run_id)
+        log.warning("%s: allow_dropped_state: dropped the state no operator keeps now (%s; "
+                    "%d key(s)) as checkpoint %d; reset_to_checkpoint(%d) brings it back",
+                    self.pipeline.name, ", ".join(names + sorted(set(last.tracked) - set(tracked))),
+                    sum(migrated.deleted.values()), migrated.checkpoint.checkpoint_id,
+                    last.checkpoint_id)
+        return migrated.checkpoint
 
     def finish_reset(self, reset: Checkpoint, after: int) -> Checkpoint:
         """After a reset to an older checkpoint (``reset``, back to batch ``after``): remove what
@@ -383,7 +430,8 @@ class _Run:
             checkpoint = new_checkpoint(
                 self.last, batch_id=self.batch_id, offsets=dict(self.offsets), tracked={},
                 markers=self.call_hooks("on_checkpoint"), run_id=self.ctx.run_id,
-                key_groups=self.pipeline.key_groups, wake_at=output.wake_at)
+                key_groups=self.pipeline.key_groups, wake_at=output.wake_at,
+                operators=self.meaning)
             committing = time.perf_counter()
             self.checkpoints.commit(checkpoint, output.changed_state(self.spark))
             self.report.checkpoint_seconds.append(time.perf_counter() - committing)
@@ -483,7 +531,7 @@ class _Run:
         checkpoint = new_checkpoint(self.last, batch_id=self.batch_id, offsets=dict(self.offsets),
                                     tracked=save_all(self.pipeline.tracked), markers=markers,
                                     run_id=self.ctx.run_id, key_groups=self.pipeline.key_groups,
-                                    wake_at=self.wake_at(self.batch_time))
+                                    wake_at=self.wake_at(self.batch_time), operators=self.meaning)
         self.encoding = self.encoder.submit(self.store.take_changes)
         return _Pending(checkpoint, self.encoding)
 
@@ -534,10 +582,16 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
-                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK) -> RunReport:
+                 continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK,
+                 allow_dropped_state: bool = False) -> RunReport:
     """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran); with
     ``continuous``, poll for new input every trigger instead, until asked to stop. ``clock``
     gives processing time (a test's :class:`ops.testing.ManualClock`).
+
+    A pipeline whose stateful operators no longer mean what its last checkpoint recorded stops
+    first with a :class:`state.PipelineChangedError` (see :mod:`.meaning`);
+    ``allow_dropped_state=True`` drops the state no operator keeps now instead (Flink's
+    ``--allowNonRestoredState``), as a new checkpoint that ``reset_to_checkpoint`` can undo.
 
     Order: ``on_setup``, recovery (``on_recover``), ``on_start``, batches with checkpoints as the
     pipeline's policy says, a final checkpoint, ``on_finish``; ``on_error`` on failure;
@@ -548,7 +602,7 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
     report = RunReport(pipeline=pipeline.id)
     with warming(spark) as warmer:
         run = _Run(pipeline, spark, warehouse, warmer, report, progress, checkpointed, continuous,
-                   clock)
+                   clock, allow_dropped_state)
         try:
             run.call_hooks("on_setup")
             run.recover()

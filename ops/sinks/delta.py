@@ -39,7 +39,8 @@ class DeltaSink(StoredSink):
                            txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
-        tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id)), self.location(ctx.layout),
+        tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long")),
+                      self.location(ctx.layout),
                       txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:

@@ -65,7 +65,7 @@ class TableSink(StoredSink):
         self.write_frame(ctx, batch_id, tables.to_frame(ctx.spark, rows))
 
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
-        rows = frame.withColumn(BATCH_COLUMN, F.lit(batch_id))
+        rows = frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long"))
         changes = _typed_like(ctx.spark, rows, self.changelog(ctx.layout))
         tables.append(changes, self.changelog(ctx.layout),
                       txn=ctx.txn(f"table/{self.name}", batch_id))
