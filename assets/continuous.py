@@ -35,6 +35,9 @@ class ContinuousRunConfig(dg.Config):
     materialize_every_s: float = Field(
         default=10.0, description="At most one asset materialisation per this many seconds "
                                   "(each at a checkpoint)")
+    allow_dropped_state: bool = Field(
+        default=False, description="Drop the state no operator of the pipeline keeps now "
+                                   "instead of failing (a new checkpoint)")
 
 
 def make_continuous_job(pipeline: Pipeline) -> dg.JobDefinition:
@@ -59,7 +62,8 @@ def make_continuous_job(pipeline: Pipeline) -> dg.JobDefinition:
                          "terminate the run to stop it after the batch in flight")
         report = pipeline.run_continuously(
             session, warehouse.root, trigger=config.trigger, max_seconds=config.max_seconds,
-            progress=reporter.batch, checkpointed=reporter.checkpoint, mode=spark.mode)
+            progress=reporter.batch, checkpointed=reporter.checkpoint, mode=spark.mode,
+            allow_dropped_state=config.allow_dropped_state)
         reporter.materialize(report.checkpoint_id, report.last_batch_id, force=True)
         context.log.info(f"{name}: stopped after {report.totals.batches} batch(es), "
                          f"{report.rows_in} rows, checkpoint {report.checkpoint_id}")

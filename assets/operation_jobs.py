@@ -1,13 +1,15 @@
 """Operations jobs (``dagster job execute`` and the UI launchpad) and maintenance schedules."""
 
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 from pydantic import Field
 
 import ops
-from ops import Pipeline
+from ops import Migration, Pipeline
+from ops.migrations import apply as apply_migration
 
 from .resources import SparkResource, WarehouseResource
 
@@ -31,6 +33,36 @@ class VacuumChoice(PipelineChoice):
                     "being readable with as_of")
 
 
+class MigrationChoice(PipelineChoice):
+    migration: str = Field(
+        default="", description="A migration declared in code (make_operation_jobs(migrations="
+                                "...)): re-keys and transforms are functions, declared there")
+    rename: dict[str, str] = Field(
+        default_factory=dict, description="Operator (or tracked variable) -> its new name")
+    drop: list[str] = Field(
+        default_factory=list, description="Operators, state names or tracked variables whose "
+                                          "state goes")
+
+
+class ExportChoice(PipelineChoice):
+    path: str = Field(description="Folder to write the export to (a local path or s3a://…)")
+    checkpoint_id: int | None = Field(default=None, description="Default: the latest")
+
+
+class ImportChoice(PipelineChoice):
+    path: str = Field(description="Folder of an export (export_state)")
+    positions: str = Field(
+        default="", description="JSON object of source positions to replace, e.g. "
+                                "{\"events\": null} to read source events from its start; "
+                                "empty: keep the exported ones")
+
+
+class BootstrapChoice(PipelineChoice):
+    operator: str = Field(description="The stateful operator whose state to build")
+    table: str = Field(description="Delta table of the operator's key columns and a value column")
+    value: str = Field(default="value", description="The column holding the values")
+
+
 def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[Pipeline]:
     if allow_all and name == ALL:
         return list(pipelines)
@@ -41,9 +73,15 @@ def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[P
     raise dg.Failure(f"unknown pipeline {name!r}; choose one of {names}")
 
 
-def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]:
-    """``recover``, ``reset_to_checkpoint``, ``replay``, ``discard_plans``, ``compact``, ``vacuum``
-    and ``describe`` over ``pipelines``, each a one-op job with typed config."""
+def make_operation_jobs(pipelines: Sequence[Pipeline],
+                        migrations: Mapping[str, Migration] | None = None
+                        ) -> list[dg.JobDefinition]:
+    """``recover``, ``reset_to_checkpoint``, ``replay``, ``discard_plans``, ``migrate_state``,
+    ``bootstrap_state``, ``export_state``, ``import_state``, ``compact``, ``vacuum`` and
+    ``describe`` over ``pipelines``, each a one-op job with typed config. ``migrations``: the
+    migrations ``migrate_state`` may apply by name, besides the renames and drops its config
+    gives."""
+    declared = dict(migrations or {})
 
     @dg.op(name="recover_op",
            description="Recovery only: restore the last checkpoint, truncate global tables.")
@@ -85,6 +123,70 @@ def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]
         context.log.info(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
                          f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
 
+    @dg.op(name="migrate_state_op",
+           description="Migrate a changed pipeline's state: rename, drop, re-key, transform "
+                       "(a new checkpoint; reset_to_checkpoint undoes it).")
+    def migrate_state(context: dg.OpExecutionContext, config: MigrationChoice,
+                      spark: SparkResource, warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        migration = _migration(declared, config)
+        try:
+            report = apply_migration(spark.session(), pipeline, migration, warehouse.root)
+        except ops.StreamError as exc:  # refused: the message says why, nothing was written
+            raise dg.Failure(str(exc)) from exc
+        if report.checkpoint_id is None:
+            context.log.info(f"{pipeline.name}: the latest checkpoint already made "
+                             f"{report.label!r}; nothing to do")
+            return
+        context.log.info(f"{pipeline.name}: {report.label!r} committed as checkpoint "
+                         f"{report.checkpoint_id} (epoch {report.epoch}); keys written "
+                         f"{report.written or 'none'}, deleted {report.deleted or 'none'}")
+
+    @dg.op(name="bootstrap_state_op",
+           description="Build an operator's state from a Delta table before the pipeline's "
+                       "first run.")
+    def bootstrap_state(context: dg.OpExecutionContext, config: BootstrapChoice,
+                        spark: SparkResource, warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        try:
+            ops.bootstrap_state(spark.session(), pipeline, {config.operator: config.table},
+                                value=config.value, warehouse=warehouse.root)
+        except ops.StreamError as exc:
+            raise dg.Failure(str(exc)) from exc
+        context.log.info(f"{pipeline.name}: {config.operator!r} bootstrapped from {config.table}")
+
+    @dg.op(name="export_state_op",
+           description="Write a checkpoint (state, tracked variables, global tables, source "
+                       "positions) to a folder.")
+    def export_state(context: dg.OpExecutionContext, config: ExportChoice,
+                     spark: SparkResource, warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        try:
+            done = ops.export_state(spark.session(), pipeline, config.path,
+                                    checkpoint_id=config.checkpoint_id, warehouse=warehouse.root)
+        except ops.StreamError as exc:
+            raise dg.Failure(str(exc)) from exc
+        context.log.info(f"{pipeline.name}: checkpoint {done.checkpoint_id} exported to "
+                         f"{config.path}")
+
+    @dg.op(name="import_state_op",
+           description="Make an export a pipeline's first checkpoint, its source positions "
+                       "rewritten as told.")
+    def import_state(context: dg.OpExecutionContext, config: ImportChoice,
+                     spark: SparkResource, warehouse: WarehouseResource) -> None:
+        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
+        try:
+            positions = json.loads(config.positions) if config.positions else None
+        except json.JSONDecodeError as exc:
+            raise dg.Failure(f"positions is not a JSON object: {exc}") from exc
+        try:
+            done = ops.import_state(spark.session(), pipeline, config.path, offsets=positions,
+                                    warehouse=warehouse.root)
+        except ops.StreamError as exc:
+            raise dg.Failure(str(exc)) from exc
+        context.log.info(f"{pipeline.name}: imported {config.path} as checkpoint 1; source "
+                         f"positions {done.offsets}")
+
     @dg.op(name="compact_op",
            description="Rewrite state changelogs to the latest value per key.")
     def compact(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
@@ -112,8 +214,20 @@ def make_operation_jobs(pipelines: Sequence[Pipeline]) -> list[dg.JobDefinition]
                 print(line, flush=True)
             context.log.info("\n".join(lines))
 
-    return [_job(op) for op in (recover, reset_to_checkpoint, replay, discard_plans, compact, vacuum,
+    return [_job(op) for op in (recover, reset_to_checkpoint, replay, discard_plans, migrate_state,
+                                 bootstrap_state, export_state, import_state, compact, vacuum,
                                  describe)]
+
+
+def _migration(declared: Mapping[str, Migration], config: MigrationChoice) -> Migration:
+    """The declared migration ``config`` names (if any), with its renames and drops added."""
+    if config.migration and config.migration not in declared:
+        raise dg.Failure(f"unknown migration {config.migration!r}; declared: {sorted(declared)}")
+    base = declared.get(config.migration, Migration())
+    if not (config.rename or config.drop):
+        return base
+    return Migration(rename={**base.rename, **config.rename}, drop=(*base.drop, *config.drop),
+                     rekey=base.rekey, transform=base.transform, name=base.name)
 
 
 def _job(op: dg.OpDefinition) -> dg.JobDefinition:

@@ -33,6 +33,10 @@ class PipelineRunConfig(dg.Config):
     mode: str | None = Field(
         default=None, description="driver, distributed or auto: where operators run "
                                   "(default: the pipeline's own setting)")
+    allow_dropped_state: bool = Field(
+        default=False, description="Drop the state no operator of the pipeline keeps now "
+                                   "instead of failing (a new checkpoint; see the README, "
+                                   "'Changing a running pipeline')")
 
 
 def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[AssetDep] = (),
@@ -69,7 +73,8 @@ def make_pipeline_asset(pipeline: Pipeline, *, deps: Sequence[AssetDep] = (),
                      ) -> Iterator[dg.MaterializeResult]:
         session = _session(context, spark)
         report = pipeline.run_once(session, warehouse.root, max_batches=config.max_batches,
-                                   progress=_progress(context), mode=config.mode or spark.mode)
+                                   progress=_progress(context), mode=config.mode or spark.mode,
+                                   allow_dropped_state=config.allow_dropped_state)
         context.log.info(f"{name}: {len(report.batches)} batch(es), checkpoint "
                          f"{report.checkpoint_id}, {report.seconds:.1f}s")
         layout = pipeline.layout(warehouse.root)

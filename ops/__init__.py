@@ -21,6 +21,8 @@ from state import (
     GlobalTable,
     HookContext,
     Hooks,
+    MigrationError,
+    PipelineChangedError,
     StreamError,
     Tracked,
     global_table,
@@ -105,6 +107,7 @@ from .sources import (
 )
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import Catalog, TableQuery, compile_query, query, register, sql
+from .state_io import bootstrap_state, export_state, import_state
 
 __all__ = [
     # the state API and pipeline builder
@@ -121,6 +124,7 @@ __all__ = [
     # running and operating
     "run_pipeline", "BatchReport", "CheckpointReport", "RunReport", "StopSignal", "Trigger",
     "recover", "replay", "reset_to_checkpoint", "Migration", "MigrationReport", "migrate",
+    "bootstrap_state", "export_state", "import_state",
     "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",
     "describe_lag_by_part", "source_lag",
     "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",
@@ -136,5 +140,6 @@ __all__ = [
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
     # errors
     "StreamError", "BadRecordError", "CheckpointConflict", "ConfigError", "EncodingError",
+    "MigrationError", "PipelineChangedError",
     "OperatorError", "PipelineDefinitionError", "SinkError", "SourceError", "SqlError",
 ]

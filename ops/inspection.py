@@ -18,6 +18,8 @@ from .context import RunContext
 from .errors import PipelineDefinitionError
 from .operators import GLOBAL_STATE
 from .pipeline import Pipeline
+from .runtime.meaning import describe as describe_state
+from .runtime.meaning import differences
 from .sinks import StoredSink
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,10 @@ class PipelineStatus:
     changelog_rows: int = 0
     sink_rows: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
+    migration: str | None = None  # the migration that made the last checkpoint, if one did
+    #: how the pipeline as defined now would misread or leave behind the checkpoint's state:
+    #: a run would stop on these (README, "Changing a running pipeline")
+    state_changes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         parts = (f"  source lag by partition {self.lag_by_part}"
@@ -81,7 +87,11 @@ class PipelineStatus:
                 f"epoch {self.epoch}); source lag {self.source_lag}",
                 *([parts] if parts else []),
                 f"  state keys {self.state_keys} in {self.changelog_rows} changelog rows",
-                f"  sink rows {self.sink_rows}; dead letters {self.dead_letters}"]
+                f"  sink rows {self.sink_rows}; dead letters {self.dead_letters}",
+                *([f"  made by migration {self.migration!r}"] if self.migration else []),
+                *(["  the pipeline as defined now would stop: its state differs"]
+                  + [f"    - {change}" for change in self.state_changes]
+                  if self.state_changes else [])]
 
 
 def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> PipelineStatus:
@@ -94,6 +104,7 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     if last is not None:
         status.checkpoint_id, status.batch_id = last.checkpoint_id, last.batch_id
         status.epoch, status.checkpointed_at = last.epoch, last.created_at
+        status.migration, status.state_changes = last.migration, _state_changes(pipeline, last)
         changelog = tables.read(spark, layout.state)
         status.changelog_rows = changelog.count()
         live = (state.store.latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
@@ -105,6 +116,14 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     if tables.exists(spark, layout.dead_letters):
         status.dead_letters = tables.read(spark, layout.dead_letters).count()
     return status
+
+
+def _state_changes(pipeline: Pipeline, last: Checkpoint) -> list[str]:
+    if last.operators is None:  # recorded from the next checkpoint on
+        return []
+    found = differences(last.operators, describe_state(pipeline.stream.operators), last.tracked,
+                        [variable.name for variable in pipeline.tracked])
+    return [f"{d.name!r}: {d.what}" for d in found if d.blocking]
 
 
 def describe_lag(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:

@@ -58,3 +58,7 @@ def test_every_python_block_runs(spark, tmp_path, monkeypatch):
     assert ended[["user", "total"]].values.tolist() == [["ann", 2]]
     stored = sp.read_state(spark, namespace["sessions"], "__global__")
     assert dict(zip(stored["key"], stored["value"])) == {"clicks": 3}
+    # the migration example: refused, migrated, continued from the migrated state
+    assert namespace["stopped"]
+    assert namespace["migrated"].written == {"total": 1}
+    assert namespace["v2"].read_sink(spark, "totals")["total"].tolist() == [1, 3, 13]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import ops as sp
-from assets import SparkResource, WarehouseResource
+from assets import SparkResource, WarehouseResource, make_operation_jobs
 from dagster_project import defs
 from dagster_project.pipelines import running_sum_keyed
 from state.faults import InjectedCrash, crash_at
@@ -132,3 +132,34 @@ def test_discard_plans_job_drops_what_no_checkpoint_covers(spark, warehouse, dag
         run_config=config, resources=resources, raise_on_error=False)
     assert not again.success
     assert "there is nothing to discard" in again.failure_data_for_node("discard_plans_op").error.message
+
+
+def test_migrate_state_job_applies_a_declared_migration(spark, warehouse):
+    """The job runs a migration declared in code (its transform is a function), and a refused
+    one fails the run with the reason, having written nothing."""
+    from tests.ops.runtime.migration_child import version_1, version_2
+
+    version_1().publish(spark, BATCHES[0], warehouse)
+    version_1().run_once(spark, warehouse)
+    to_total = sp.Migration(rename={"sum": "total"}, transform={"total": float}, name="to_total")
+    (job,) = [job for job in make_operation_jobs([version_2()], migrations={"to_total": to_total})
+              if job.name == "migrate_state"]
+    resources = {"spark": SparkResource(master=spark.sparkContext.master, shuffle_partitions=2),
+                 "warehouse": WarehouseResource(path=warehouse)}
+    refused = job.execute_in_process(
+        run_config=_config("migrate_state", pipeline="changing", rename={"sum": "total"}),
+        resources=resources, raise_on_error=False)
+    assert not refused.success
+    assert "give transform={'total': fn}" in refused.failure_data_for_node(
+        "migrate_state_op").error.message
+    done = job.execute_in_process(
+        run_config=_config("migrate_state", pipeline="changing", migration="to_total"),
+        resources=resources)
+    assert done.success
+    state = sp.read_state(spark, version_2(), "total", warehouse=warehouse)
+    assert dict(zip(state["key"], state["value"])) == {0: 1.0, 1: 2.0}
+    status = sp.describe(spark, version_2(), warehouse)
+    assert status.migration == "to_total" and status.state_changes == []
+    as_it_was = sp.describe(spark, version_1(), warehouse)  # the old code, after the migration
+    assert [change.split(":")[0] for change in as_it_was.state_changes] == ["'total'"]
+    assert "  the pipeline as defined now would stop: its state differs" in as_it_was.lines()
