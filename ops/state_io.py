@@ -38,6 +38,7 @@ from state import (
     tables,
 )
 from state.codecs import encode_value
+from state.global_tables import CHECKPOINT_COLUMN, RUN_COLUMN
 from state.queries import changelog_as_of
 from state.store import latest_per_key
 
@@ -125,13 +126,17 @@ def import_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
     exported: pd.DataFrame = tables.read(spark, _state_path(path)).toPandas()
     records = exported[exported["operator"] == CHECKPOINT_OPERATOR]
     was = Checkpoint.from_json(records["value"].iloc[0])
+    run_id = uuid.uuid4().hex
     for table in _global_tables(pipeline):  # before the commit: a crash here is redone
         source = _global_path(path, table.name)
         if tables.exists(spark, source):
-            tables.read(spark, source).write.format("delta").mode("overwrite").option(
-                "overwriteSchema", "true").save(layout.table(table.name))
+            # the rows are the first checkpoint's now: recovery keeps only a committed one's
+            (tables.read(spark, source).withColumn(CHECKPOINT_COLUMN, F.lit(1).cast("long"))
+             .withColumn(RUN_COLUMN, F.lit(run_id))
+             .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .save(layout.table(table.name)))
     first = dataclasses.replace(
-        was, checkpoint_id=1, epoch=0, run_id=uuid.uuid4().hex, created_at=time.time(),
+        was, checkpoint_id=1, epoch=0, run_id=run_id, created_at=time.time(),
         reset_to_batch=None, resumed_from=None, key_groups=pipeline.key_groups,
         offsets=_rewritten(was.offsets, offsets), migration=f"imported from {path}")
     state_rows = exported[exported["operator"] != CHECKPOINT_OPERATOR]

@@ -75,9 +75,11 @@ def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType | None 
 
 def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: str | None = None,
                 txn: tuple[str, int] | None = None, schema: StructType | None = None,
-                user_metadata: str | None = None, again_soon: bool = True) -> direct.Outcome | None:
-    """Append pandas ``rows`` to ``path`` in one commit (see :func:`append`); returns what a
-    commit written by this process did, or ``None`` when the append went through Spark.
+                user_metadata: str | None = None, again_soon: bool = True,
+                merge_schema: bool = False) -> direct.Outcome | None:
+    """Append pandas ``rows`` to ``path`` in one commit (see :func:`append`, also for
+    ``merge_schema``); returns what a commit written by this process did, or ``None`` when the
+    append went through Spark.
 
     An append that only adds files is committed here, without Spark (:mod:`state.direct`):
     a few hundredths of a second instead of a few tenths. Else,
@@ -92,7 +94,8 @@ def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: 
     staged = _stage(rows, staging) if staging else None
     try:
         frame = spark.read.parquet(staged) if staged else to_frame(spark, rows, schema)
-        append(frame, path, txn=txn, user_metadata=user_metadata, again_soon=again_soon)
+        append(frame, path, txn=txn, user_metadata=user_metadata, again_soon=again_soon,
+               merge_schema=merge_schema)
     finally:
         if staged:
             shutil.rmtree(staged, ignore_errors=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +16,11 @@ from state import PipelineLayout, tables
 
 from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..context import RunContext
+from ..errors import SinkError
 from .base import StoredSink
+
+# Delta's error for an append whose column does not merge with the table's of that name
+_MERGE_CLASH = re.compile(r"DELTA_FAILED_TO_MERGE_FIELDS\] Failed to merge fields '([^']+)'")
 
 
 @dataclass(frozen=True)
@@ -21,7 +28,9 @@ class DeltaSink(StoredSink):
     """Appends each batch to a Delta table, with ``_batch_id`` and ``_row`` (order in the batch).
 
     ``path`` defaults to ``<warehouse>/<pipeline>/<name>``. The write uses Delta's idempotent
-    transaction id, so a replayed batch writes nothing new.
+    transaction id, so a replayed batch writes nothing new. A column the output gains (a
+    source's new field) is added to the table; one whose type changes stops the batch with a
+    :class:`~ops.errors.SinkError` naming it.
     """
 
     name: str
@@ -35,13 +44,31 @@ class DeltaSink(StoredSink):
             return
         rows = frame.assign(**{BATCH_COLUMN: batch_id, ROW_COLUMN: np.arange(len(frame))})
         rows.index = pd.RangeIndex(len(rows))  # renumbered in place: the copy is assign's alone
-        tables.append_rows(ctx.spark, rows, self.location(ctx.layout), staging=ctx.layout.staging,
-                           txn=ctx.txn(f"sink/{self.name}", batch_id))
+        with self._typed_alike(ctx, batch_id):
+            tables.append_rows(ctx.spark, rows, self.location(ctx.layout),
+                               staging=ctx.layout.staging, merge_schema=True,
+                               txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
-        tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long")),
-                      self.location(ctx.layout),
-                      txn=ctx.txn(f"sink/{self.name}", batch_id))
+        with self._typed_alike(ctx, batch_id):
+            tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long")),
+                          self.location(ctx.layout), merge_schema=True,
+                          txn=ctx.txn(f"sink/{self.name}", batch_id))
+
+    @contextmanager
+    def _typed_alike(self, ctx: RunContext, batch_id: int) -> Iterator[None]:
+        """A column whose type the batch changes: a :class:`SinkError` naming it."""
+        try:
+            yield
+        except Exception as exc:
+            clash = _MERGE_CLASH.search(str(exc)[:2000])
+            if clash is None:
+                raise
+            raise SinkError(
+                f"pipeline {ctx.pipeline!r}, sink {self.name!r}, batch {batch_id}: column "
+                f"{clash.group(1)!r} of the batch's rows has another type than the table "
+                f"{self.location(ctx.layout)} holds; nothing of the batch was committed. Cast "
+                "it in the pipeline to the table's type, or write to a new sink.") from exc
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:
         tables.delete_where(ctx.spark, self.location(ctx.layout), F.col(BATCH_COLUMN) > batch_id)
