@@ -102,7 +102,7 @@ def apply(spark: SparkSession, pipeline: Pipeline, migration: Migration,
                              "migrate: its first run records what its state means")
     now = describe(pipeline.stream.operators)
     tracked_now = [variable.name for variable in pipeline.tracked]
-    if latest.migration == migration.label and latest.operators is not None and not [
+    if _made(latest, migration) and latest.operators is not None and not [
             d for d in differences(latest.operators, now, latest.tracked, tracked_now)
             if d.blocking]:
         log.info("%s: the latest checkpoint (%d) already made migration %r: nothing to do",
@@ -119,6 +119,13 @@ def apply(spark: SparkSession, pipeline: Pipeline, migration: Migration,
                            migrated.written, migrated.deleted, migration.label)
 
 
+def _made(latest: Checkpoint, migration: Migration) -> bool:
+    """Whether ``latest`` is ``migration``'s own checkpoint: by its name, or, for one without
+    functions, by what it does (a changed function with the same label is a new migration)."""
+    named_or_plain = bool(migration.name) or not (migration.rekey or migration.transform)
+    return named_or_plain and latest.migration == migration.label
+
+
 def plan(latest: Checkpoint, now: Described, tracked_now: Sequence[str],
          migration: Migration) -> tuple[list[StateEdit], dict[str, str]]:
     """The edits that turn ``latest``'s state into what ``now`` reads, and the tracked variables
@@ -131,8 +138,7 @@ def plan(latest: Checkpoint, now: Described, tracked_now: Sequence[str],
         edit, problem = _edit(name, entry, now, migration)
         edits += [edit] if edit is not None else []
         left += [problem] if problem else []
-    tracked = {migration.rename.get(var, var): value for var, value in latest.tracked.items()
-               if var not in migration.drop}
+    tracked = _tracked_after(latest.tracked, migration)
     left += [f"tracked variable {var!r} is no longer tracked: rename or drop it"
              for var in tracked if var not in tracked_now]
     if left:
@@ -140,6 +146,21 @@ def plan(latest: Checkpoint, now: Described, tracked_now: Sequence[str],
             "this migration leaves state the changed pipeline would misread or leave behind, "
             "so nothing was written:\n" + "\n".join(f"  - {problem}" for problem in left))
     return edits, {var: value for var, value in tracked.items() if var in tracked_now}
+
+
+def _tracked_after(tracked: Mapping[str, str], migration: Migration) -> dict[str, str]:
+    """The tracked variables after the migration's renames and drops."""
+    after: dict[str, str] = {}
+    for var, value in tracked.items():
+        if var in migration.drop:
+            continue
+        to = migration.rename.get(var, var)
+        if to in after or (to != var and to in tracked and to not in migration.rename
+                           and to not in migration.drop):
+            raise MigrationError(f"tracked variable {var!r} cannot become {to!r}: {to!r} holds "
+                                 "a value the migration keeps. Nothing was written.")
+        after[to] = value
+    return after
 
 
 def _edit(name: str, entry: dict[str, Any], now: Described,
@@ -158,18 +179,26 @@ def _edit(name: str, entry: dict[str, Any], now: Described,
     rekey = _given(migration.rekey, operator, to_operator)
     transform = _given(migration.transform, operator, to_operator) \
         if entry["role"] == VALUES else None
-    unresolved = [d.what for d in found
-                  if (d.remedy is Remedy.REKEY and rekey is None)
-                  or (d.remedy is Remedy.TRANSFORM and transform is None)]
-    if unresolved:
-        hint = "rekey" if rekey is None and any(d.remedy is Remedy.REKEY for d in found) \
-            else "transform"
-        return None, f"{name!r}: {'; '.join(unresolved)}: give {hint}={{{to_operator!r}: fn}}"
+    if rekey is not None and entry.get("class", "Map") != "Map" and entry["role"] == VALUES:
+        return None, (f"{name!r}: a {entry.get('class')} keeps keys of its own form (with window "
+                      "starts, or as tuples): re-key only a map's state; drop this one instead")
+    missing = [(d.what, hint) for d in found for remedy, hint, given in (
+        (Remedy.REKEY, "rekey", rekey), (Remedy.TRANSFORM, "transform", transform))
+        if d.remedy is remedy and given is None]
+    if missing:
+        hints = " and ".join(sorted({f"{hint}={{{to_operator!r}: fn}}" for _, hint in missing}))
+        return None, f"{name!r}: {'; '.join(what for what, _ in missing)}: give {hints}"
     codec, new_codec = entry.get("codec", "json"), now[to].get("codec", "json")
     if to == name and rekey is None and transform is None and codec == new_codec:
         return None, ""
     return StateEdit(name, to, key=rekey, value=transform, codec=codec, new_codec=new_codec,
-                     fixed=frozenset(entry.get("shared", ()))), ""
+                     fixed=frozenset(entry.get("shared", ())),
+                     key_parts=_key_parts(now[to]) if rekey is not None else None), ""
+
+
+def _key_parts(entry: dict[str, Any]) -> int:
+    """How many parts a map's key has: 0 unkeyed (the key is ``None``), 1 a value, more a tuple."""
+    return len(entry["keys"]) if entry["kind"] == "keyed" else 0
 
 
 def _given(functions: Mapping[str, Callable[[Any], Any]], old: str,
@@ -182,7 +211,12 @@ def _check_names(migration: Migration, recorded: Described, now: Described,
     """Every name the migration mentions must be one the checkpoint or the pipeline knows."""
     held = {entry["operator"] for entry in recorded.values()}
     kept = {entry["operator"] for entry in now.values()}
-    wrong = [f"rename {old!r}: the checkpoint holds no state or tracked variable {old!r}"
+    variables = set(tracked_then) | set(tracked_now)
+    wrong = [f"{name!r} is both an operator's state and a tracked variable: rename or drop "
+             "neither by that name (give the tracked variable another name first)"
+             for name in sorted((set(migration.rename) | set(migration.drop)) & variables
+                                & (held | kept | set(recorded)))]
+    wrong += [f"rename {old!r}: the checkpoint holds no state or tracked variable {old!r}"
              for old in migration.rename if old not in held and old not in tracked_then]
     wrong += [f"rename to {new!r}: the pipeline keeps no state or tracked variable {new!r}"
               for new in migration.rename.values() if new not in kept and new not in tracked_now]

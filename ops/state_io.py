@@ -99,12 +99,18 @@ def export_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
             .select(*STATE_SCHEMA.names))
     live.unionByName(record).write.format("delta").mode("overwrite").option(
         "overwriteSchema", "true").save(_state_path(path))
+    committed = (CheckpointLog(spark, layout).records()
+                 .select(F.col("checkpoint_id").alias(CHECKPOINT_COLUMN),
+                         F.get_json_object("value", "$.run_id").alias(RUN_COLUMN)))
     for table in _global_tables(pipeline):
         marker = checkpoint.markers.get(table.marker_key)
         source = layout.table(table.name)
         if tables.exists(spark, source):
-            rows = tables.read(spark, source).where(F.col(table.index) <= (
-                -1 if marker is None else int(marker)))
+            # up to the marker, and only a committed checkpoint's rows: a run that lost its
+            # checkpoint may have left some that the next recovery would remove
+            rows = (tables.read(spark, source)
+                    .where(F.col(table.index) <= (-1 if marker is None else int(marker)))
+                    .join(committed, [CHECKPOINT_COLUMN, RUN_COLUMN], "left_semi"))
             rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
                 _global_path(path, table.name))
     log.info("%s: checkpoint %d exported to %s", pipeline.id, upto, path)

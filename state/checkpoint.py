@@ -94,7 +94,10 @@ class Checkpoint:
 
     @classmethod
     def from_json(cls, text: str) -> Checkpoint:
-        return cls(**json.loads(text))
+        """The record ``text`` holds; fields a later release added are left out, so a pipeline
+        can go back to this release after running a newer one."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{name: value for name, value in json.loads(text).items() if name in known})
 
 
 class CheckpointLog:

@@ -51,6 +51,9 @@ class StateEdit:
     codec: str = "json"
     new_codec: str = "json"
     fixed: frozenset[Any] = frozenset()
+    #: what ``key`` must return: 0 ``None`` (unkeyed), 1 one value, n a tuple of n (unchecked:
+    #: ``None``)
+    key_parts: int | None = None
 
     @property
     def moves(self) -> bool:
@@ -143,6 +146,11 @@ def _new_keys(edit: StateEdit, old_keys: list[str]) -> list[str]:
     for text in old_keys:
         key = decode_key(text)
         moved = key if key in edit.fixed else _called(edit.key, key, edit, text, "re-key")
+        if key not in edit.fixed and not _has_parts(moved, edit.key_parts):
+            raise MigrationError(
+                f"{_where(edit, text)}: the re-key function returned {moved!r}, but the "
+                f"operator's keys have {edit.key_parts} part(s) (None for unkeyed state, one "
+                f"value for one key column, a tuple for several). {_NOTHING}")
         try:
             encoded = encode_key(moved)
         except (TypeError, ValueError) as exc:
@@ -151,11 +159,20 @@ def _new_keys(edit: StateEdit, old_keys: list[str]) -> list[str]:
         if encoded in came_from:
             raise MigrationError(
                 f"state {edit.name!r}: keys {decode_key(came_from[encoded])!r} and {key!r} both "
-                f"become {moved!r}; a re-key must keep keys apart (merge them in a transform of "
-                f"an unkeyed state instead). {_NOTHING}")
+                f"become {moved!r}; a re-key must keep keys apart. {_NOTHING}")
         came_from[encoded] = text
         new.append(encoded)
     return new
+
+
+def _has_parts(key: Any, parts: int | None) -> bool:
+    if parts is None:
+        return True
+    if parts == 0:
+        return key is None
+    if parts == 1:
+        return key is not None and not isinstance(key, tuple)
+    return isinstance(key, tuple) and len(key) == parts
 
 
 def _new_values(edit: StateEdit, keys: list[str], texts: list[str]) -> list[str]:

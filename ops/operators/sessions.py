@@ -32,7 +32,7 @@ class Session:
     @property
     def spec(self) -> str:
         """Which sessions it makes, as recorded with a checkpoint (see ``Window.spec``)."""
-        return f"sessions with gaps of {self.gap // pd.Timedelta('1ms')} ms on {self.time}"
+        return f"sessions with gaps of {self.gap // pd.Timedelta('1ms')} ms"
 
 
 def session(time: str, gap: str, grace: str = "0s") -> Session:

@@ -51,14 +51,14 @@ class Window:
 
     @property
     def spec(self) -> str:
-        """Which windows it makes (grace aside: it changes no stored window), as recorded with
-        a checkpoint.
+        """Which windows it makes, as recorded with a checkpoint: grace and the event-time
+        column aside, which change no stored window.
 
         >>> tumbling("ts", "1min").spec
-        'windows of 60000 ms every 60000 ms on ts'
+        'windows of 60000 ms every 60000 ms'
         """
         return (f"windows of {self.size // pd.Timedelta('1ms')} ms every "
-                f"{self.advance // pd.Timedelta('1ms')} ms on {self.time}")
+                f"{self.advance // pd.Timedelta('1ms')} ms")
 
 
 def tumbling(time: str, size: str, grace: str = "0s") -> Window:

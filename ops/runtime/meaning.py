@@ -23,6 +23,7 @@ check, with the meaning of the state besides its name.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,9 @@ def describe(operators: Iterable[Operator]) -> dict[str, dict[str, Any]]:
             if clock.ttl_ms is not None:
                 described[expiry_state(clock.operator)] = {**owner, "role": EXPIRY,
                                                            "ttl_ms": clock.ttl_ms, "shared": []}
-    return described
+    # as a checkpoint's record gives it back (tuples as lists, keys as strings), so a shape
+    # compares equal to its recorded self
+    return dict(json.loads(json.dumps(described, default=str)))
 
 
 def names_of(described: dict[str, dict[str, Any]], operator: str) -> dict[str, str]:
@@ -195,8 +198,12 @@ def refusal(pipeline: str, checkpoint_id: int, found: Sequence[Difference]) -> s
     lines += [f"  - {d.name!r}: {d.what}" for d in blocking]
     lines.append("Ways forward (each a new checkpoint; reset_to_checkpoint undoes it):")
     names = [d.name for d in blocking if d.remedy is Remedy.DROP_OR_RENAME]
+    renamable = [d.operator for d in blocking
+                 if d.remedy is Remedy.DROP_OR_RENAME and d.name == d.operator]
+    if renamable:
+        lines.append(f"  - renamed: sp.migrate(spark, pipeline, rename={{{renamable[0]!r}: "
+                     "<new name>})")
     if names:
-        lines.append(f"  - renamed: sp.migrate(spark, pipeline, rename={{{names[0]!r}: <new name>}})")
         lines.append(f"  - no longer wanted: sp.migrate(spark, pipeline, drop={names!r}), or run "
                      "with allow_dropped_state=True")
     rekey = [d.name for d in blocking if d.remedy is Remedy.REKEY]
@@ -207,8 +214,9 @@ def refusal(pipeline: str, checkpoint_id: int, found: Sequence[Difference]) -> s
     if values:
         lines.append(f"  - other values: sp.migrate(spark, pipeline, transform={{{values[0]!r}: "
                      "<new value of an old value>})")
-    if remedies == {Remedy.RECODE}:
-        lines.append("  - another codec: sp.migrate(spark, pipeline) re-encodes the values")
+    if Remedy.RECODE in remedies:
+        lines.append("  - another codec: a migration re-encodes the values (sp.migrate(spark, "
+                     "pipeline) when nothing else differs)")
     lines.append("  - or run the pipeline as it was, or give it a new name to start without state. "
                  "The Dagster job migrate_state does the same; see the README, \"Changing a "
                  "running pipeline\".")

@@ -113,23 +113,26 @@ class DeltaTableSource(Source):
         it null. Unchecked where delta-rs cannot read the table's versions."""
         if last <= start:
             return last
-        before = _column_types(self.path, max(start, 0))
-        if before is None or _same_types(before, _column_types(self.path, last)):
-            return last
+        seen = _column_types(self.path, max(start, 0))
+        if seen is None or _column_types(self.path, last) == seen:
+            return last  # the schema is the same at both ends: no version in between to check
         for version in range(max(start, 0) + 1, last + 1):
             now = _column_types(self.path, version)
-            if now is not None and not _same_types(before, now):
+            if now is None:
+                continue
+            if not _same_types(seen, now):
                 if version == start + 1:
-                    raise ConfigError(self._retyped(ctx, version, before, now))
+                    raise ConfigError(self._retyped(ctx, version, seen, now))
                 log.warning("pipeline %r, source %r: planning up to version %d of %s; version %d "
                             "changes a column's type (the next plan will say so)", ctx.pipeline,
                             self.name, version - 1, self.path, version)
                 return version - 1
+            seen = {**now, **{c: kind for c, kind in seen.items() if c not in now}}
         return last
 
-    def _retyped(self, ctx: RunContext, version: int, before: dict[str, str],
-                 now: dict[str, str]) -> str:
-        changed = sorted(c for c in set(before) & set(now) if before[c] != now[c])
+    def _retyped(self, ctx: RunContext, version: int, before: dict[str, Any],
+                 now: dict[str, Any]) -> str:
+        changed = sorted(c for c in set(before) & set(now) if not _alike(before[c], now[c]))
         columns = ", ".join(f"{c!r} from {_shown(before[c])} to {_shown(now[c])}" for c in changed)
         return (f"pipeline {ctx.pipeline!r}, source {self.name!r}: version {version} of the Delta "
                 f"table {self.path} changes the type of column(s) {columns}. Rows before and "
@@ -225,8 +228,8 @@ class DeltaTableSource(Source):
                 f"{self._remedy()}")
 
 
-def _column_types(path: str, version: int) -> dict[str, str] | None:
-    """Each top-level column's Delta type (as JSON) at ``version``; ``None``: unknown here."""
+def _column_types(path: str, version: int) -> dict[str, Any] | None:
+    """Each top-level column's Delta type (its JSON form) at ``version``; ``None``: unknown."""
     try:
         found = delta_io.metadata_at(path, version) if delta_io.serves(path) else None
     except Exception as exc:  # a table feature delta-rs does not read: the check is skipped
@@ -235,18 +238,45 @@ def _column_types(path: str, version: int) -> dict[str, str] | None:
     if found is None:
         return None
     fields = json.loads(found["schemaString"])["fields"]
-    return {field["name"]: json.dumps(field["type"], sort_keys=True) for field in fields}
+    return {field["name"]: field["type"] for field in fields}
 
 
-def _shown(kind: str) -> str:
+def _shown(kind: Any) -> str:
     """A Delta type for a message: ``long``, or a nested type's JSON."""
-    value = json.loads(kind)
-    return value if isinstance(value, str) else kind
+    return kind if isinstance(kind, str) else json.dumps(kind, sort_keys=True)
 
 
-def _same_types(before: dict[str, str], now: dict[str, str] | None) -> bool:
-    """Whether every column of both has the same type in both (``now`` unknown: assumed)."""
-    return now is None or all(before[c] == now[c] for c in set(before) & set(now))
+def _same_types(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether every column of both has a type in ``now`` that its values in ``before`` keep."""
+    return all(_alike(before[c], now[c]) for c in set(before) & set(now))
+
+
+def _alike(before: Any, now: Any) -> bool:
+    """Whether values of Delta type ``before`` read as type ``now``: the same type, or a nested
+    one whose common parts are alike (a struct gaining or losing a field, nullability aside).
+
+    >>> _alike({"type": "struct", "fields": [{"name": "a", "type": "long"}]},
+    ...        {"type": "struct", "fields": [{"name": "a", "type": "long"},
+    ...                                      {"name": "b", "type": "string"}]})
+    True
+    >>> _alike("long", "string")
+    False
+    """
+    if not (isinstance(before, dict) and isinstance(now, dict)):
+        return bool(before == now)
+    kind = before.get("type")
+    if kind != now.get("type"):
+        return False
+    if kind == "struct":
+        old = {field["name"]: field["type"] for field in before["fields"]}
+        new = {field["name"]: field["type"] for field in now["fields"]}
+        return all(_alike(old[name], new[name]) for name in old.keys() & new.keys())
+    if kind == "array":
+        return _alike(before["elementType"], now["elementType"])
+    if kind == "map":
+        return _alike(before["keyType"], now["keyType"]) and _alike(before["valueType"],
+                                                                    now["valueType"])
+    return bool(before == now)
 
 
 def _null_keys(bad: pd.DataFrame, keys: list[str], start: Any, end: Any) -> pd.DataFrame:

@@ -36,7 +36,7 @@ def version_2(mode: str = "driver"):
 
 def migrate_to_version_2(spark, warehouse=None):
     return sp.migrate(spark, version_2(), rename={"sum": "total"}, transform={"total": float},
-                      warehouse=warehouse)
+                      warehouse=warehouse, name="to_total")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """What a checkpoint records of its state's meaning, which changes of a pipeline stop a run, and
 how a migration's edits are planned (no Spark: descriptions and plans are plain data)."""
 
+import pandas as pd
 import pytest
 
 import ops as sp
 from ops.migrations import Migration, plan
 from ops.runtime.meaning import Remedy, describe, differences, refusal
 from state import WATERMARK, Checkpoint, MigrationError
+from state.migration import _edited
 
 SCHEMA = {"k": "string", "x": "long", "ts": "timestamp"}
 
@@ -37,7 +39,7 @@ def test_each_state_name_is_described_with_its_operator_keys_codec_and_shape():
         sp.tumbling("ts", "1min")).aggregate({"total": sp.sum_("x"), "n": sp.count()}, name="w")
     (entry,) = describe(windowed.operators).values()
     assert entry["shape"] == {"aggregates": {"total": "sum(x)", "n": "count(*)"},
-                              "window": "windows of 60000 ms every 60000 ms on ts"}
+                              "window": "windows of 60000 ms every 60000 ms"}
     assert entry["shared"] == ["__clock__"] and entry["class"] == "WindowAggregate"
     assert describe(sp.read.from_callback("in", schema=SCHEMA).map(len).operators) == {}
 
@@ -107,3 +109,44 @@ def test_a_plan_refuses_what_it_leaves_unresolved_and_names_that_are_not_there()
     # a codec change alone needs only the migration (it re-encodes)
     (edit,) = plan(then, describe(_operators(codec="pickle")), [], Migration())[0]
     assert (edit.codec, edit.new_codec, edit.to) == ("json", "pickle", "sum")
+
+
+class _Pairs(sp.Operator):
+    """A user operator whose shape holds a tuple: it must compare equal to its recorded self."""
+
+    name = "pairs"
+
+    def state_shape(self):
+        return {"fields": ("a", "b"), 3: "three"}
+
+    def apply(self, scope, frame):
+        return frame
+
+
+def test_a_shape_compares_equal_to_its_record_after_json():
+    recorded = Checkpoint.from_json(_checkpoint([_Pairs()]).to_json()).operators
+    assert [d for d in differences(recorded, describe([_Pairs()])) if d.blocking] == []
+
+
+def test_tracked_variables_and_operators_are_never_confused():
+    then = _checkpoint(_operators(), tracked={"sum": "1", "seen": "2", "rows": "3"})
+    with pytest.raises(MigrationError, match="'sum' is both an operator's state and a tracked"):
+        plan(then, describe(_operators()), ["seen", "rows"], Migration(drop=["sum"]))
+    with pytest.raises(MigrationError, match="'seen' cannot become 'rows'"):
+        plan(then, describe(_operators()), ["sum", "rows"], Migration(rename={"seen": "rows"}))
+
+
+def test_a_rekey_is_for_a_map_and_must_give_keys_of_its_form():
+    windowed = sp.read.from_callback("in", schema=SCHEMA).group_by("k").window(
+        sp.tumbling("ts", "1min")).aggregate({"n": sp.count()}, name="w").operators
+    regrouped = sp.read.from_callback("in", schema=SCHEMA).group_by("x").window(
+        sp.tumbling("ts", "1min")).aggregate({"n": sp.count()}, name="w").operators
+    with pytest.raises(MigrationError, match="re-key only a map's state"):
+        plan(_checkpoint(windowed), describe(regrouped), [], Migration(rekey={"w": str}))
+    (edit,) = plan(_checkpoint(_operators()), describe(_operators(key="x")), [],
+                   Migration(rekey={"sum": lambda k: (k, 1)}))[0]
+    rows = pd.DataFrame({"key": ['"a"'], "value": ["1"]})
+    with pytest.raises(MigrationError, match=r"returned \('a', 1\), but the operator's keys "
+                                             r"have 1 part"):
+        _edited(edit, rows)
+

@@ -89,10 +89,10 @@ def test_rename_and_transform_then_reset_undoes_it(spark, warehouse, checkpointe
     assert report.written == {"total": 2} and report.deleted == {"sum": 2}
     assert _state(spark, checkpointed, warehouse, "total") == {0: 4.0, 1: 2.0}
     assert _state(spark, checkpointed, warehouse, "sum") == {}
-    # repeating it changes nothing
-    again = sp.migrate(spark, migrated_pipeline, rename={"sum": "total"},
-                       transform={"total": float}, warehouse=warehouse)
-    assert again.checkpoint_id is None
+    # repeated unnamed, with a function: it runs again, and finds nothing left to rename
+    with pytest.raises(MigrationError, match=r"rename 'sum': the checkpoint holds no state"):
+        sp.migrate(spark, migrated_pipeline, rename={"sum": "total"},
+                   transform={"total": float}, warehouse=warehouse)
     migrated_pipeline.publish(spark, LATER, warehouse)
     migrated_pipeline.run_once(spark, warehouse)
     totals = migrated_pipeline.read_sink(spark, "out", warehouse)["total"].tolist()
