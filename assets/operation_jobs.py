@@ -2,7 +2,8 @@
 
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import dagster as dg
 from pydantic import Field
@@ -63,6 +64,16 @@ class BootstrapChoice(PipelineChoice):
     value: str = Field(default="value", description="The column holding the values")
 
 
+@contextmanager
+def _failing_on_refusal() -> Iterator[None]:
+    """A lakestream error ends the op as a Dagster failure with its message, which says what was
+    refused and what to do, without a stack trace."""
+    try:
+        yield
+    except ops.StreamError as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
 def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[Pipeline]:
     if allow_all and name == ALL:
         return list(pipelines)
@@ -116,10 +127,8 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
     def discard_plans(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
                       warehouse: WarehouseResource) -> None:
         (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        try:
+        with _failing_on_refusal():
             report = ops.discard_plans(spark.session(), pipeline, warehouse.root)
-        except ops.StreamError as exc:  # nothing to discard, say: the message, no stack trace
-            raise dg.Failure(str(exc)) from exc
         context.log.info(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
                          f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
 
@@ -130,10 +139,8 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
                       spark: SparkResource, warehouse: WarehouseResource) -> None:
         (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
         migration = _migration(declared, config)
-        try:
+        with _failing_on_refusal():
             report = apply_migration(spark.session(), pipeline, migration, warehouse.root)
-        except ops.StreamError as exc:  # refused: the message says why, nothing was written
-            raise dg.Failure(str(exc)) from exc
         if report.checkpoint_id is None:
             context.log.info(f"{pipeline.name}: the latest checkpoint already made "
                              f"{report.label!r}; nothing to do")
@@ -148,11 +155,9 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
     def bootstrap_state(context: dg.OpExecutionContext, config: BootstrapChoice,
                         spark: SparkResource, warehouse: WarehouseResource) -> None:
         (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        try:
+        with _failing_on_refusal():
             ops.bootstrap_state(spark.session(), pipeline, {config.operator: config.table},
                                 value=config.value, warehouse=warehouse.root)
-        except ops.StreamError as exc:
-            raise dg.Failure(str(exc)) from exc
         context.log.info(f"{pipeline.name}: {config.operator!r} bootstrapped from {config.table}")
 
     @dg.op(name="export_state_op",
@@ -161,11 +166,9 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
     def export_state(context: dg.OpExecutionContext, config: ExportChoice,
                      spark: SparkResource, warehouse: WarehouseResource) -> None:
         (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        try:
+        with _failing_on_refusal():
             done = ops.export_state(spark.session(), pipeline, config.path,
                                     checkpoint_id=config.checkpoint_id, warehouse=warehouse.root)
-        except ops.StreamError as exc:
-            raise dg.Failure(str(exc)) from exc
         context.log.info(f"{pipeline.name}: checkpoint {done.checkpoint_id} exported to "
                          f"{config.path}")
 
@@ -179,11 +182,9 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
             positions = json.loads(config.positions) if config.positions else None
         except json.JSONDecodeError as exc:
             raise dg.Failure(f"positions is not a JSON object: {exc}") from exc
-        try:
+        with _failing_on_refusal():
             done = ops.import_state(spark.session(), pipeline, config.path, offsets=positions,
                                     warehouse=warehouse.root)
-        except ops.StreamError as exc:
-            raise dg.Failure(str(exc)) from exc
         context.log.info(f"{pipeline.name}: imported {config.path} as checkpoint 1; source "
                          f"positions {done.offsets}")
 

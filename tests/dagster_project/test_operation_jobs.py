@@ -163,3 +163,34 @@ def test_migrate_state_job_applies_a_declared_migration(spark, warehouse):
     as_it_was = sp.describe(spark, version_1(), warehouse)  # the old code, after the migration
     assert [change.split(":")[0] for change in as_it_was.state_changes] == ["'total'"]
     assert "  the pipeline as defined now would stop: its state differs" in as_it_was.lines()
+
+
+def test_state_offline_jobs_bootstrap_export_and_import(spark, warehouse, tmp_path):
+    from tests.ops.runtime.migration_child import version_1
+
+    pipeline = version_1()
+    (bootstrap, export, import_) = [
+        job for name in ("bootstrap_state", "export_state", "import_state")
+        for job in make_operation_jobs([pipeline]) if job.name == name]
+    seed, folder, there = (str(tmp_path / name) for name in ("seed", "export", "there"))
+    spark.createDataFrame([(0, 10), (1, 20)], "y long, total long").write.format("delta").save(seed)
+
+    def resources(root):
+        return {"spark": SparkResource(master=spark.sparkContext.master, shuffle_partitions=2),
+                "warehouse": WarehouseResource(path=root)}
+
+    assert bootstrap.execute_in_process(run_config=_config(
+        "bootstrap_state", pipeline="changing", operator="sum", table=seed, value="total"),
+        resources=resources(warehouse)).success
+    assert export.execute_in_process(run_config=_config(
+        "export_state", pipeline="changing", path=folder), resources=resources(warehouse)).success
+    bad = import_.execute_in_process(run_config=_config(
+        "import_state", pipeline="changing", path=folder, positions="{nope"),
+        resources=resources(there), raise_on_error=False)
+    assert "positions is not a JSON object" in bad.failure_data_for_node(
+        "import_state_op").error.message
+    assert import_.execute_in_process(run_config=_config(
+        "import_state", pipeline="changing", path=folder, positions='{"publish": null}'),
+        resources=resources(there)).success
+    state = sp.read_state(spark, pipeline, "sum", warehouse=there)
+    assert dict(zip(state["key"], state["value"])) == {0: 10, 1: 20}
