@@ -85,6 +85,7 @@ SPARK_TYPES = {"long": LongType(), "double": DoubleType(), "string": StringType(
                "boolean": BooleanType(), "timestamp": TimestampType()}
 _DTYPES = {"long": "int64", "double": "float64", "string": "object", "boolean": "bool",
            "timestamp": "datetime64[ns, UTC]"}
+_NULLABLE = {"long": "Int64", "boolean": "boolean"}  # where _DTYPES holds no null
 
 
 @dataclass(frozen=True)
@@ -137,12 +138,20 @@ class RecordSchema:
         return StructType(fields)
 
     def frame(self, records: list[dict[str, Any]], index: list[int]) -> pd.DataFrame:
-        """Checked records as a DataFrame with the schema's dtypes where no value is missing."""
+        """Checked records as a DataFrame with the schema's dtypes; a long or boolean column
+        that some records lack is nullable (``Int64``, ``boolean``), the others as pandas makes
+        them."""
         frame = pd.DataFrame.from_records(records, index=index) if records else pd.DataFrame(
             {name: pd.Series(dtype=_DTYPES[kind]) for name, kind in self.fields.items()})
         for name, kind in self.fields.items():
-            if name in frame and len(frame) and frame[name].notna().all():
+            if name not in frame or not len(frame):
+                continue
+            if frame[name].notna().all():
                 frame[name] = frame[name].astype(_DTYPES[kind])
+            elif kind in _NULLABLE and frame[name].notna().any():
+                # some records lack it: a nullable integer, not the floats pandas would make
+                # (a sink's long column would meet a double one)
+                frame[name] = frame[name].astype(_NULLABLE[kind])
         return frame
 
 

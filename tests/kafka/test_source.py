@@ -192,3 +192,19 @@ def test_the_examples_state_table_over_a_topic(spark, warehouse, kafka):
     changelog = table.stored_sink("item_totals").changelog(table.layout(warehouse))
     changes = spark.read.format("delta").load(changelog)
     assert changes.where("item = 'tea'").count() == 2  # one change per batch that touched it
+
+
+def test_records_that_gain_a_field_or_lose_one(spark, warehouse, kafka, topic):
+    """A field the schema does not declare passes through (the Delta sink gains the column); a
+    declared one that stops coming is null (a wrong type is a dead letter: the test above)."""
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    pipeline = (sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, schema=SCHEMA)
+                .write.to_delta("out")).named("kafka_evolving")
+    send_json(kafka.bootstrap, topic, [{"k": "a", "x": 1}], key="k", partition=0)
+    pipeline.run_once(spark, warehouse)
+    send_json(kafka.bootstrap, topic, [{"k": "b", "x": 2, "note": "hi"}, {"k": "c"}], key="k",
+              partition=0)
+    pipeline.run_once(spark, warehouse)
+    out = pipeline.read_sink(spark, "out", warehouse)[["k", "x", "note"]]
+    assert [[None if pd.isna(v) else v for v in row] for row in out.values.tolist()] == [
+        ["a", 1, None], ["b", 2, "hi"], ["c", None, None]]
