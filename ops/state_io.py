@@ -97,8 +97,7 @@ def export_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
     live = (state_rows.where(~F.col("deleted"))
             .withColumn("key_group", F.lit(None).cast("int"))  # the importer's groups decide
             .select(*STATE_SCHEMA.names))
-    live.unionByName(record).write.format("delta").mode("overwrite").option(
-        "overwriteSchema", "true").save(_state_path(path))
+    _replace(live.unionByName(record), _state_path(path))
     committed = (CheckpointLog(spark, layout).records()
                  .select(F.col("checkpoint_id").alias(CHECKPOINT_COLUMN),
                          F.get_json_object("value", "$.run_id").alias(RUN_COLUMN)))
@@ -111,8 +110,7 @@ def export_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
             rows = (tables.read(spark, source)
                     .where(F.col(table.index) <= (-1 if marker is None else int(marker)))
                     .join(committed, [CHECKPOINT_COLUMN, RUN_COLUMN], "left_semi"))
-            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
-                _global_path(path, table.name))
+            _replace(rows, _global_path(path, table.name))
     log.info("%s: checkpoint %d exported to %s", pipeline.id, upto, path)
     return checkpoint
 
@@ -137,10 +135,9 @@ def import_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
         source = _global_path(path, table.name)
         if tables.exists(spark, source):
             # the rows are the first checkpoint's now: recovery keeps only a committed one's
-            (tables.read(spark, source).withColumn(CHECKPOINT_COLUMN, F.lit(1).cast("long"))
-             .withColumn(RUN_COLUMN, F.lit(run_id))
-             .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-             .save(layout.table(table.name)))
+            _replace(tables.read(spark, source)
+                     .withColumn(CHECKPOINT_COLUMN, F.lit(1).cast("long"))
+                     .withColumn(RUN_COLUMN, F.lit(run_id)), layout.table(table.name))
     first = dataclasses.replace(
         was, checkpoint_id=1, epoch=0, run_id=run_id, created_at=time.time(),
         reset_to_batch=None, resumed_from=None, key_groups=pipeline.key_groups,
@@ -209,6 +206,12 @@ def _rewritten(positions: dict[str, Any], offsets: Offsets | None) -> dict[str, 
 
 def _global_tables(pipeline: Pipeline) -> list[GlobalTable]:
     return [hook for _, hook in pipeline.all_hooks() if isinstance(hook, GlobalTable)]
+
+
+def _replace(rows: DataFrame, path: str) -> None:
+    """Make ``rows`` the whole Delta table at ``path`` (created, or overwritten with their
+    schema): an export or an import redone after a crash writes the same table again."""
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
 def _state_path(path: str) -> str:
