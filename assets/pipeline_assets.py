@@ -35,7 +35,7 @@ class PipelineRunConfig(dg.Config):
                                   "(default: the pipeline's own setting)")
     allow_dropped_state: bool = Field(
         default=False, description="Drop the state no operator of the pipeline keeps now "
-                                   "instead of failing (a new checkpoint; see the README, "
+                                   "instead of failing (a new checkpoint; see the docs, "
                                    "'Changing a running pipeline')")
 
 

@@ -199,7 +199,7 @@ def log_store_jar() -> Path | None:
         return jar
     if not shutil.which("javac"):
         log.warning("no javac on PATH: Delta commits to S3 through Spark use Delta's single-driver "
-                    "log store (see README, Running on S3)")
+                    "log store (see the docs, Running on S3)")
         return None
     with tempfile.TemporaryDirectory() as tmp:
         classpath = os.pathsep.join([str(storage), str(Path(pyspark.__file__).parent / "jars" / "*")])

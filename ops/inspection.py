@@ -74,7 +74,7 @@ class PipelineStatus:
     dead_letters: int = 0
     migration: str | None = None  # the migration that made the last checkpoint, if one did
     #: how the pipeline as defined now would misread or leave behind the checkpoint's state:
-    #: a run would stop on these (README, "Changing a running pipeline")
+    #: a run would stop on these (docs: guides/changing-pipelines.md)
     state_changes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:

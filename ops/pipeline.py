@@ -370,7 +370,7 @@ class Pipeline:
         """Where the operators run: ``"driver"`` (default; the fastest for small batches),
         ``"distributed"`` (on Spark executors, state shuffled by key group: the driver never
         holds a batch's rows or state) or ``"auto"`` (distributed when a run's first batch has
-        at least ``AUTO_DISTRIBUTED_ROWS`` rows). See README, "Running on a cluster"."""
+        at least ``AUTO_DISTRIBUTED_ROWS`` rows). See the docs, "Running on a Spark cluster"."""
         try:
             return dataclasses.replace(self, mode=check_mode(mode))
         except ValueError as exc:
@@ -458,7 +458,7 @@ class Pipeline:
         (see :func:`ops.runtime.run_pipeline`); ``mode`` overrides :meth:`with_mode` for this
         run; ``clock`` gives processing time (tests: :class:`ops.testing.ManualClock`).
         ``allow_dropped_state=True``: state no operator keeps now is dropped (a new
-        checkpoint) instead of stopping the run (README, "Changing a running pipeline")."""
+        checkpoint) instead of stopping the run (the docs, "Changing a running pipeline")."""
         pipeline = self if mode is None else self.with_mode(mode)
         return run_pipeline(pipeline, spark, warehouse=warehouse, max_batches=max_batches,
                             progress=progress, clock=clock, allow_dropped_state=allow_dropped_state)

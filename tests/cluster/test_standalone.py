@@ -17,7 +17,7 @@ from tests.cluster.standalone import standalone_cluster
 CHILD = Path(__file__).with_name("examples_child.py")
 # Columns that record when or by which run something happened, not what was computed.
 VOLATILE = {"_batches": ["planned_at"]}
-ORDER_ONLY = "_row"  # numbers rows per mode (see README, "Running on a Spark cluster")
+ORDER_ONLY = "_row"  # numbers rows per mode (see docs/pages/guides/cluster.md)
 VOLATILE_CHECKPOINT_FIELDS = ("created_at", "run_id")
 
 

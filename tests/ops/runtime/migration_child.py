@@ -2,7 +2,8 @@
 (``python -m tests.ops.runtime.migration_child``), so a test can SIGKILL it mid-migration.
 
 Version 1 keeps a running sum per ``y`` as an int under the name ``sum``; version 2 keeps it as
-a float under ``total``: the README's rename-plus-transform change.
+a float under ``total``: the docs' rename-plus-transform change
+(docs/pages/guides/changing-pipelines.md).
 """
 
 import ops as sp

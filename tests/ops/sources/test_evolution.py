@@ -1,6 +1,7 @@
 """Sources whose records change shape under a running pipeline: a column gained, dropped or
 retyped, in a Delta table source and in JSON records (callback here; Kafka checks its records
-the same way). What happens is what the README's "Sources that change" says."""
+the same way). What happens is what the docs' "Sources that change shape"
+says (docs/pages/guides/changing-pipelines.md)."""
 
 import pandas as pd
 import pytest
