@@ -1,8 +1,10 @@
 """The live page in headless Chromium, in one browser session: the snapshot, live updates in
-place, the chart growing, a value that looks like HTML shown as text, a re-subscribe that leaves
-nothing of the old stream behind, and a resume after the server restarts."""
+place, the chart growing on a time axis that fits its points, a value that looks like HTML shown
+as text, a re-subscribe that leaves nothing of the old stream behind, a resume after the server
+restarts, and a status line that tells the stream's state at every step."""
 
 import json
+import re
 import shutil
 import time
 import urllib.parse
@@ -11,6 +13,34 @@ import pytest
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TRAP = "<img src=x onerror=window.pwned=1>"  # a server name that looks like markup
+MAX_X_SPAN = 300  # seconds: the chart of a few updates spans seconds to minutes, never days
+
+# Installed before the page's own script: records every state the status line shows (its
+# state attribute, the state's name, the detail), so a passing contradiction is caught too.
+RECORDER = """
+window.__states = [];
+new MutationObserver(() => {
+  const conn = document.getElementById("conn"), status = document.getElementById("status");
+  if (!conn || !status) return;
+  const now = [conn.dataset.state, conn.textContent, status.textContent];
+  if (JSON.stringify(now) !== JSON.stringify(window.__states.at(-1))) window.__states.push(now);
+}).observe(document, {subtree: true, childList: true, characterData: true, attributes: true});
+"""
+BATCH = r"batch \d+"
+PROGRESS = rf"(subscribed \(snapshot at {BATCH}\)|live \({BATCH}\))"
+# Each state: its name on the page, and what the detail next to it may say.
+STATES = {
+    "idle": ("not subscribed", ""),
+    "subscribing": ("subscribing", r"subscribing to \S+ on \S+"),
+    "connecting": ("connecting", rf"{PROGRESS}; opening the stream"),
+    "live": ("live", rf"{PROGRESS}|fresh snapshot \({BATCH}\)"),
+    "reconnecting": ("reconnecting", rf"stream lost after {BATCH}; retrying"),
+    "resubscribing": ("resubscribing", rf"the server lost our handle; subscribing again after "
+                                       rf"{BATCH}|subscribing again failed \(.*\); retrying .*"),
+    "closed": ("closed", "dropped: .+"),
+    "error": ("error", "(subscribe failed|parameters are not JSON|listing the analytics "
+                       "failed): .+"),
+}
 
 
 def wait_until(condition, what, seconds=60):
@@ -31,8 +61,29 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORDER})
     yield driver
     driver.quit()
+
+
+def states_seen(browser):
+    """The states the status line went through (each once in a row), having checked that in
+    every one its two parts agree."""
+    seen = browser.execute_script("return window.__states;")
+    for state, name, detail in seen:
+        assert state in STATES, f"unknown state {state!r}: {seen}"
+        assert name == STATES[state][0] and re.fullmatch(STATES[state][1], detail), \
+            f"the status line contradicts itself: {name!r} next to {detail!r} (all: {seen})"
+    states = [state for state, _, _ in seen if state != "idle"]
+    return [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
+
+
+def assert_x_fits_points(browser):
+    """The chart's time axis contains its points and spans at most MAX_X_SPAN seconds."""
+    low, high, times = browser.execute_script(
+        "const c = window.lakestream.chart; return [c.scales.x.min, c.scales.x.max, c.data[0]];")
+    assert times and low <= min(times) <= max(times) <= high, (low, high, times)
+    assert high - low <= MAX_X_SPAN, f"the time axis spans {high - low:.0f} s for {times}"
 
 
 def test_live_page_end_to_end(live, browser, tmp_path):
@@ -62,6 +113,15 @@ def test_live_page_end_to_end(live, browser, tmp_path):
     assert browser.execute_script("return window.pwned === undefined")
     assert browser.find_element("id", "chart-note").text == ""  # uPlot is served locally
     assert points() == 1 and browser.find_elements("css selector", "#chart canvas")
+    assert_x_fits_points(browser)  # one point: a short window around it (uPlot's own: 1000 days)
+    def conn():
+        return browser.find_element("id", "conn").text
+
+    wait_until(lambda: conn() == "live", conn)
+    assert browser.find_element("id", "status").text == "subscribed (snapshot at batch 1)"
+    page_client = browser.execute_script("return window.lakestream.client;")
+    assert live.server.clients[page_client].connected  # live on the page: a stream is open
+    assert states_seen(browser) == ["subscribing", "connecting", "live"]
 
     live.feed([{"sym": "s2", "cpu": 25.5}, {"sym": "s3", "cpu": 99.0}])
     shows([[TRAP, "5", "1"], ["s1", "10", "1"], ["s2", "25.5", "2"]])  # s2 updated in place
@@ -70,6 +130,7 @@ def test_live_page_end_to_end(live, browser, tmp_path):
     assert browser.execute_script("return [...document.querySelectorAll('td.changed')]"
                                   ".map(td => td.textContent);") == ["25.5"]
     assert points() == 2  # the chart grew by the update
+    assert_x_fits_points(browser)
     browser.save_screenshot(str(tmp_path / "live_page.png"))
 
     # re-subscribe: the old stream is closed, its handle released, and its rows never come back
@@ -97,3 +158,9 @@ def test_live_page_end_to_end(live, browser, tmp_path):
     wait_until(lambda: "subscribe failed" in browser.find_element("id", "status").text,
                lambda: browser.find_element("id", "status").text)
     assert table() == [] and "must be a list of string" in browser.find_element("id", "status").text
+    assert conn() == "error"
+    assert states_seen(browser) == [
+        "subscribing", "connecting", "live",  # the first subscription
+        "subscribing", "connecting", "live",  # the re-subscribe
+        "reconnecting", "resubscribing", "connecting", "live",  # the server restarts
+        "subscribing", "error"]  # the failed subscribe
