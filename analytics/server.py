@@ -15,6 +15,11 @@ and nobody else is held up by it.
 Limits (constructor arguments): request bodies over ``max_body_bytes`` -> 413 (counted while
 reading, so a large body is never held whole); more than ``max_handles_per_user`` handles ->
 429; error messages quote at most 80 characters of what the client sent.
+
+Unused handles expire: a handle with no stream open on it for ``idle_handle_seconds`` (counted
+from its creation or from its last stream's end) is released, freeing the user's slot and its
+share of the subscription. Any later request on it gets a 404 that says it expired, and after
+how long unused (unlike a handle that never existed).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +52,9 @@ VENDOR_FILES = {"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/c
 _SEP = "\n"  # event lines end in a plain newline (what line-reading clients expect)
 #: The longest error message sent: messages quote input already cut short, this is a backstop.
 MAX_ERROR_CHARS = 400
+#: Handles the server let go of (expired, or not reconnected) remembered for their 404 message,
+#: the oldest forgotten first: bounded, so clients that vanish cannot grow the server's memory.
+GONE_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,19 @@ class _Client:
     connected: bool = False
     dropped: str | None = None
     release: asyncio.TimerHandle | None = field(default=None, repr=False)
+    #: when the handle last had no stream open (creation, or its last stream's end); ``None``
+    #: while a stream is open
+    idle_since: float | None = field(default_factory=time.monotonic)
+
+    def open_stream(self) -> None:
+        self.connected, self.idle_since = True, None
+
+    def close_stream(self) -> None:
+        self.connected, self.idle_since = False, time.monotonic()
+
+    def unused_for(self, seconds: float, now: float) -> bool:
+        """Whether no stream has been open on this handle for ``seconds`` up to ``now``."""
+        return self.idle_since is not None and now - self.idle_since >= seconds
 
 
 class QueryServer:
@@ -75,13 +98,16 @@ class QueryServer:
     ``poll_seconds``: how often the changelogs are checked for new commits (a ``stat`` each);
     ``queue_size``: pushes a client may have waiting before it is dropped as slow;
     ``grace_seconds``: how long a disconnected client's handle is kept for it to reconnect;
-    ``retry_ms``: how soon an EventSource that lost its stream tries again (sent on connect).
+    ``retry_ms``: how soon an EventSource that lost its stream tries again (sent on connect);
+    ``idle_handle_seconds``: how long a handle may go without an open stream before it expires
+    (default five minutes: ample for a client to open its stream after subscribing, while a
+    client that subscribes and goes away frees its slot of ``max_handles_per_user`` soon).
     """
 
     def __init__(self, manager: QueryManager, tokens: Mapping[str, str], *,
                  poll_seconds: float = 0.025, queue_size: int = 256, grace_seconds: float = 5.0,
                  max_body_bytes: int = 64 * 1024, max_handles_per_user: int = 100,
-                 retry_ms: int = 1000):
+                 retry_ms: int = 1000, idle_handle_seconds: float = 300.0):
         self.manager = manager
         self.tokens = dict(tokens)
         self.poll_seconds = poll_seconds
@@ -90,7 +116,10 @@ class QueryServer:
         self.max_body_bytes = max_body_bytes
         self.max_handles_per_user = max_handles_per_user
         self.retry_ms = retry_ms
+        self.idle_handle_seconds = idle_handle_seconds
         self.clients: dict[str, _Client] = {}
+        self._gone: OrderedDict[str, tuple[str, str]] = OrderedDict()  # client -> (user, why)
+        self._last_sweep = time.monotonic()
         self._subscribing: dict[str, int] = {}  # user -> subscribe calls in flight
         self._poller: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -140,6 +169,7 @@ class QueryServer:
                 self._broadcast(out)
                 for client_id, reason in self.manager.take_ended().items():
                     self._drop(client_id, reason)
+                self._sweep_unused()
             except Exception:  # keep serving; the next tick retries from the last published batch
                 log.exception("publishing deltas failed")
             await asyncio.sleep(self.poll_seconds)
@@ -172,16 +202,56 @@ class QueryServer:
         client.queue.put_nowait(None)
         self._release(client_id)
 
-    def _release(self, client_id: str) -> None:
+    def _release(self, client_id: str, why: str | None = None) -> None:
         """Give the handle back to the manager. A dropped client's entry stays (with its reason)
-        until the client comes back to read it."""
+        until the client comes back to read it. ``why``: the server let the handle go, and
+        tells a later request on it so (not asked for by the client, unlike a DELETE)."""
         client = self.clients.get(client_id)
         if client is None:
             return
         if not client.dropped:
             del self.clients[client_id]
+        if why:
+            self._remember_gone(client_id, client.user, why)
         with contextlib.suppress(AnalyticsError):  # already released (or ended by the manager)
             self.manager.unsubscribe(client_id, client.user)
+
+    # -- unused handles expire --------------------------------------------------------------
+    def _sweep_unused(self, throttle: bool = True) -> None:
+        """Expire every handle unused for ``idle_handle_seconds``. The poller runs this at most
+        every tenth of that time (and at least every second), as a pass reads every handle."""
+        now = time.monotonic()
+        if throttle and now - self._last_sweep < min(1.0, self.idle_handle_seconds / 10):
+            return
+        self._last_sweep = now
+        for client_id in [c for c, client in self.clients.items()
+                          if client.unused_for(self.idle_handle_seconds, now)]:
+            self._expire(client_id)
+
+    def _expire(self, client_id: str) -> None:
+        """Release an unused handle (a dropped one's reason goes too) and remember why."""
+        client = self.clients[client_id]
+        if client.release:
+            client.release.cancel()
+        log.info("client %s had no open stream for %g s: handle expired", client_id,
+                 self.idle_handle_seconds)
+        client.dropped = None  # its entry goes now, with the handle
+        self._release(client_id, f"expired: no stream was open on it for "
+                                 f"{self.idle_handle_seconds:g} s (idle_handle_seconds)")
+
+    def _remember_gone(self, client_id: str, user: str, why: str) -> None:
+        self._gone[client_id] = (user, why)
+        while len(self._gone) > GONE_REMEMBERED:
+            self._gone.popitem(last=False)
+
+    def _unknown_handle(self, client_id: str, user: str) -> Response:
+        """404 for a handle ``user`` does not hold, saying why when it was theirs and the server
+        let it go (so a client can tell an expired handle from a mistyped one)."""
+        user_and_why = self._gone.get(client_id)
+        if user_and_why and user_and_why[0] == user:
+            return _error(f"subscription handle {quoted(client_id)} {user_and_why[1]}; "
+                          "subscribe again", 404)
+        return _error("no such subscription handle", 404)
 
     # -- auth -------------------------------------------------------------------------------
     def _user(self, request: Request) -> str | Response:
@@ -199,9 +269,13 @@ class QueryServer:
         user = self._user(request)
         if isinstance(user, Response) or not owned:
             return user if isinstance(user, Response) else (user, None)
-        client = self.clients.get(request.path_params["client"])
+        client_id = request.path_params["client"]
+        client = self.clients.get(client_id)
+        if client and client.unused_for(self.idle_handle_seconds, time.monotonic()):
+            self._expire(client_id)  # due, though the poller's sweep has not come round yet
+            client = None
         if client is None or client.user != user:
-            return _error("no such subscription handle", 404)
+            return self._unknown_handle(client_id, user)
         return user, client
 
     # -- routes -----------------------------------------------------------------------------
@@ -266,12 +340,18 @@ class QueryServer:
     def _over_handle_limit(self, user: str) -> Response | None:
         """429 when ``user`` holds ``max_handles_per_user`` handles (counting subscribe calls
         still running, so concurrent requests cannot pass the limit together)."""
-        held = sum(1 for c in self.clients.values() if c.user == user and not c.dropped)
+        held = self._held(user)
+        if held + self._subscribing.get(user, 0) >= self.max_handles_per_user:
+            self._sweep_unused(throttle=False)  # expiries due free slots now, not at the next pass
+            held = self._held(user)
         if held + self._subscribing.get(user, 0) < self.max_handles_per_user:
             return None
         return _error(f"too many subscription handles: this user holds {held}, the limit is "
                       f"{self.max_handles_per_user} (max_handles_per_user); release some "
                       "(DELETE /subscriptions/<client>) first", 429)
+
+    def _held(self, user: str) -> int:
+        return sum(1 for c in self.clients.values() if c.user == user and not c.dropped)
 
     async def _json_body(self, request: Request) -> dict[str, Any] | Response:
         """The request's JSON object, or the error to answer (413 over ``max_body_bytes``)."""
@@ -351,12 +431,12 @@ class QueryServer:
             return _error(f"Last-Event-ID must be an event id (a batch id), got {quoted(text)}", 400)
         if client.release:
             client.release.cancel()  # reconnected within the grace period
-        client.connected = True
+        client.open_stream()
         try:
             resume = None if after is None else await asyncio.to_thread(
                 self.manager.resume, client_id, after)
         except AnalyticsError as exc:  # released meanwhile
-            client.connected = False
+            client.close_stream()
             return _error(str(exc), 404)
         return EventSourceResponse(self._events(client_id, client, after, resume), ping=15,
                                    sep=_SEP)
@@ -383,7 +463,7 @@ class QueryServer:
             yield ServerSentEvent(_json({"reason": client.dropped}), event="dropped",
                                   id=str(last) if last >= 0 else None, sep=_SEP)
         finally:
-            client.connected = False
+            client.close_stream()
             loop = asyncio.get_running_loop()
             client.release = loop.call_later(self.grace_seconds, self._release_if_gone, client_id)
 
@@ -391,7 +471,8 @@ class QueryServer:
         client = self.clients.get(client_id)
         if client is not None and not client.connected and not client.dropped:
             log.info("client %s disconnected; handle released", client_id)
-            self._release(client_id)
+            self._release(client_id, f"was released: its stream ended and none reopened within "
+                                     f"{self.grace_seconds:g} s (grace_seconds)")
 
 
 def _resumed(resume: Resume | None) -> list[_Push]:

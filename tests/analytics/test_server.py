@@ -1,5 +1,5 @@
 """The HTTP server: tokens, isolation, bad parameters, limits, pushes over server-sent events
-with ids, resuming by Last-Event-ID, disconnect cleanup and slow clients."""
+with ids, resuming by Last-Event-ID, disconnect cleanup, slow clients and unused handles."""
 
 import http.client
 import json
@@ -97,6 +97,10 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     stream.response.close()  # the client goes away; after the grace period its handle is released
     wait_for(lambda: call(live, "GET", "/subscriptions")[1] == [])
     assert live.manager.subscriptions("ann") == []
+    status, error = call(live, "GET", f"/subscriptions/{handle['client']}/snapshot")
+    assert status == 404 and error["error"].endswith(
+        "was released: its stream ended and none reopened within 0.5 s (grace_seconds); "
+        "subscribe again")
 
 
 def test_a_slow_client_is_dropped_with_the_reason_and_others_go_on(live):
@@ -192,3 +196,40 @@ def test_each_user_holds_a_limited_number_of_handles(make_live):
     assert subscribe(live, ["s1"], token="t-bob")[0] == 200  # another user is not held back
     call(live, "DELETE", f"/subscriptions/{handles[0]}")
     assert subscribe(live, ["s2"])[0] == 200
+
+
+def test_handles_without_an_open_stream_expire(make_live):
+    live = make_live(idle_handle_seconds=1.0, grace_seconds=60, max_handles_per_user=2)
+    idle = subscribe(live, ["s3"])[1]["client"]  # subscribes, never opens its stream
+    streaming = subscribe(live, ["s1"])[1]["client"]
+    stream = Stream(live, streaming)
+    assert subscribe(live, ["s2"])[0] == 429  # both slots held
+
+    # the poller's sweep expires the idle handle: its slot and its subscription are freed
+    wait_for(lambda: [h["client"] for h in call(live, "GET", "/subscriptions")[1]] == [streaming],
+             seconds=10)
+    assert [s.params for s in live.manager.subscriptions("ann")] == [{"syms": ["s1"]}]
+    expired = (f"subscription handle '{idle}' expired: no stream was open on it for 1 s "
+               "(idle_handle_seconds); subscribe again")
+    for method, path in (("GET", f"/subscriptions/{idle}/snapshot"),
+                         ("DELETE", f"/subscriptions/{idle}")):
+        assert call(live, method, path) == (404, {"error": expired})
+    assert call(live, "GET", f"/stream/{idle}?token=t-ann", token=None) == (404, {"error": expired})
+    never = (404, {"error": "no such subscription handle"})
+    assert call(live, "GET", "/subscriptions/c-never-made/snapshot") == never
+    assert call(live, "GET", f"/subscriptions/{idle}/snapshot", "t-bob") == never  # not bob's
+
+    # the handle with its stream open outlives the idle time; the freed slot takes a new one
+    since = time.monotonic()  # the stream was open before this
+    wait_for(lambda: time.monotonic() - since > 1.2, seconds=5)
+    assert live.server.clients[streaming].connected
+    assert call(live, "GET", f"/subscriptions/{streaming}/snapshot")[0] == 200
+    assert subscribe(live, ["s2"])[0] == 200
+
+    # unused counts from the stream's end too (the grace period, 60 s, would release it later)
+    stream.close()
+    wait_for(lambda: streaming not in live.server.clients, seconds=10)
+    assert call(live, "GET", f"/subscriptions/{streaming}/snapshot")[1]["error"].startswith(
+        f"subscription handle '{streaming}' expired")
+    wait_for(lambda: call(live, "GET", "/subscriptions")[1] == [], seconds=10)  # the third too
+    assert live.manager.subscriptions("ann") == []
