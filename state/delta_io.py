@@ -233,6 +233,118 @@ def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: t
                        "is another run of this pipeline writing the same table?")
 
 
+@dataclass(frozen=True)
+class Upsert:
+    """How :func:`upsert` merges rows into a table that holds the latest row per key: a row
+    replaces the table's row of the same ``keys`` when its ``version`` column is at least the
+    table row's (so replaying a batch changes nothing), and removes it when its ``change``
+    column is ``deleted``; a key the table lacks is inserted unless the row deletes it. The
+    ``change`` column is the rows' alone: the table has every other column of the rows."""
+
+    keys: tuple[str, ...]
+    version: str
+    change: str
+    deleted: str = "delete"
+
+    def predicate(self) -> str:
+        return " AND ".join(f"t.{_quoted(key)} = s.{_quoted(key)}" for key in self.keys)
+
+    def newer(self) -> str:
+        return f"s.{_quoted(self.version)} >= t.{_quoted(self.version)}"
+
+    def deletes(self, deleted: bool) -> str:
+        return f"s.{_quoted(self.change)} {'=' if deleted else '!='} '{self.deleted}'"
+
+
+def _quoted(column: str) -> str:
+    """A column name as delta-rs's SQL reads it literally (case kept, any characters)."""
+    return "`" + column.replace("`", "``") + "`"
+
+
+def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | None = None) -> bool | None:
+    """Merge ``rows`` into the table at ``path`` in one commit, as ``how`` says; ``True`` when
+    done, ``None`` when this writer leaves the merge to Spark: the table asks for more than a
+    copy-on-write merge of plain columns (see :func:`merge_refusal`), ``rows`` lack one of its
+    columns, or there is no table and ``creation`` is not given or has a column of a type left
+    to Spark (or a column typed from nulls alone).
+
+    A commit that loses to another writer's is tried again on the table as that one left it;
+    the version rule keeps the outcome the same.
+    """
+    if latest_version(path) < 0 and (creation is None or _typed_from_nulls(creation)
+                                     or not create(path, creation)):
+        return None
+    with _lock_for(path):
+        current = _synced(path)
+        for _ in range(_RETRIES):
+            data = None if current is None else _merge_source(rows, current, how)
+            if current is None or data is None:
+                return None
+            try:
+                _merge(path, current, data, how)
+                return True
+            except CommitFailedError as conflict:
+                log.debug("merge into %s lost a race, retrying: %s", path, conflict)
+                current = _synced(path, fresh=True)
+    raise StorageError(f"merging into {path} lost {_RETRIES} races with other writers in a row; "
+                       "is another run of this pipeline writing the same table?")
+
+
+def _typed_from_nulls(creation: Creation) -> bool:
+    return any(spec["type"] == "void" for spec in creation.fields)
+
+
+def _merge_source(rows: pd.DataFrame, current: DeltaTable, how: Upsert) -> pa.Table | None:
+    """``rows`` as Arrow in the table's column types (and the change column as text), or
+    ``None`` when the merge is left to Spark."""
+    refused = merge_refusal(current)
+    if refused is not None:
+        log.debug("merge left to Spark: %s", refused)
+        return None
+    schema = _writable_schema(current)
+    if schema is None or set(rows.columns) != {*schema.names, how.change}:
+        return None
+    try:
+        return pa.Table.from_pandas(rows, schema=schema.append(pa.field(how.change, pa.string())),
+                                    preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
+        log.debug("merge left to Spark: %s", error)
+        return None
+
+
+def merge_refusal(current: DeltaTable) -> str | None:
+    """Why this writer leaves a merge into ``current`` to Spark (``None``: it need not): what
+    a blind append would refuse, and also an append-only table (Spark raises the user's error)
+    or one whose change feed is on (a merge must then write change files).
+
+    A merge here rewrites the files holding matched keys, as Spark's does without deletion
+    vectors (a table with them asks for a protocol this writer refuses)."""
+    configuration = current.metadata().configuration or {}
+    if configuration.get("delta.appendOnly", "false").lower() == "true":
+        return "an append-only table"
+    if feed_enabled(configuration):
+        return "the change data feed is on"
+    protocol = current.protocol()
+    return blind_append_refusal(protocol.min_reader_version, protocol.min_writer_version,
+                                set(protocol.writer_features or ()) - {"changeDataFeed"},
+                                configuration, json.loads(current.schema().to_json())["fields"],
+                                set(ARROW_TYPES))
+
+
+def _merge(path: str, current: DeltaTable, data: pa.Table, how: Upsert) -> None:
+    """One merge commit of ``data`` into ``current`` (raising ``CommitFailedError`` when another
+    writer's commit came first: no retry inside, the caller reads the table again)."""
+    columns = {_quoted(name): f"s.{_quoted(name)}" for name in data.schema.names if name != how.change}
+    merging = (current.merge(data, how.predicate(), source_alias="s", target_alias="t",
+                             commit_properties=CommitProperties(max_commit_retries=0))
+               .when_matched_delete(predicate=f"{how.newer()} AND {how.deletes(True)}")
+               .when_matched_update(columns, predicate=how.newer())
+               .when_not_matched_insert(columns, predicate=how.deletes(False)))
+    _calling(path, "merging into", merging.execute)
+    _remember(path, current)
+    _checkpoint_now_and_then(path, current)
+
+
 def _has_seen(path: str, current: DeltaTable, txn: tuple[str, int]) -> bool:
     # None: never (and 0 is a version like any other)
     seen = _calling(path, "reading the transactions of", lambda: current.transaction_version(txn[0]))

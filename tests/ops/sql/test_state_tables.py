@@ -353,12 +353,13 @@ def test_joins_on_a_declared_table_end_to_end_across_runs(spark, warehouse):
     assert schema["coupon"].dataType.simpleString() == "string"
 
 
-def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_crash(spark):
+@pytest.mark.parametrize("step", ["table_changelog_written", "before_checkpoint_commit"])
+def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_crash(spark, step):
     """The retracting aggregation and the per-record changelog (several changes of one key in
-    a batch, the table taking the last) written once though the second batch crashed after its
-    sink write, before its checkpoint (where a duplicate would come from; the protocol's other
-    steps are crash-tested for every pipeline shape in tests/state/test_crash_recovery.py)."""
-    step = "before_checkpoint_commit"
+    a batch, the table taking the last) written once though the second batch crashed between
+    the changelog's append and the table's upsert, or after both, before its checkpoint (where
+    a duplicate would come from; the protocol's other steps are crash-tested for every
+    pipeline shape in tests/state/test_crash_recovery.py)."""
     catalog = sp.Catalog()
     catalog.register("users", sp.read.from_callback(
         "users", schema={"id": "string", "region": "string"}, max_versions=1), primary_key="id")
@@ -443,23 +444,30 @@ def test_a_stream_stream_join_is_exactly_once_across_a_crash(spark, mode, step):
 
 
 def test_a_sql_table_over_a_table_runs_the_same_on_executors(spark, warehouse):
-    """Distributed mode: the table of updates (keyed by id), its signed rows, the expression
-    map, the retracting aggregation (keyed by region) and the SELECT list, on executors."""
+    """The SQL engine's parts, on executors: the projection of the table's change rows, the
+    map, the retracting aggregation (keyed by region) and the SELECT list. One table written
+    by the driver (delta-rs's merge), then by executors (Spark's MERGE), then by the driver
+    again: each continues from what the other left."""
     catalog = sp.Catalog()
     catalog.register("users", sp.read.from_callback(
         "users", schema={"id": "string", "region": "string", "score": "long"}), primary_key="id")
     pipeline = sp.sql("CREATE TABLE region_stats AS SELECT UCASE(region) AS region, COUNT(*) AS "
                       "users, SUM(score) * 2 AS doubled FROM users GROUP BY UCASE(region) "
-                      "HAVING COUNT(*) > 0", catalog=catalog).with_mode("distributed")
+                      "HAVING COUNT(*) > 0", catalog=catalog)
     pipeline.publish(spark, [{"id": "ann", "region": "east", "score": 1},
                              {"id": "bob", "region": "East", "score": 2},
                              {"id": "cid", "region": "west", "score": 4}], warehouse)
     pipeline.run_once(spark, warehouse)
     pipeline.publish(spark, [{"id": "ann", "region": "west", "score": 8},
                              {"id": "cid", "region": None, "score": None}], warehouse)
-    pipeline.run_once(spark, warehouse)
+    pipeline.with_mode("distributed").run_once(spark, warehouse)
     assert table_rows(spark, pipeline, warehouse, "region_stats") == [("EAST", 1, 4), ("WEST", 1, 16)]
+    pipeline.publish(spark, [{"id": "bob", "region": "north", "score": 3}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "region_stats") == [("NORTH", 1, 6), ("WEST", 1, 16)]
     log = changelog(spark, pipeline, warehouse, "region_stats")
-    assert list(zip(log["_batch_id"], log["region"], log["users"], log["_change"])) == [
+    users = [None if pd.isna(n) else n for n in log["users"]]  # a deleted key's values are null
+    assert list(zip(log["_batch_id"], log["region"], users, log["_change"])) == [
         (1, "EAST", 2, "insert"), (1, "WEST", 1, "insert"),
-        (2, "EAST", 1, "update"), (2, "WEST", 1, "update")]
+        (2, "EAST", 1, "update"), (2, "WEST", 1, "update"),
+        (3, "EAST", None, "delete"), (3, "NORTH", 1, "insert")]
