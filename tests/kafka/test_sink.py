@@ -100,6 +100,32 @@ def test_crash_between_kafka_commit_and_checkpoint_on_executors(spark, warehouse
 
 
 @pytest.mark.slow
+def test_a_state_table_over_a_topic_killed_between_its_changelog_and_its_upsert(
+        spark, warehouse, child_env, kafka, topic):
+    """The Kafka example's shape: SIGKILL after batch 2's changelog commit, before its table
+    upsert (both delta-rs commits in driver mode); the next run replays batch 2 once, and the
+    table and changelog are what the orders mean."""
+    orders = [{"item": i, "qty": q, "price": 1.0} for i, q in [("tea", 2), ("cake", 1), ("tea", 3),
+                                                              ("cake", 4), ("pie", 5), ("tea", 1)]]
+    create_topic(kafka.bootstrap, topic, partitions=1)  # one partition: batches in send order
+    send_json(kafka.bootstrap, topic, orders, key="item")
+    env = dict(child_env, LAKESTREAM_CRASH_AT="table_changelog_written:2",
+               KAFKA_BOOTSTRAP=kafka.bootstrap, KAFKA_SOURCE=topic)
+    crashed = subprocess.run([sys.executable, "-m", "tests.kafka.crash_child"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+
+    pipeline = crash_child.build_table(kafka.bootstrap, topic)
+    assert pipeline.run_once(spark, warehouse).batches[0].batch_id == 2  # replayed
+    table = pipeline.read_sink(spark, "item_totals", warehouse)
+    assert list(zip(table["item"], table["orders"], table["qty"])) == [
+        ("cake", 2, 5), ("pie", 1, 5), ("tea", 3, 6)]
+    log = spark.read.format("delta").load(pipeline.layout(warehouse).table("item_totals_changelog"))
+    assert sorted((r["_batch_id"], r["item"], r["qty"]) for r in log.collect()) == [
+        (1, "cake", 1), (1, "tea", 2), (2, "cake", 5), (2, "tea", 5), (3, "pie", 5), (3, "tea", 6)]
+
+
+@pytest.mark.slow
 def test_broker_down_mid_batch_fails_the_batch_and_the_next_run_adds_nothing_twice(
         spark, warehouse, tmp_path, topic):
     broker = EmbeddedKafka.start(tmp_path / "kafka")
