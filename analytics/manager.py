@@ -257,6 +257,15 @@ class QueryManager:
         with self._lock:
             return self._published.get(target, 0)
 
+    def targets(self) -> list[str]:
+        """The names of the state tables this manager serves."""
+        return list(self._targets)
+
+    def subscription_count(self) -> int:
+        """Live subscriptions (each shared by every identical request's handle)."""
+        with self._lock:
+            return len(self._subscriptions)
+
     def clients_of(self, subscription_id: str) -> list[str]:
         with self._lock:
             return [c for c, s in self._clients.items() if s.id == subscription_id]

@@ -16,6 +16,8 @@ Limits (constructor arguments): request bodies over ``max_body_bytes`` -> 413 (c
 reading, so a large body is never held whole); more than ``max_handles_per_user`` handles ->
 429; error messages quote at most 80 characters of what the client sent.
 
+Metrics for Prometheus: ``GET /metrics`` (no token; counts only), see :mod:`.metrics`.
+
 Unused handles expire: a handle with no stream open on it for ``idle_handle_seconds`` (counted
 from its creation or from its last stream's end) is released, freeing the user's slot and its
 share of the subscription. Any later request on it gets a 404 that says it expired, and after
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -43,6 +46,7 @@ from starlette.routing import Route
 
 from .errors import AnalyticsError, quoted
 from .manager import QueryManager, Resume
+from .metrics import Census, ServerMetrics
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
@@ -123,6 +127,7 @@ class QueryServer:
         self._subscribing: dict[str, int] = {}  # user -> subscribe calls in flight
         self._poller: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.metrics = ServerMetrics(self._census)
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -133,7 +138,15 @@ class QueryServer:
             Route("/subscriptions/{client}/snapshot", self.snapshot),
             Route("/subscriptions/{client}/deltas", self.deltas),
             Route("/stream/{client}", self.stream),
+            Route("/metrics", self.scrape),
         ], lifespan=self._lifespan)
+
+    def _census(self) -> Census:
+        """What the server holds now, for a metrics scrape."""
+        held = [c for c in self.clients.values() if not c.dropped]
+        return Census(handles=len(held), streams_open=sum(c.connected for c in held),
+                      subscriptions=self.manager.subscription_count(),
+                      published={t: self.manager.published(t) for t in self.manager.targets()})
 
     # -- lifecycle: one poller turns new commits into pushes --------------------------------
     @contextlib.asynccontextmanager
@@ -200,15 +213,17 @@ class QueryServer:
         while not client.queue.empty():  # its stream only has the reason left to send
             client.queue.get_nowait()
         client.queue.put_nowait(None)
-        self._release(client_id)
+        self._release(client_id, "dropped")
 
-    def _release(self, client_id: str, why: str | None = None) -> None:
+    def _release(self, client_id: str, reason: str, why: str | None = None) -> None:
         """Give the handle back to the manager. A dropped client's entry stays (with its reason)
-        until the client comes back to read it. ``why``: the server let the handle go, and
-        tells a later request on it so (not asked for by the client, unlike a DELETE)."""
+        until the client comes back to read it. ``reason``: one of the metrics'
+        ``RELEASE_REASONS``; ``why``: the server let the handle go, and tells a later request
+        on it so (not asked for by the client, unlike a DELETE)."""
         client = self.clients.get(client_id)
         if client is None:
             return
+        self.metrics.released(reason)
         if not client.dropped:
             del self.clients[client_id]
         if why:
@@ -236,7 +251,7 @@ class QueryServer:
         log.info("client %s had no open stream for %g s: handle expired", client_id,
                  self.idle_handle_seconds)
         client.dropped = None  # its entry goes now, with the handle
-        self._release(client_id, f"expired: no stream was open on it for "
+        self._release(client_id, "expired", f"expired: no stream was open on it for "
                                  f"{self.idle_handle_seconds:g} s (idle_handle_seconds)")
 
     def _remember_gone(self, client_id: str, user: str, why: str) -> None:
@@ -290,6 +305,11 @@ class QueryServer:
             return _error(f"{quoted(name)} is not here: .ci/install fetches uPlot with npm", 404)
         return FileResponse(path, media_type=VENDOR_FILES[name])
 
+    async def scrape(self, request: Request) -> Response:
+        """Prometheus's text format of :mod:`.metrics` (no token: counts only, nothing of any
+        user's subscriptions or data; keep the server on a private address, as by default)."""
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     async def list_analytics(self, request: Request) -> Response:
         caller = self._caller(request)
         if isinstance(caller, Response):
@@ -333,6 +353,7 @@ class QueryServer:
         except AnalyticsError as exc:
             return _error(str(exc), 400)
         self.clients[handle.client] = _Client(user, asyncio.Queue(self.queue_size))
+        self.metrics.subscribed()
         return JSONResponse({"client": handle.client, "subscription": handle.subscription.id,
                              "batch_id": handle.batch_id, "rows": handle.rows,
                              "keys": list(self.manager.table_keys(handle.subscription.target))})
@@ -389,7 +410,7 @@ class QueryServer:
         caller = self._caller(request, owned=True)
         if isinstance(caller, Response):
             return caller
-        self._release(request.path_params["client"])
+        self._release(request.path_params["client"], "unsubscribed")
         return JSONResponse({"released": request.path_params["client"]})
 
     async def snapshot(self, request: Request) -> Response:
@@ -450,6 +471,7 @@ class QueryServer:
             yield ServerSentEvent(comment="connected", retry=self.retry_ms, sep=_SEP)
             for push in _resumed(resume):
                 yield _event(push)
+                self.metrics.delivered(push.kind)
                 last = push.batch_id
             while True:
                 push = await client.queue.get()
@@ -459,6 +481,7 @@ class QueryServer:
                     break
                 if push.batch_id > last:
                     yield _event(push)
+                    self.metrics.delivered(push.kind)
                     last = push.batch_id
             yield ServerSentEvent(_json({"reason": client.dropped}), event="dropped",
                                   id=str(last) if last >= 0 else None, sep=_SEP)
@@ -471,7 +494,8 @@ class QueryServer:
         client = self.clients.get(client_id)
         if client is not None and not client.connected and not client.dropped:
             log.info("client %s disconnected; handle released", client_id)
-            self._release(client_id, f"was released: its stream ended and none reopened within "
+            self._release(client_id, "not_reconnected",
+                          f"was released: its stream ended and none reopened within "
                                      f"{self.grace_seconds:g} s (grace_seconds)")
 
 

@@ -12,6 +12,7 @@ tag concurrency limit allows one such run, and the pipeline's sensor skips while
 flight) and its op sits in the pipeline's pool (one step at a time, for untagged runs too).
 """
 
+import contextlib
 import time
 
 import dagster as dg
@@ -38,6 +39,12 @@ class ContinuousRunConfig(dg.Config):
     allow_dropped_state: bool = Field(
         default=False, description="Drop the state no operator of the pipeline keeps now "
                                    "instead of failing (a new checkpoint)")
+    metrics_port: int | None = Field(
+        default=None, description="Serve the run's Prometheus metrics at "
+                                  "http://<metrics_host>:<port>/metrics (0: a free port, logged; "
+                                  "default: no endpoint)")
+    metrics_host: str = Field(default="127.0.0.1",
+                              description="The address the metrics endpoint listens on")
 
 
 def make_continuous_job(pipeline: Pipeline) -> dg.JobDefinition:
@@ -60,10 +67,15 @@ def make_continuous_job(pipeline: Pipeline) -> dg.JobDefinition:
         reporter = _Reporter(context, pipeline, session, warehouse.root, config.materialize_every_s)
         context.log.info(f"{name}: running continuously, polling every {config.trigger}; "
                          "terminate the run to stop it after the batch in flight")
-        report = pipeline.run_continuously(
-            session, warehouse.root, trigger=config.trigger, max_seconds=config.max_seconds,
-            progress=reporter.batch, checkpointed=reporter.checkpoint, mode=spark.mode,
-            allow_dropped_state=config.allow_dropped_state)
+        metrics = ops.RunMetrics() if config.metrics_port is not None else None
+        with (metrics.serving(config.metrics_port or 0, config.metrics_host) if metrics
+              else contextlib.nullcontext()) as endpoint:
+            if endpoint is not None:
+                context.log.info(f"{name}: Prometheus metrics at {endpoint.url}")
+            report = pipeline.run_continuously(
+                session, warehouse.root, trigger=config.trigger, max_seconds=config.max_seconds,
+                progress=reporter.batch, checkpointed=reporter.checkpoint, mode=spark.mode,
+                allow_dropped_state=config.allow_dropped_state, metrics=metrics)
         reporter.materialize(report.checkpoint_id, report.last_batch_id, force=True)
         context.log.info(f"{name}: stopped after {report.totals.batches} batch(es), "
                          f"{report.rows_in} rows, checkpoint {report.checkpoint_id}")

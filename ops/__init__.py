@@ -94,7 +94,16 @@ from .operators import (
 )
 from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
 from .readers import read
-from .runtime import BatchReport, CheckpointReport, RunReport, StopSignal, Trigger, run_pipeline
+from .runtime import (
+    BatchReport,
+    CheckpointReport,
+    MetricsEndpoint,
+    RunMetrics,
+    RunReport,
+    StopSignal,
+    Trigger,
+    run_pipeline,
+)
 from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
 from .sources import (
     CallbackSource,
@@ -123,6 +132,7 @@ __all__ = [
     "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
     # running and operating
     "run_pipeline", "BatchReport", "CheckpointReport", "RunReport", "StopSignal", "Trigger",
+    "RunMetrics", "MetricsEndpoint",
     "recover", "replay", "reset_to_checkpoint", "Migration", "MigrationReport", "migrate",
     "bootstrap_state", "export_state", "import_state",
     "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",

@@ -54,6 +54,7 @@ from .runtime import (
     BatchReport,
     CheckpointReport,
     Continuous,
+    RunMetrics,
     RunReport,
     StopSignal,
     Trigger,
@@ -468,7 +469,8 @@ class Pipeline:
                          max_seconds: float | None = None,
                          progress: Callable[[BatchReport], None] | None = None,
                          checkpointed: Callable[[CheckpointReport], None] | None = None,
-                         mode: str | None = None, allow_dropped_state: bool = False) -> RunReport:
+                         mode: str | None = None, allow_dropped_state: bool = False,
+                         metrics: RunMetrics | None = None) -> RunReport:
         """Run as one long-lived process: recover once, then run a batch whenever the source
         has new input, polling it every ``trigger`` while idle (like Spark's
         ``trigger(processingTime=...)``), with the Spark session, state and plans kept warm.
@@ -478,13 +480,17 @@ class Pipeline:
         a kill, stops it at once; the next run recovers as after any crash. Checkpoints follow
         the pipeline's policy, and an idle run checkpoints what it ran (unless the policy
         waits for ``every_seconds``). ``checkpointed`` hears of each checkpoint committed.
-        ``allow_dropped_state`` as in :meth:`run_once`.
+        ``allow_dropped_state`` as in :meth:`run_once`. ``metrics``: a :class:`ops.RunMetrics`
+        the run reports to, for Prometheus to scrape (its ``serving()`` endpoint).
 
         >>> import ops as sp
         >>> pipeline = (sp.read.from_callback("ticks", schema={"sym": "string", "px": "double"})
         ...             .as_table("sym").write.to_table("latest")).named("prices")
         >>> stop = sp.StopSignal()
         >>> # pipeline.run_continuously(spark, trigger="200ms", stop=stop)  # until stop.set(...)
+        >>> metrics = sp.RunMetrics()
+        >>> # with metrics.serving(port=9464):  # http://127.0.0.1:9464/metrics
+        >>> #     pipeline.run_continuously(spark, stop=stop, metrics=metrics)
         """
         live = Continuous(Trigger.parse(trigger), stop or StopSignal(),
                           None if max_seconds is None else time.monotonic() + max_seconds)
@@ -492,7 +498,7 @@ class Pipeline:
         with live.stop.on_signals():
             return run_pipeline(pipeline, spark, warehouse=warehouse, progress=progress,
                                 checkpointed=checkpointed, continuous=live,
-                                allow_dropped_state=allow_dropped_state)
+                                allow_dropped_state=allow_dropped_state, metrics=metrics)
 
     def publish(self, spark: SparkSession, records: Any, warehouse: str | None = None,
                 dedupe_id: str | None = None, source: str | None = None) -> PublishReport:

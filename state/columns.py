@@ -214,6 +214,10 @@ class ColumnValues:
     def changed_keys(self) -> int:
         return int(np.count_nonzero(self._changed[:len(self._keys)]))
 
+    @property
+    def keys_held(self) -> int:
+        return int(np.count_nonzero(self._holding[:len(self._keys)]))
+
     def as_objects(self) -> ObjectValues:
         """The same state, values, changes and all, as a Python object per key."""
         size = len(self._keys)

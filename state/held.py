@@ -80,6 +80,12 @@ class HeldValues(Protocol):
         """How many keys changed since the last checkpoint."""
         ...
 
+    @property
+    def keys_held(self) -> int:
+        """How many keys hold a value in memory now: set in this run, or read and stored (a run
+        reads only the keys its batches touch, so this is not every stored key)."""
+        ...
+
 
 def stored_texts(encoded: pa.Array, stored: pa.Table) -> tuple[np.ndarray, pa.Array]:
     """For encoded keys ``encoded`` and what a :data:`Loader` gave for them (``stored``, in

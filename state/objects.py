@@ -210,6 +210,10 @@ class ObjectValues:
     def changed_keys(self) -> int:
         return len(self._changed)
 
+    @property
+    def keys_held(self) -> int:
+        return len(self._values) - len(self._placeholders)
+
 
 def _series(values: list[Any], index: pd.Index) -> pd.Series:
     """``values`` as a Series on ``index``, typed as pandas would infer it. Plain ints or

@@ -150,6 +150,10 @@ class OperatorState:
     def changed_keys(self) -> int:
         return self._held.changed_keys
 
+    @property
+    def keys_held(self) -> int:
+        return self._held.keys_held
+
 
 class StateStore:
     """All managed state of one pipeline for one run, read as of checkpoint ``as_of``.
@@ -244,6 +248,11 @@ class StateStore:
     def mark_checkpointed(self) -> None:
         for op in self._operators.values():
             op.mark_checkpointed()
+
+    def keys_held(self) -> dict[str, int]:
+        """Per state name, the keys holding a value in memory now (see
+        :attr:`OperatorState.keys_held`): what a run's metrics report of its state's size."""
+        return {name: op.keys_held for name, op in self._operators.items()}
 
     def take_changes(self) -> pd.DataFrame:
         """The changed rows for a checkpoint; the store then counts changes anew, as after

@@ -109,6 +109,16 @@ def check_changing(spark, namespace: dict, folder: Path) -> None:
     assert namespace["v2"].read_sink(spark, "totals")["total"].tolist() == [1, 3, 13]
 
 
+def check_metrics(spark, namespace: dict, folder: Path) -> None:
+    # the scrape after the run: one record in, one dead letter, a batch and a checkpoint
+    scraped = namespace["scraped"]
+    for line in ('lakestream_rows_in_total{pipeline="metered"} 2.0',
+                 'lakestream_dead_letters_total{pipeline="metered"} 1.0',
+                 'lakestream_batches_total{mode="driver",pipeline="metered"} 1.0',
+                 'lakestream_checkpoint_seconds_count{pipeline="metered"} 1.0'):
+        assert line in scraped.splitlines(), line
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "guides/pipelines.md": check_pipelines,
@@ -116,6 +126,7 @@ CHECKS: dict[str, Check] = {
     "guides/state-tables.md": check_state_tables,
     "concepts/state-engine.md": check_state_engine,
     "guides/changing-pipelines.md": check_changing,
+    "guides/metrics.md": check_metrics,
 }
 
 

@@ -57,6 +57,7 @@ from .continuous import Continuous
 from .dead_letters import write_dead_letters
 from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of
 from .meaning import Remedy, describe, differences, refusal
+from .metrics import RunMetrics
 from .modes import AUTO_DISTRIBUTED_ROWS
 from .reports import BatchReport, CheckpointReport, RunReport, distinct_keys
 
@@ -108,8 +109,9 @@ class _Run:
                  progress: Callable[[BatchReport], None] | None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
                  continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK,
-                 allow_dropped_state: bool = False):
+                 allow_dropped_state: bool = False, metrics: RunMetrics | None = None):
         self.pipeline = pipeline
+        self.metrics = metrics
         self.meaning = describe(pipeline.stream.operators)  # recorded with each checkpoint
         self.allow_dropped_state = allow_dropped_state
         self.clock = clock  # processing time: a batch's time, and whether a timer is due
@@ -268,6 +270,7 @@ class _Run:
         source = self.pipeline.source
         slices: list[tuple[Any, Any] | None] = list(source.plan(
             self.ctx, self.offsets.get(source.name), limit=max(1, min(budget, _PLAN_AHEAD))))
+        self.measure_lag()
         if not slices and self.timers_due():
             slices, self.woken = [None], True  # one batch with no input, for its timers
         if not slices:
@@ -281,6 +284,20 @@ class _Run:
         self.pending_plans = self.plans.record(plans, self.ctx.epoch, self.ctx.run_id)
         fault_point("after_plan")
         return self.pending_plans.pop(batch_id), False
+
+    def measure_lag(self) -> None:
+        """Report the source's lag to the run's metrics, when due: only between batches'
+        reads (the source then has no other user) and at most every ``lag_every_seconds``.
+        Metrics never stop a run: a failed ask is logged."""
+        if self.metrics is None or not self.metrics.lag_due(self.pipeline.id):
+            return
+        source = self.pipeline.source
+        try:
+            self.metrics.source_lag(self.pipeline.id, source.name,
+                                    source.lag_by_part(self.ctx, self.offsets.get(source.name)))
+        except Exception:  # the source's own error reaches the run when it reads
+            log.warning("%s: asking the source's lag for the metrics failed", self.pipeline.name,
+                        exc_info=True)
 
     def timers_due(self) -> bool:
         """Whether a timer or a TTL is due now, with no batch for it yet in this run (one
@@ -435,6 +452,9 @@ class _Run:
             committing = time.perf_counter()
             self.checkpoints.commit(checkpoint, output.changed_state(self.spark))
             self.report.checkpoint_seconds.append(time.perf_counter() - committing)
+            if self.metrics is not None:
+                self.metrics.checkpoint(self.pipeline.id, checkpoint.checkpoint_id,
+                                        self.report.checkpoint_seconds[-1])
         finally:
             output.release()
         self.last = checkpoint
@@ -492,6 +512,9 @@ class _Run:
                             f"{pending.checkpoint.checkpoint_id}")
             self.report.checkpoint_seconds.append(committing.result())
             self.last = committed = pending.checkpoint
+            if self.metrics is not None:
+                self.metrics.checkpoint(self.pipeline.id, committed.checkpoint_id,
+                                        self.report.checkpoint_seconds[-1])
             self.hook_ctx.checkpoint_id = pending.checkpoint.checkpoint_id
             self.call_hooks("on_post_checkpoint", pending.checkpoint.checkpoint_id)
         self.report_written()
@@ -516,6 +539,10 @@ class _Run:
 
     def report_batch(self, batch: BatchReport) -> None:
         self.report.add(batch)
+        if self.metrics is not None:
+            self.metrics.batch(self.pipeline.id, batch)
+            if not self.distributed:  # on executors, state is held by the tasks
+                self.metrics.state_keys_held(self.pipeline.id, self.store.keys_held())
         log.info("%s batch %d (%s): %d rows in, %d out, %d keys, %d dead letters, %.0f rows/s%s",
                  self.pipeline.name, batch.batch_id, batch.mode, batch.rows_in, batch.rows_out,
                  batch.keys, batch.dead_letters, batch.rows_per_second,
@@ -583,10 +610,11 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
                  progress: Callable[[BatchReport], None] | None = None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
                  continuous: Continuous | None = None, clock: Clock = SYSTEM_CLOCK,
-                 allow_dropped_state: bool = False) -> RunReport:
+                 allow_dropped_state: bool = False, metrics: RunMetrics | None = None) -> RunReport:
     """Run ``pipeline`` until its source is drained (or ``max_batches`` batches ran); with
     ``continuous``, poll for new input every trigger instead, until asked to stop. ``clock``
-    gives processing time (a test's :class:`ops.testing.ManualClock`).
+    gives processing time (a test's :class:`ops.testing.ManualClock`). ``metrics`` hears of
+    each batch, checkpoint and, now and then, the source's lag (:mod:`.metrics`).
 
     A pipeline whose stateful operators no longer mean what its last checkpoint recorded stops
     first with a :class:`state.PipelineChangedError` (see :mod:`.meaning`);
@@ -602,7 +630,7 @@ def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | No
     report = RunReport(pipeline=pipeline.id)
     with warming(spark) as warmer:
         run = _Run(pipeline, spark, warehouse, warmer, report, progress, checkpointed, continuous,
-                   clock, allow_dropped_state)
+                   clock, allow_dropped_state, metrics)
         try:
             run.call_hooks("on_setup")
             run.recover()

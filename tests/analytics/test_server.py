@@ -1,5 +1,6 @@
 """The HTTP server: tokens, isolation, bad parameters, limits, pushes over server-sent events
-with ids, resuming by Last-Event-ID, disconnect cleanup, slow clients and unused handles."""
+with ids, resuming by Last-Event-ID, disconnect cleanup, slow clients, unused handles, and the
+Prometheus metrics the server exposes."""
 
 import http.client
 import json
@@ -8,6 +9,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def call(live, method, path, token="t-ann", body=None):
@@ -59,6 +62,16 @@ class Stream:
         self.response.close()
 
 
+def metrics(live):
+    """The server's Prometheus metrics, read over HTTP as a scrape would (no token):
+    {(name, sorted label items): value}."""
+    with urllib.request.urlopen(f"{live.url}/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
 def wait_for(condition, seconds=30):
     deadline = time.monotonic() + seconds
     while not condition():
@@ -90,6 +103,15 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     assert event == "delta" and delta["batch_id"] == 2 and stream.ids == ["2"]
     assert [(r["sym"], r["cpu"]) for r in delta["rows"]] == [("s1", 11.0)]
 
+    held = metrics(live)
+    assert {name: held[(name, ())] for name in (
+        "lakestream_analytics_subscribes_total", "lakestream_analytics_handles",
+        "lakestream_analytics_streams_open", "lakestream_analytics_subscriptions")} == {
+        "lakestream_analytics_subscribes_total": 1, "lakestream_analytics_handles": 1,
+        "lakestream_analytics_streams_open": 1, "lakestream_analytics_subscriptions": 1}
+    assert held[("lakestream_analytics_deliveries_total", (("kind", "delta"),))] == 1
+    assert held[("lakestream_analytics_published_batch", (("target", "servers"),))] == 2
+
     caught_up = call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=1")[1]["deltas"]
     assert [(d["batch_id"], d["rows"][0]["cpu"]) for d in caught_up] == [(2, 11.0)]  # resumable
     assert call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=x")[0] == 400
@@ -101,6 +123,10 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     assert status == 404 and error["error"].endswith(
         "was released: its stream ended and none reopened within 0.5 s (grace_seconds); "
         "subscribe again")
+    released = metrics(live)
+    assert released[("lakestream_analytics_released_total", (("why", "not_reconnected"),))] == 1
+    assert released[("lakestream_analytics_handles", ())] == 0
+    assert released[("lakestream_analytics_subscriptions", ())] == 0
 
 
 def test_a_slow_client_is_dropped_with_the_reason_and_others_go_on(live):
@@ -233,3 +259,4 @@ def test_handles_without_an_open_stream_expire(make_live):
         f"subscription handle '{streaming}' expired")
     wait_for(lambda: call(live, "GET", "/subscriptions")[1] == [], seconds=10)  # the third too
     assert live.manager.subscriptions("ann") == []
+    assert metrics(live)[("lakestream_analytics_released_total", (("why", "expired"),))] == 3

@@ -1,16 +1,19 @@
 """The continuous job from the shell: ``dagster job execute -j live_running_sum`` runs batches as
-input arrives, materialises at checkpoints, and stops cleanly on the SIGINT a Dagster "terminate"
-sends, with its run a success."""
+input arrives, materialises at checkpoints, serves its Prometheus metrics, and stops cleanly on
+the SIGINT a Dagster "terminate" sends, with its run a success."""
 
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import dagster as dg
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from assets import PIPELINE_TAG
 from dagster_project import defs
@@ -28,6 +31,13 @@ def _wait_until(condition, seconds, what, output):
         time.sleep(0.2)
 
 
+def _scraped(url, name):
+    """The values of metric ``name``'s samples at the Prometheus endpoint ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as scraped:
+        return [sample.value for family in text_string_to_metric_families(scraped.read().decode())
+                for sample in family.samples if sample.name == name]
+
+
 def test_the_job_carries_the_pipeline_tag_so_sensors_and_limits_see_it():
     job = defs.resolve_job_def("live_running_sum")
     assert job.tags[PIPELINE_TAG] == "running_sum"
@@ -39,7 +49,7 @@ def test_live_job_runs_new_input_and_stops_on_sigint(spark, warehouse, child_env
     shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
     config = tmp_path / "live.yaml"
     config.write_text(yaml.safe_dump({"ops": {"running_sum_continuously": {"config": {
-        "trigger": "200ms", "max_seconds": 240, "materialize_every_s": 0.0}}}}))
+        "trigger": "200ms", "max_seconds": 240, "materialize_every_s": 0.0, "metrics_port": 0}}}}))
     log = tmp_path / "live.log"
     with log.open("w") as out:
         process = subprocess.Popen(
@@ -53,6 +63,9 @@ def test_live_job_runs_new_input_and_stops_on_sigint(spark, warehouse, child_env
         _wait_until(lambda: "batch 1:" in output(), 180, "first batch", output)
         running_sum_keyed.publish(spark, [{"x": 3, "y": 0}], warehouse)
         _wait_until(lambda: "batch 2:" in output(), 60, "second batch", output)
+        url = re.search(r"Prometheus metrics at (http://127\.0\.0\.1:\d+/metrics)", output()).group(1)
+        _wait_until(lambda: _scraped(url, "lakestream_rows_in_total") == [3.0], 60,
+                    "3 rows in the run's metrics", lambda: str(_scraped(url, "lakestream_rows_in_total")))
         _wait_until(lambda: output().count("ASSET_MATERIALIZATION") >= 2, 60,
                     "materialisations at checkpoints", output)
         process.send_signal(signal.SIGINT)  # what Dagster's "terminate" sends the run
