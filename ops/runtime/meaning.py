@@ -218,6 +218,6 @@ def refusal(pipeline: str, checkpoint_id: int, found: Sequence[Difference]) -> s
         lines.append("  - another codec: a migration re-encodes the values (sp.migrate(spark, "
                      "pipeline) when nothing else differs)")
     lines.append("  - or run the pipeline as it was, or give it a new name to start without state. "
-                 "The Dagster job migrate_state does the same; see the README, \"Changing a "
-                 "running pipeline\".")
+                 "The Dagster job migrate_state does the same; see the docs' \"Changing a "
+                 "running pipeline\" (docs/pages/guides/changing-pipelines.md).")
     return "\n".join(lines)
