@@ -223,7 +223,8 @@ class QueryServer:
         client = self.clients.get(client_id)
         if client is None:
             return
-        self.metrics.released(reason)
+        if self.manager.handle(client_id) is not None:  # a dropped one was let go already
+            self.metrics.released(reason)
         if not client.dropped:
             del self.clients[client_id]
         if why:
@@ -233,8 +234,9 @@ class QueryServer:
 
     # -- unused handles expire --------------------------------------------------------------
     def _sweep_unused(self, throttle: bool = True) -> None:
-        """Expire every handle unused for ``idle_handle_seconds``. The poller runs this at most
-        every tenth of that time (and at least every second), as a pass reads every handle."""
+        """Expire every handle unused for ``idle_handle_seconds``. The poller runs this every
+        ``min(1 s, idle_handle_seconds / 10)``: a pass reads every handle, and an expiry is
+        then late by a tenth of the idle time at most."""
         now = time.monotonic()
         if throttle and now - self._last_sweep < min(1.0, self.idle_handle_seconds / 10):
             return

@@ -19,8 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import tempfile
+import time
 from pathlib import Path
 from statistics import median
 

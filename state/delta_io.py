@@ -42,7 +42,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -148,6 +148,11 @@ class Creation:
     partition_by: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
 
+    def typed_from_nulls(self) -> bool:
+        """Whether a column is ``void`` (typed from rows holding nothing but nulls): a table
+        made so cannot take values in it later."""
+        return any(spec["type"] == "void" for spec in self.fields)
+
     def arrow_schema(self) -> pa.Schema | None:
         """The columns as Arrow types; ``None`` when one is of a type left to Spark (nested,
         decimal, timestamps without time zone)."""
@@ -246,14 +251,30 @@ class Upsert:
     change: str
     deleted: str = "delete"
 
+    # The clauses, in the SQL both delta-rs's and Spark's MERGE read (target ``t``, source ``s``)
     def predicate(self) -> str:
+        """Which table row a row of the rows is about: the same keys.
+
+        >>> Upsert(("k",), version="v", change="c").predicate()
+        't.`k` = s.`k`'
+        """
         return " AND ".join(f"t.{_quoted(key)} = s.{_quoted(key)}" for key in self.keys)
 
     def newer(self) -> str:
+        """When a matched row changes the table's: its version is at least the table row's."""
         return f"s.{_quoted(self.version)} >= t.{_quoted(self.version)}"
 
-    def deletes(self, deleted: bool) -> str:
-        return f"s.{_quoted(self.change)} {'=' if deleted else '!='} '{self.deleted}'"
+    def deleted_when(self) -> str:
+        """When a matched row removes the table's."""
+        return f"{self.newer()} AND s.{_quoted(self.change)} = '{self.deleted}'"
+
+    def inserted_when(self) -> str:
+        """When a row for a key the table lacks is inserted."""
+        return f"s.{_quoted(self.change)} != '{self.deleted}'"
+
+    def assignments(self, columns: Iterable[str]) -> dict[str, str]:
+        """Each table column set from the row's, for ``columns`` (the rows' own)."""
+        return {_quoted(name): f"s.{_quoted(name)}" for name in columns if name != self.change}
 
 
 def _quoted(column: str) -> str:
@@ -271,7 +292,7 @@ def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | N
     A commit that loses to another writer's is tried again on the table as that one left it;
     the version rule keeps the outcome the same.
     """
-    if latest_version(path) < 0 and (creation is None or _typed_from_nulls(creation)
+    if latest_version(path) < 0 and (creation is None or creation.typed_from_nulls()
                                      or not create(path, creation)):
         return None
     with _lock_for(path):
@@ -290,56 +311,45 @@ def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | N
                        "is another run of this pipeline writing the same table?")
 
 
-def _typed_from_nulls(creation: Creation) -> bool:
-    return any(spec["type"] == "void" for spec in creation.fields)
-
-
 def _merge_source(rows: pd.DataFrame, current: DeltaTable, how: Upsert) -> pa.Table | None:
     """``rows`` as Arrow in the table's column types (and the change column as text), or
     ``None`` when the merge is left to Spark."""
-    refused = merge_refusal(current)
+    refused = merge_refusal(current.metadata().configuration or {})
     if refused is not None:
         log.debug("merge left to Spark: %s", refused)
         return None
     schema = _writable_schema(current)
-    if schema is None or set(rows.columns) != {*schema.names, how.change}:
-        return None
-    try:
-        return pa.Table.from_pandas(rows, schema=schema.append(pa.field(how.change, pa.string())),
-                                    preserve_index=False)
-    except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
-        log.debug("merge left to Spark: %s", error)
-        return None
+    return None if schema is None else _as_arrow(rows, schema.append(pa.field(how.change, pa.string())))
 
 
-def merge_refusal(current: DeltaTable) -> str | None:
-    """Why this writer leaves a merge into ``current`` to Spark (``None``: it need not): what
-    a blind append would refuse, and also an append-only table (Spark raises the user's error)
-    or one whose change feed is on (a merge must then write change files).
+def merge_refusal(configuration: Mapping[str, str]) -> str | None:
+    """Why this writer leaves a merge into a table of ``configuration`` to Spark, beyond what
+    it refuses for a blind append (``None``: nothing more): an append-only table (Spark
+    raises the user's error) or one whose change feed is on (a merge must then write change
+    files). A merge here rewrites the files holding matched keys, as Spark's does without
+    deletion vectors (a table with them asks for a protocol this writer refuses).
 
-    A merge here rewrites the files holding matched keys, as Spark's does without deletion
-    vectors (a table with them asks for a protocol this writer refuses)."""
-    configuration = current.metadata().configuration or {}
+    >>> merge_refusal({"delta.enableChangeDataFeed": "true"})
+    'the change data feed is on'
+    >>> merge_refusal({}) is None
+    True
+    """
     if configuration.get("delta.appendOnly", "false").lower() == "true":
         return "an append-only table"
     if feed_enabled(configuration):
         return "the change data feed is on"
-    protocol = current.protocol()
-    return blind_append_refusal(protocol.min_reader_version, protocol.min_writer_version,
-                                set(protocol.writer_features or ()) - {"changeDataFeed"},
-                                configuration, json.loads(current.schema().to_json())["fields"],
-                                set(ARROW_TYPES))
+    return None
 
 
 def _merge(path: str, current: DeltaTable, data: pa.Table, how: Upsert) -> None:
     """One merge commit of ``data`` into ``current`` (raising ``CommitFailedError`` when another
     writer's commit came first: no retry inside, the caller reads the table again)."""
-    columns = {_quoted(name): f"s.{_quoted(name)}" for name in data.schema.names if name != how.change}
+    columns = how.assignments(data.schema.names)
     merging = (current.merge(data, how.predicate(), source_alias="s", target_alias="t",
                              commit_properties=CommitProperties(max_commit_retries=0))
-               .when_matched_delete(predicate=f"{how.newer()} AND {how.deletes(True)}")
+               .when_matched_delete(predicate=how.deleted_when())
                .when_matched_update(columns, predicate=how.newer())
-               .when_not_matched_insert(columns, predicate=how.deletes(False)))
+               .when_not_matched_insert(columns, predicate=how.inserted_when()))
     _calling(path, "merging into", merging.execute)
     _remember(path, current)
     _checkpoint_now_and_then(path, current)
@@ -649,12 +659,18 @@ def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | No
         schema = create.arrow_schema() if create is not None else None
     else:
         schema = _writable_schema(current)
-    if schema is None or set(rows.columns) != set(schema.names) or rows.columns.duplicated().any():
+    return None if schema is None else _as_arrow(rows, schema)
+
+
+def _as_arrow(rows: pd.DataFrame, schema: pa.Schema) -> pa.Table | None:
+    """``rows`` as Arrow in ``schema``'s types, when they have exactly its columns and Arrow
+    takes their values (else ``None``: the write is left to Spark)."""
+    if set(rows.columns) != set(schema.names) or rows.columns.duplicated().any():
         return None
     try:
         return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
     except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
-        log.debug("append left to Spark: %s", error)
+        log.debug("write left to Spark: %s", error)
         return None
 
 

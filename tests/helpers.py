@@ -1,6 +1,9 @@
 """Small readers shared by tests."""
 
+import urllib.request
+
 import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
 
 from ops import Pipeline
 from ops.runtime import DEAD_LETTER_SCHEMA
@@ -22,3 +25,13 @@ def dead_letters(spark, pipeline: Pipeline, warehouse: str):
     if not tables.exists(spark, path):
         return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("position").toPandas()
+
+
+def scraped(url: str) -> dict[tuple[str, tuple], float]:
+    """The samples a Prometheus endpoint serves, read as a scrape would (text format, no
+    token): ``{(name, sorted label items): value}``."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        text = answer.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}

@@ -110,7 +110,7 @@ def check_changing(spark, namespace: dict, folder: Path) -> None:
 
 
 def check_metrics(spark, namespace: dict, folder: Path) -> None:
-    # the scrape after the run: one record in, one dead letter, a batch and a checkpoint
+    # the scrape after the run: two records in (one a dead letter), a batch and a checkpoint
     scraped = namespace["scraped"]
     for line in ('lakestream_rows_in_total{pipeline="metered"} 2.0',
                  'lakestream_dead_letters_total{pipeline="metered"} 1.0',

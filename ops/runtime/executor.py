@@ -112,6 +112,8 @@ class _Run:
                  allow_dropped_state: bool = False, metrics: RunMetrics | None = None):
         self.pipeline = pipeline
         self.metrics = metrics
+        if metrics is not None:
+            metrics.forget_state_keys(pipeline.id)  # what an earlier run held is not this run's
         self.meaning = describe(pipeline.stream.operators)  # recorded with each checkpoint
         self.allow_dropped_state = allow_dropped_state
         self.clock = clock  # processing time: a batch's time, and whether a timer is due
@@ -287,11 +289,12 @@ class _Run:
 
     def measure_lag(self) -> None:
         """Report the source's lag to the run's metrics, when due: only between batches'
-        reads (the source then has no other user) and at most every ``lag_every_seconds``.
-        Metrics never stop a run: a failed ask is logged."""
-        if self.metrics is None or not self.metrics.lag_due(self.pipeline.id):
-            return
+        reads (the source then has no other user), at most every ``lag_every_seconds``, and
+        never where asking runs a Spark job. Metrics never stop a run: a failed ask is logged."""
         source = self.pipeline.source
+        if (self.metrics is None or source.lag_needs_spark
+                or not self.metrics.take_lag_turn(self.pipeline.id)):
+            return
         try:
             self.metrics.source_lag(self.pipeline.id, source.name,
                                     source.lag_by_part(self.ctx, self.offsets.get(source.name)))
@@ -699,6 +702,8 @@ def _run_distributed(run: _Run, max_batches: int | None) -> None:
     """Distributed mode: each batch is checkpointed as it is written (its state lives only in
     ``_state``, where the next batch's tasks read it), so batches run one after another."""
     ran, run.distributed, live = 0, True, run.continuous
+    if run.metrics is not None:
+        run.metrics.forget_state_keys(run.pipeline.id)  # the tasks hold the state now
     while (max_batches is None or ran < max_batches) and not (live and live.stopping()):
         planned = run.plan_next((max_batches - ran) if max_batches is not None else _PLAN_AHEAD)
         if planned is None:

@@ -23,8 +23,9 @@ What a run reports, each labelled with its ``pipeline``:
                                            mode; a run reads only the keys its batches touch)
 =========================================  ==========================================================
 
-Source lag costs a request to the source (a Kafka broker's end offsets), so a run asks at most
-every ``lag_every_seconds``, when it plans (never while a batch's input is being read).
+Source lag costs a request to the source (a Kafka broker's end offsets, a Delta log's listing),
+so a run asks at most every ``lag_every_seconds``, when it plans (never while a batch's input is
+being read), and never a source whose lag is a Spark job (files: its manifest is read whole).
 
 >>> from ops.runtime.reports import BatchReport
 >>> metrics = RunMetrics()
@@ -33,6 +34,11 @@ every ``lag_every_seconds``, when it plans (never while a batch's input is being
 >>> metrics.value("lakestream_rows_in_total", pipeline="prices")
 10.0
 >>> b"lakestream_dead_letters_total" in metrics.exposition()
+True
+>>> import urllib.request
+>>> with metrics.serving(port=0) as endpoint:  # a free port on 127.0.0.1
+...     scraped = urllib.request.urlopen(endpoint.url).read()
+>>> b'lakestream_rows_out_total{pipeline="prices"} 8.0' in scraped
 True
 """
 
@@ -83,6 +89,7 @@ class RunMetrics:
         self.registry = CollectorRegistry()
         self.lag_every_seconds = lag_every_seconds
         self._lag_asked: dict[str, float] = {}
+        self._states: dict[str, set[str]] = {}  # per pipeline, the states it has series of
         by_pipeline = ("pipeline",)
 
         def counter(name: str, text: str, labels: tuple[str, ...] = by_pipeline) -> Counter:
@@ -128,8 +135,8 @@ class RunMetrics:
         self._checkpoint_seconds.labels(pipeline).observe(seconds)
         self._last_checkpoint.labels(pipeline).set(checkpoint_id)
 
-    def lag_due(self, pipeline: str) -> bool:
-        """Whether ``pipeline``'s source lag is to be asked now (and, if so, counts as asked)."""
+    def take_lag_turn(self, pipeline: str) -> bool:
+        """Whether ``pipeline``'s source lag is to be asked now; ``True`` starts the next wait."""
         now = time.monotonic()
         if now - self._lag_asked.get(pipeline, float("-inf")) < self.lag_every_seconds:
             return False
@@ -143,6 +150,13 @@ class RunMetrics:
     def state_keys_held(self, pipeline: str, by_state: Mapping[str, int]) -> None:
         for state, keys in by_state.items():
             self._keys_held.labels(pipeline, state).set(keys)
+        self._states.setdefault(pipeline, set()).update(by_state)
+
+    def forget_state_keys(self, pipeline: str) -> None:
+        """Drop ``pipeline``'s keys-held series: a new run holds none yet, and a run on
+        executors holds none on the driver (an earlier value would stay on show)."""
+        for state in self._states.pop(pipeline, ()):
+            self._keys_held.remove(pipeline, state)
 
     # reading and serving ----------------------------------------------------------------------
     def value(self, name: str, **labels: str) -> float | None:

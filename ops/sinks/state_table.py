@@ -71,16 +71,19 @@ class TableSink(StoredSink):
         a new JVM over 8 s. ``False`` when the tables or rows do not qualify (then both
         writes go through Spark; a changelog appended here is skipped there by its txn)."""
         changes = rows.assign(**{BATCH_COLUMN: batch_id, OLD_COLUMN: rows[OLD_COLUMN].astype("string")})
-        appended = direct.append(changes, self.changelog(ctx.layout), create=direct.NewTable(),
+        creation = direct.NewTable().creation(changes)
+        # a column of nulls alone would be typed void, and could take no value later: Spark
+        # creates such a changelog, as it always did
+        fresh = None if creation is None or creation.typed_from_nulls() else direct.NewTable()
+        appended = direct.append(changes, self.changelog(ctx.layout), create=fresh,
                                  txn=ctx.txn(f"table/{self.name}", batch_id))
         if appended is None:
             return False
         fault_point("table_changelog_written")
         if not self.coalesced:  # the table takes each key's last change of the batch
             changes = changes.drop_duplicates(list(self.keys), keep="last")
-        how = delta_io.Upsert(self.keys, version=BATCH_COLUMN, change=CHANGE_COLUMN)
-        return direct.upsert(changes.drop(columns=[OLD_COLUMN, ROW_COLUMN]),
-                             self.location(ctx.layout), how, create=direct.NewTable()) is not None
+        return direct.upsert(changes.drop(columns=[OLD_COLUMN, ROW_COLUMN]), self.location(ctx.layout),
+                             self._how(), create=direct.NewTable()) is not None
 
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
         rows = frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long"))
@@ -95,18 +98,21 @@ class TableSink(StoredSink):
         self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))
 
     def _upsert(self, spark: SparkSession, layout: PipelineLayout, changes: DataFrame) -> None:
+        """Spark's ``MERGE``, by the rule delta-rs's follows in driver mode (one rule, both
+        engines: :class:`state.delta_io.Upsert`'s clauses are Spark SQL too)."""
         path = self.location(layout)
         if not tables.exists(spark, path):
             tables.ensure(spark, path, changes.drop(CHANGE_COLUMN).schema)
-        on = " AND ".join(f"t.`{k}` = c.`{k}`" for k in self.keys)
-        newer = f"c.{BATCH_COLUMN} >= t.{BATCH_COLUMN}"
-        values: dict[str, str | Column] = {f"`{c}`": f"c.`{c}`" for c in changes.columns
-                                           if c != CHANGE_COLUMN}
-        (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("c"), on)
-         .whenMatchedDelete(f"{newer} AND c.{CHANGE_COLUMN} = 'delete'")
-         .whenMatchedUpdate(newer, values)
-         .whenNotMatchedInsert(f"c.{CHANGE_COLUMN} != 'delete'", values)
+        how = self._how()
+        values: dict[str, str | Column] = dict(how.assignments(changes.columns))
+        (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("s"), how.predicate())
+         .whenMatchedDelete(how.deleted_when())
+         .whenMatchedUpdate(how.newer(), values)
+         .whenNotMatchedInsert(how.inserted_when(), values)
          .execute())
+
+    def _how(self) -> delta_io.Upsert:
+        return delta_io.Upsert(self.keys, version=BATCH_COLUMN, change=CHANGE_COLUMN)
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:
         tables.delete_where(ctx.spark, self.changelog(ctx.layout), F.col(BATCH_COLUMN) > batch_id)

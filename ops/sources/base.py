@@ -115,6 +115,12 @@ class Source(ABC):
     def lag(self, ctx: RunContext, after: Any) -> int:
         """How far the input is ahead of position ``after`` (versions or files not processed)."""
 
+    @property
+    def lag_needs_spark(self) -> bool:
+        """Whether :meth:`lag` runs a Spark job (a run's metrics then never ask it: they ask
+        every few seconds, between batches)."""
+        return False
+
     def lag_by_part(self, ctx: RunContext, after: Any) -> dict[str, int]:
         """:meth:`lag` per part of the input (a Kafka source: per partition); one part, the
         source itself, unless a source says otherwise."""

@@ -102,6 +102,10 @@ class FileSource(Source):
             start = end
         return slices
 
+    @property
+    def lag_needs_spark(self) -> bool:
+        return True  # the manifest is read whole, with Spark
+
     def lag(self, ctx: RunContext, after: Any) -> int:
         known = set(self._manifest(ctx)["path"])
         unlisted = sum(1 for f in list_landed(ctx.spark, self.directory) if f.path not in known)

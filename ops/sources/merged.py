@@ -80,6 +80,10 @@ class MergedSource(Source):
                      rejected=pd.concat(rejected, ignore_index=True) if rejected
                      else Slice.no_rejects())
 
+    @property
+    def lag_needs_spark(self) -> bool:
+        return any(part.lag_needs_spark for part in self.parts)
+
     def lag(self, ctx: RunContext, after: Any) -> int:
         after = after or {}
         return sum(part.lag(ctx, after.get(part.name)) for part in self.parts)

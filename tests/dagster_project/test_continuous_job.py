@@ -8,18 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import dagster as dg
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from assets import PIPELINE_TAG
 from dagster_project import defs
 from dagster_project.pipelines import running_sum_keyed
 from state import CheckpointLog
-from tests.helpers import sink_column
+from tests.helpers import scraped, sink_column
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,13 +27,6 @@ def _wait_until(condition, seconds, what, output):
     while not condition():
         assert time.monotonic() < deadline, f"no {what}: {output()[-3000:]}"
         time.sleep(0.2)
-
-
-def _scraped(url, name):
-    """The values of metric ``name``'s samples at the Prometheus endpoint ``url``."""
-    with urllib.request.urlopen(url, timeout=10) as scraped:
-        return [sample.value for family in text_string_to_metric_families(scraped.read().decode())
-                for sample in family.samples if sample.name == name]
 
 
 def test_the_job_carries_the_pipeline_tag_so_sensors_and_limits_see_it():
@@ -64,8 +55,9 @@ def test_live_job_runs_new_input_and_stops_on_sigint(spark, warehouse, child_env
         running_sum_keyed.publish(spark, [{"x": 3, "y": 0}], warehouse)
         _wait_until(lambda: "batch 2:" in output(), 60, "second batch", output)
         url = re.search(r"Prometheus metrics at (http://127\.0\.0\.1:\d+/metrics)", output()).group(1)
-        _wait_until(lambda: _scraped(url, "lakestream_rows_in_total") == [3.0], 60,
-                    "3 rows in the run's metrics", lambda: str(_scraped(url, "lakestream_rows_in_total")))
+        rows_in = ("lakestream_rows_in_total", (("pipeline", "running_sum"),))
+        _wait_until(lambda: scraped(url).get(rows_in) == 3, 60, "3 rows in the run's metrics",
+                    lambda: str(scraped(url)))
         _wait_until(lambda: output().count("ASSET_MATERIALIZATION") >= 2, 60,
                     "materialisations at checkpoints", output)
         process.send_signal(signal.SIGINT)  # what Dagster's "terminate" sends the run

@@ -2,27 +2,16 @@
 
 import threading
 import time
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
 
 import ops as sp
 from ops.kafka import create_topic, send_json
+from tests.helpers import scraped
 
 
 def running_sum(op, md, data):
     total = sp.get(op, md) + data["x"].cumsum()
     sp.set(op, md, int(total.iloc[-1]))
     return data.assign(total=total)
-
-
-def scrape(url):
-    """Every sample the endpoint serves: {(name, sorted label items): value}."""
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        assert answer.headers["Content-Type"].startswith("text/plain")
-        text = answer.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def test_a_continuous_run_serves_its_metrics_over_http(spark, warehouse, kafka, topic):
@@ -49,13 +38,13 @@ def test_a_continuous_run_serves_its_metrics_over_http(spark, warehouse, kafka, 
         thread.start()
         deadline = time.monotonic() + 90
         by_pipeline = (("pipeline", "metered"),)
-        while scrape(endpoint.url).get(("lakestream_rows_in_total", by_pipeline)) != 7:
+        while scraped(endpoint.url).get(("lakestream_rows_in_total", by_pipeline)) != 7:
             assert time.monotonic() < deadline and thread.is_alive(), outcome.get("error")
             time.sleep(0.2)
-        while scrape(endpoint.url).get(("lakestream_last_checkpoint_id", by_pipeline), 0) < 1:
+        while scraped(endpoint.url).get(("lakestream_last_checkpoint_id", by_pipeline), 0) < 1:
             assert time.monotonic() < deadline and thread.is_alive(), outcome.get("error")
             time.sleep(0.2)
-        samples = scrape(endpoint.url)
+        samples = scraped(endpoint.url)
         stop.set("test done")
         thread.join(60)
     assert "error" not in outcome, outcome.get("error")
