@@ -28,13 +28,18 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+def _racing(script, path, writers, count):
+    """``script`` run by one process per writer name at once, each writing ``count`` times."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    running = [subprocess.Popen([sys.executable, "-c", script, path, name, str(count)], env=env,
+                                stderr=subprocess.PIPE, text=True) for name in writers]
+    for writer in running:
+        assert writer.wait(timeout=300) == 0, writer.stderr.read()[-2000:]
+
+
 def test_two_processes_appending_to_one_s3_table_lose_nothing(s3_warehouse):
     path = f"{s3_warehouse}/shared"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, path, name, "12"], env=env,
-                                stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
-    for writer in writers:
-        assert writer.wait(timeout=300) == 0, writer.stderr.read()[-2000:]
+    _racing(_WRITER, path, ("a", "b"), 12)
 
     rows = delta_io.table(path).to_pandas()
     assert sorted(zip(rows["writer"], rows["i"])) == [(w, i) for w in "ab" for i in range(12)]
@@ -85,11 +90,7 @@ def test_upserts_keep_the_newest_row_per_key_across_replays_and_racing_writers(s
     assert merged(["a"], [5], [2], ["update"]) == [("a", 5, 2), ("b", 2, 1)]  # a replay
 
     racing = f"{s3_warehouse}/raced"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    writers = [subprocess.Popen([sys.executable, "-c", _UPSERTER, racing, name, "8"], env=env,
-                                stderr=subprocess.PIPE, text=True) for name in ("x", "y")]
-    for writer in writers:
-        assert writer.wait(timeout=300) == 0, writer.stderr.read()[-2000:]
+    _racing(_UPSERTER, racing, ("x", "y"), 8)
     table = delta_io.table(racing).to_pandas().sort_values("k")
     assert list(zip(table["k"], table["n"])) == [("shared", 7), ("x", 7), ("y", 7)]
     assert delta_io.latest_version(racing) == 16  # the creation, then one commit per merge
