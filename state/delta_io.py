@@ -67,7 +67,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
     "double": pa.float64(), "float": pa.float32(), "boolean": pa.bool_(), "string": pa.string(),
     "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
-    "void": pa.null(),  # Spark's type for a column it typed from nothing but nulls
+    # not "void" (Spark's type for a column typed from nothing but nulls): delta-rs would write
+    # it into Parquet as a typed column, which no reader takes once a later batch gives the
+    # column a type (mergeSchema); Spark writes no such column, so those tables are Spark's
 }
 # table features a blind append satisfies by what it is (only added files) and by the checks of
 # `blind_append_refusal`; anything more is left to Spark, which enforces every feature Delta has
@@ -147,11 +149,6 @@ class Creation:
     fields: tuple[dict[str, Any], ...]
     partition_by: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
-
-    def typed_from_nulls(self) -> bool:
-        """Whether a column is ``void`` (typed from rows holding nothing but nulls): a table
-        made so cannot take values in it later."""
-        return any(spec["type"] == "void" for spec in self.fields)
 
     def arrow_schema(self) -> pa.Schema | None:
         """The columns as Arrow types; ``None`` when one is of a type left to Spark (nested,
@@ -287,13 +284,12 @@ def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | N
     done, ``None`` when this writer leaves the merge to Spark: the table asks for more than a
     copy-on-write merge of plain columns (see :func:`merge_refusal`), ``rows`` lack one of its
     columns, or there is no table and ``creation`` is not given or has a column of a type left
-    to Spark (or a column typed from nulls alone).
+    to Spark.
 
     A commit that loses to another writer's is tried again on the table as that one left it;
     the version rule keeps the outcome the same.
     """
-    if latest_version(path) < 0 and (creation is None or creation.typed_from_nulls()
-                                     or not create(path, creation)):
+    if latest_version(path) < 0 and (creation is None or not create(path, creation)):
         return None
     with _lock_for(path):
         current = _synced(path)

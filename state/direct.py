@@ -20,7 +20,9 @@ It is used only where that is exactly what Delta's protocol asks of a writer; an
   change-data files even with the change data feed on: readers derive inserts from the added
   files);
 - the rows have exactly the table's columns, each of a plain type (numbers, booleans, strings,
-  binary, dates, UTC timestamps, or ``void``: a column Spark typed from nothing but nulls).
+  binary, dates, UTC timestamps). Not ``void``, a column typed from nothing but nulls (a first
+  batch without an optional field): delta-rs would write it into the files with a type no
+  reader takes once the column gets one, where Spark writes no such column.
 
 Idempotence is Delta's own: with ``txn=(app_id, version)`` the append is skipped when the table
 has seen that version (or a later one) for ``app_id``, and the commit records it.

@@ -14,6 +14,7 @@ import pandas as pd
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import NullType
 
 from state import PipelineLayout, delta_io, direct, fault_point, tables
 
@@ -26,11 +27,14 @@ log = logging.getLogger(__name__)
 
 def _typed_like(spark: SparkSession, frame: DataFrame, path: str) -> DataFrame:
     """``frame`` with the column types of the table at ``path`` (a batch whose values are all
-    null, e.g. only deletes, must not change them); ``_old`` is always text."""
+    null, e.g. only deletes, must not change them); ``_old`` is always text. A column the table
+    has as ``void`` (its first batch held only nulls there, untyped) keeps the batch's type:
+    the write then gives the column that type (Delta merges ``void`` with any type)."""
     frame = frame.withColumn(OLD_COLUMN, F.col(OLD_COLUMN).cast("string"))
     if not tables.exists(spark, path):
         return frame
-    types = {field.name: field.dataType for field in tables.read(spark, path).schema.fields}
+    types = {field.name: field.dataType for field in tables.read(spark, path).schema.fields
+             if not isinstance(field.dataType, NullType)}
     return frame.select(*(F.col(c).cast(types[c]).alias(c) if c in types else F.col(c)
                           for c in frame.columns))
 
@@ -69,13 +73,11 @@ class TableSink(StoredSink):
         """The batch's changelog append and upsert committed by delta-rs, without Spark: a
         few hundredths of a second where Spark's ``MERGE`` took 2-3 s warm, and its first in
         a new JVM over 8 s. ``False`` when the tables or rows do not qualify (then both
-        writes go through Spark; a changelog appended here is skipped there by its txn)."""
+        writes go through Spark; a changelog appended here is skipped there by its txn): a
+        column the tables have as ``void`` (a first batch of nulls alone there) is given its
+        type by Spark's writes."""
         changes = rows.assign(**{BATCH_COLUMN: batch_id, OLD_COLUMN: rows[OLD_COLUMN].astype("string")})
-        creation = direct.NewTable().creation(changes)
-        # a column of nulls alone would be typed void, and could take no value later: Spark
-        # creates such a changelog, as it always did
-        fresh = None if creation is None or creation.typed_from_nulls() else direct.NewTable()
-        appended = direct.append(changes, self.changelog(ctx.layout), create=fresh,
+        appended = direct.append(changes, self.changelog(ctx.layout), create=direct.NewTable(),
                                  txn=ctx.txn(f"table/{self.name}", batch_id))
         if appended is None:
             return False
@@ -88,7 +90,7 @@ class TableSink(StoredSink):
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
         rows = frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long"))
         changes = _typed_like(ctx.spark, rows, self.changelog(ctx.layout))
-        tables.append(changes, self.changelog(ctx.layout),
+        tables.append(changes, self.changelog(ctx.layout), merge_schema=True,
                       txn=ctx.txn(f"table/{self.name}", batch_id))
         fault_point("table_changelog_written")
         if not self.coalesced:
@@ -106,6 +108,7 @@ class TableSink(StoredSink):
         how = self._how()
         values: dict[str, str | Column] = dict(how.assignments(changes.columns))
         (DeltaTable.forPath(spark, path).alias("t").merge(changes.alias("s"), how.predicate())
+         .withSchemaEvolution()  # a void column (see _typed_like) takes the batch's type
          .whenMatchedDelete(how.deleted_when())
          .whenMatchedUpdate(how.newer(), values)
          .whenNotMatchedInsert(how.inserted_when(), values)

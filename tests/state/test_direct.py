@@ -91,11 +91,13 @@ def test_a_log_checkpoint_every_tenth_version_and_state_read_from_it(spark, tmp_
 
 
 def test_a_table_created_by_its_first_append(spark, tmp_path):
-    """Created as Spark's first append would: columns typed from the rows (a column of nulls
-    only is void, as Spark types it), partitions and properties; Spark reads and appends."""
+    """Created as Spark's first append would: columns typed from the rows, partitions and
+    properties; Spark reads and appends. Rows with a column of nulls only (void, as Spark
+    types it) are left to Spark, which writes no such column into its files."""
     path = str(tmp_path / "t")
-    rows = ROWS.assign(nothing=None)
+    rows = ROWS
     create = direct.NewTable(("op",), (("delta.dataSkippingStatsColumns", "k"),))
+    assert direct.append(ROWS.assign(nothing=None), str(tmp_path / "void"), create=create) is None
     assert direct.append(rows, path, txn=("app", 0), create=create) is Outcome.COMMITTED
     spark_made = str(tmp_path / "spark_made")
     tables.append(tables.to_frame(spark, rows), spark_made, partition_by=("op",))

@@ -78,3 +78,17 @@ def test_json_records_gaining_a_field_and_changing_a_type(spark, warehouse):
                                            r"rows has another type"):
         pipeline.run_once(spark, warehouse)
     assert _rows(spark, pipeline, warehouse, "k")[-1] == ["d"]  # nothing of the batch written
+
+
+def test_a_field_missing_from_the_first_batch_arrives_later(spark, warehouse):
+    """The first batch lacks the optional ``note`` everywhere, so the Delta sink's column is
+    typed from nulls alone (void); a later batch's notes give it its type, and every batch
+    reads back (delta-rs once wrote the void column into its files, unreadable after that)."""
+    pipeline = (sp.read.from_callback("events", schema={"k": "string", "note": "string"})
+                .write.to_delta("out")).named("optional_note")
+    for batch in ([{"k": "a"}], [{"k": "b", "note": "x"}], [{"k": "c", "note": "y"}]):
+        pipeline.publish(spark, batch, warehouse)
+        pipeline.run_once(spark, warehouse)
+    rows = pipeline.read_sink(spark, "out", warehouse)
+    assert [(k, None if pd.isna(n) else n) for k, n in zip(rows["k"], rows["note"])] == [
+        ("a", None), ("b", "x"), ("c", "y")]

@@ -10,7 +10,7 @@ import pytest
 import ops as sp
 from ops import BatchScope, SqlError
 from ops.testing import run_records
-from state import PipelineLayout, StateStore
+from state import PipelineLayout, StateStore, tables
 
 SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}
 MOVIE_SQL = """CREATE TABLE movie_tickets_sold AS
@@ -471,3 +471,23 @@ def test_a_sql_table_over_a_table_runs_the_same_on_executors(spark, warehouse):
         (1, "EAST", 2, "insert"), (1, "WEST", 1, "insert"),
         (2, "EAST", 1, "update"), (2, "WEST", 1, "update"),
         (3, "EAST", None, "delete"), (3, "NORTH", 1, "insert")]
+
+
+def _noted(data):
+    return data.assign(note=[None if n == 0 else f"n{n}" for n in data["n"]])  # untyped if all None
+
+
+def test_a_column_of_nulls_alone_in_the_first_batch_takes_values_later(spark, warehouse):
+    """A first batch whose ``note`` holds only untyped nulls makes it a ``void`` column of the
+    changelog and the table; a later batch's values give it their type (it was refused with
+    Spark's CAST error), and the batches after that are written as any other."""
+    pipeline = (sp.read.from_callback("people", schema={"k": "string", "n": "long"}).map(_noted)
+                .as_table("k").write.to_table("notes")).named("noted")
+    for batch in ([{"k": "a", "n": 0}], [{"k": "a", "n": 1}, {"k": "b", "n": 0}], [{"k": "b", "n": 2}]):
+        pipeline.publish(spark, batch, warehouse)
+        pipeline.run_once(spark, warehouse)
+    assert table_rows(spark, pipeline, warehouse, "notes") == [("a", 1, "n1"), ("b", 2, "n2")]
+    log = changelog(spark, pipeline, warehouse, "notes")
+    assert [None if pd.isna(n) else n for n in log["note"]] == [None, "n1", None, "n2"]
+    stored = tables.read(spark, pipeline.layout(warehouse).table("notes")).schema
+    assert stored["note"].dataType.typeName() == "string"
