@@ -78,18 +78,21 @@ _END = _Push("end", -1, "")  # queued by end_streams: the stream stops, the clie
 class _Client:
     user: str
     queue: asyncio.Queue
-    connected: bool = False
     dropped: str | None = None
     release: asyncio.TimerHandle | None = field(default=None, repr=False)
     #: when the handle last had no stream open (creation, or its last stream's end); ``None``
     #: while a stream is open
     idle_since: float | None = field(default_factory=time.monotonic)
 
+    @property
+    def connected(self) -> bool:
+        return self.idle_since is None
+
     def open_stream(self) -> None:
-        self.connected, self.idle_since = True, None
+        self.idle_since = None
 
     def close_stream(self) -> None:
-        self.connected, self.idle_since = False, time.monotonic()
+        self.idle_since = time.monotonic()
 
     def unused_for(self, seconds: float, now: float) -> bool:
         """Whether no stream has been open on this handle for ``seconds`` up to ``now``."""

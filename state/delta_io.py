@@ -289,20 +289,29 @@ def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | N
     A commit that loses to another writer's is tried again on the table as that one left it;
     the version rule keeps the outcome the same.
     """
-    if latest_version(path) < 0 and (creation is None or not create(path, creation)):
+    with _lock_for(path):
+        current = _synced(path)  # one read of the log per batch, as an append makes
+        if current is not None:
+            return _merge_retrying(path, current, rows, how)
+    if creation is None or not create(path, creation):
         return None
     with _lock_for(path):
-        current = _synced(path)
-        for _ in range(_RETRIES):
-            data = None if current is None else _merge_source(rows, current, how)
-            if current is None or data is None:
-                return None
-            try:
-                _merge(path, current, data, how)
-                return True
-            except CommitFailedError as conflict:
-                log.debug("merge into %s lost a race, retrying: %s", path, conflict)
-                current = _synced(path, fresh=True)
+        return _merge_retrying(path, _synced(path), rows, how)
+
+
+def _merge_retrying(path: str, current: DeltaTable | None, rows: pd.DataFrame, how: Upsert) -> bool | None:
+    """:func:`upsert` once the table is read (under its lock): one merge, planned again on the
+    table as a racing writer left it, as often as races are lost."""
+    for _ in range(_RETRIES):
+        data = None if current is None else _merge_source(rows, current, how)
+        if current is None or data is None:
+            return None
+        try:
+            _merge(path, current, data, how)
+            return True
+        except CommitFailedError as conflict:
+            log.debug("merge into %s lost a race, retrying: %s", path, conflict)
+            current = _synced(path, fresh=True)
     raise StorageError(f"merging into {path} lost {_RETRIES} races with other writers in a row; "
                        "is another run of this pipeline writing the same table?")
 
