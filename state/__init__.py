@@ -9,9 +9,13 @@ from .checkpoint import (
     STATE_SCHEMA,
     Checkpoint,
     CheckpointLog,
+    WrittenState,
     checkpointed_offsets,
     new_checkpoint,
+    next_checkpoint_id,
+    takes_state_files,
     wake_time,
+    write_state_files,
 )
 from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
 from .errors import (
@@ -52,4 +56,5 @@ __all__ = [
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
+    "WrittenState", "next_checkpoint_id", "takes_state_files", "write_state_files",
 ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -49,6 +50,46 @@ STATE_SCHEMA = StructType([
 STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id,key_group"}
 _RECORDS = ("operator", CHECKPOINT_OPERATOR)  # the partition of the checkpoint records
 _NEW_STATE_TABLE = tables.new_table(STATE_SCHEMA, ("operator",), STATE_TABLE_PROPERTIES)
+
+
+#: A ``_state`` data file's columns (``operator`` is the partition, in the folder and the log).
+STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("deleted", pa.bool_()),
+                               ("checkpoint_id", pa.int64()), ("key_group", pa.int32())])
+
+
+@dataclass(frozen=True)
+class WrittenState:
+    """Changed state rows already written as ``_state`` data files by the processes that
+    changed them (Spark's executors), not yet committed: the files' add actions (see
+    :func:`write_state_files`). A checkpoint commits them with its record."""
+
+    actions: tuple[str, ...] = ()
+
+
+def takes_state_files(layout: PipelineLayout) -> bool:
+    """Whether ``layout``'s ``_state`` table exists and takes files written by
+    :func:`write_state_files` (a table delta-rs appends to, with today's columns)."""
+    schema = delta_io.blind_append_schema(layout.state) if delta_io.serves(layout.state) else None
+    return schema is not None and schema.remove(schema.get_field_index("operator")) == STATE_FILE_SCHEMA
+
+
+def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list[str]:
+    """Write ``rows`` (``operator, key, value, deleted, key_group``: state changed by a batch
+    whose checkpoint will be ``checkpoint_id``) into the ``_state`` table at ``path`` as one
+    data file per operator, uncommitted; their add actions, for :class:`WrittenState`."""
+    actions = []
+    for operator, part in rows.groupby("operator", sort=False):
+        files_rows = pa.Table.from_pandas(
+            part.assign(checkpoint_id=checkpoint_id)[STATE_FILE_SCHEMA.names],
+            schema=STATE_FILE_SCHEMA, preserve_index=False)
+        actions.append(delta_io.write_file(path, files_rows, {"operator": str(operator)},
+                                           statistics=("checkpoint_id", "key_group")))
+    return actions
+
+
+def next_checkpoint_id(previous: Checkpoint | None) -> int:
+    """The id of the checkpoint after ``previous`` (1 for a pipeline's first)."""
+    return previous.checkpoint_id + 1 if previous else 1
 
 
 @dataclass(frozen=True)
@@ -148,11 +189,12 @@ class CheckpointLog:
                 f"{self._layout.state} holds {len(rows)} records for checkpoint {checkpoint_id}")
         return Checkpoint.from_json(rows[0]["value"]) if rows else None
 
-    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame | DataFrame) -> None:
+    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame | DataFrame | WrittenState) -> None:
         """Append ``state_rows`` and the checkpoint record in one Delta commit.
 
-        ``state_rows``: ``operator, key, value, deleted`` as pandas (the driver's store), or a
-        Spark DataFrame that also holds each row's ``key_group`` (what executors changed).
+        ``state_rows``: ``operator, key, value, deleted`` as pandas (the driver's store), a
+        Spark DataFrame that also holds each row's ``key_group`` (what executors changed), or
+        the files executors wrote of them (:class:`WrittenState`, committed by delta-rs).
 
         1. Build one frame: the changed state rows, each with its key group, plus the
            checkpoint row.
@@ -165,8 +207,12 @@ class CheckpointLog:
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
             "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}]
         ).astype({"key_group": "Int32"})
-        if isinstance(state_rows, DataFrame):
-            frame: pd.DataFrame | DataFrame = (
+        if isinstance(state_rows, WrittenState):
+            frame: pd.DataFrame | DataFrame | WrittenState = WrittenState(
+                state_rows.actions + tuple(write_state_files(self._layout.state, record,
+                                                             checkpoint.checkpoint_id)))
+        elif isinstance(state_rows, DataFrame):
+            frame = (
                 state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
                 .select(*STATE_SCHEMA.names)
                 .unionByName(tables.to_frame(self._spark, record, STATE_SCHEMA)))
@@ -183,7 +229,7 @@ class CheckpointLog:
         rows["checkpoint_id"] = checkpoint.checkpoint_id  # key_group: Int32 in both parts already
         return rows[STATE_SCHEMA.names]
 
-    def _append(self, checkpoint: Checkpoint, frame: pd.DataFrame | DataFrame) -> None:
+    def _append(self, checkpoint: Checkpoint, frame: pd.DataFrame | DataFrame | WrittenState) -> None:
         fault_point("before_checkpoint_commit")
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.
@@ -191,10 +237,16 @@ class CheckpointLog:
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id,
                             "wake_at": checkpoint.wake_at, "offsets": checkpoint.offsets})
         # an append only adds files: this process commits it (state.direct) when it can
-        done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
-                              create=_NEW_STATE_TABLE)
-                if isinstance(frame, pd.DataFrame) else None)
+        if isinstance(frame, WrittenState):
+            done: Outcome | None = (Outcome.COMMITTED if delta_io.commit_files(
+                self._layout.state, list(frame.actions), txn=txn, user_metadata=stamp)
+                else Outcome.SKIPPED)
+        else:
+            done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
+                                  create=_NEW_STATE_TABLE)
+                    if isinstance(frame, pd.DataFrame) else None)
         if done is None:
+            assert not isinstance(frame, WrittenState)
             # the first checkpoint creates the table; one from before key groups gains the column
             tables.append(frame if isinstance(frame, DataFrame)
                           else tables.to_frame(self._spark, frame, STATE_SCHEMA),
@@ -247,7 +299,7 @@ def new_checkpoint(previous: Checkpoint | None, *, batch_id: int, offsets: dict[
     """The checkpoint that follows ``previous`` (or the first one, with ``key_groups``: later
     ones keep the first one's); ``operators``: what its state means."""
     return Checkpoint(
-        checkpoint_id=(previous.checkpoint_id + 1) if previous else 1,
+        checkpoint_id=next_checkpoint_id(previous),
         batch_id=batch_id, offsets=offsets, tracked=tracked, markers=markers,
         epoch=previous.epoch if previous else 0, run_id=run_id, created_at=time.time(),
         key_groups=previous.key_groups if previous else key_groups, wake_at=wake_at,

@@ -41,6 +41,8 @@ import logging
 import os
 import re
 import threading
+import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,8 +53,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.dataset
+import pyarrow.fs
+import pyarrow.parquet
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, RemoveAction
 
 from .errors import StorageError
 
@@ -233,6 +239,82 @@ def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: t
             current = _synced(path, fresh=True)
     raise StorageError(f"appending to {path} lost {_RETRIES} races with other writers in a row; "
                        "is another run of this pipeline writing the same table?")
+
+
+def blind_append_schema(path: str) -> pa.Schema | None:
+    """The table's columns as Arrow types, when this module may append to it (see
+    :func:`append`); ``None`` when there is no table or its appends are Spark's."""
+    found = table(path)
+    return None if found is None else _writable_schema(found)
+
+
+def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
+               statistics: Iterable[str] = ()) -> str:
+    """Write ``rows`` as a new Parquet data file of the table at ``path`` without committing
+    it, and return its add action (JSON) for :func:`commit_files`: how many processes write a
+    commit's files (Spark's executors, say) while one commits them. ``partition``: the file's
+    partition values (not columns of ``rows``); ``statistics``: the integer columns whose
+    minimum, maximum and null count the action records, which readers prune files by. A file
+    no commit names is never read (a vacuum removes it)."""
+    folder = "/".join(f"{column}={value}" for column, value in partition.items()
+                      if re.fullmatch(r"[A-Za-z0-9_]+", str(value)))
+    name = f"{folder}/part-{uuid.uuid4()}.snappy.parquet".lstrip("/")
+    files = pyarrow.fs.PyFileSystem(DeltaStorageHandler(_location(path)))
+    _calling(path, "writing a data file of", lambda: pyarrow.parquet.write_table(
+        rows, name, filesystem=files, compression="snappy"))
+    size = _calling(path, "writing a data file of", lambda: files.get_file_info(name).size)
+    return json.dumps({"path": name, "size": size, "partition_values": dict(partition),
+                       "modification_time": int(time.time() * 1000), "data_change": True,
+                       "stats": json.dumps(_file_statistics(rows, statistics))})
+
+
+def _add_files(path: str, current: DeltaTable, adds: list[AddAction | RemoveAction],
+               properties: CommitProperties) -> None:
+    _calling(path, "committing files to", lambda: current.create_write_transaction(
+        adds, mode="append", schema=current.schema(),
+        partition_by=current.metadata().partition_columns or None, commit_properties=properties))
+    current.update_incremental()  # the version just made
+    _remember(path, current)
+    _checkpoint_now_and_then(path, current)
+
+
+def _file_statistics(rows: pa.Table, columns: Iterable[str]) -> dict[str, Any]:
+    """A data file's ``stats`` as Delta's log holds them, for ``columns`` (integers)."""
+    least, most, nulls = {}, {}, {}
+    for column in columns:
+        nulls[column] = rows[column].null_count
+        extremes = pyarrow.compute.min_max(rows[column]).as_py()
+        if extremes["min"] is not None:
+            least[column], most[column] = extremes["min"], extremes["max"]
+    return {"numRecords": rows.num_rows, "minValues": least, "maxValues": most, "nullCount": nulls}
+
+
+def commit_files(path: str, actions: list[str], *, txn: tuple[str, int] | None = None,
+                 user_metadata: str | None = None) -> bool:
+    """Commit the data files :func:`write_file` wrote (``actions``) to the table at ``path``
+    in one commit; ``True`` when committed, ``False`` when skipped because the table has seen
+    ``txn`` (as :func:`append`). The caller has checked that the table takes a blind append
+    (:func:`blind_append_schema`) and wrote the files in its columns."""
+    adds: list[AddAction | RemoveAction] = [AddAction(**json.loads(action)) for action in actions]
+    properties = CommitProperties(
+        app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
+        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
+    with _lock_for(path):
+        current = _synced(path)
+        for _ in range(_RETRIES):
+            if current is None:
+                raise StorageError(f"{path}: the table is gone (deleted while this run was "
+                                   "writing it); nothing was committed to it")
+            if txn is not None and _has_seen(path, current, txn):
+                return False
+            try:
+                _add_files(path, current, adds, properties)
+                return True
+            except CommitFailedError as conflict:  # another writer's commit conflicts: read it
+                log.debug("commit to %s lost a race, retrying: %s", path, conflict)
+                current = _synced(path, fresh=True)
+    raise StorageError(f"committing files to {path} lost {_RETRIES} races with other writers in "
+                       "a row; is another run of this pipeline writing the same table?")
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,14 @@ from state import (
     STATE_SCHEMA,
     PipelineLayout,
     StateStore,
+    WrittenState,
     decode_key,
     delta_io,
     encode_key,
     key_group_column,
     key_groups,
     stored_values,
+    write_state_files,
 )
 
 from ..columns import ORDER_COLUMN
@@ -92,11 +94,11 @@ _CHUNK_ROWS = 100_000   # output rows per Arrow cell
 _WHOLE_STREAM = 0       # the one bucket of a whole-stream stage
 
 STAGE_SCHEMA = StructType([
-    StructField("kind", StringType(), False),       # rows | state | done | error
+    StructField("kind", StringType(), False),       # rows | state | file | done | error
     StructField("payload", BinaryType(), True),     # rows: Arrow IPC of output rows; done: their schema
     StructField("operator", StringType(), True),    # state rows …
     StructField("key", StringType(), True),
-    StructField("value", StringType(), True),
+    StructField("value", StringType(), True),       # … or file: the add action of a _state file
     StructField("deleted", BooleanType(), True),
     StructField("key_group", IntegerType(), True),
     StructField("rows_in", LongType(), True),       # done: what the group saw and made
@@ -168,6 +170,11 @@ class TaskSpec:
     #: and how they reach it (see StateFiles); None: it is handed to them by a cogroup
     state_files: StateFiles | None = None
 
+    @property
+    def writes_state(self) -> bool:
+        """Whether the tasks write their changed state's files (see StateFiles)."""
+        return self.state_files is not None and self.state_files.checkpoint_id is not None
+
     def owning_bucket(self, encoded_keys: Any, groups: np.ndarray | None = None) -> np.ndarray:
         """The bucket of each stored state key: that of the key which owns it (a window's
         keys own each of their windows). ``groups``: the keys' own groups, if known."""
@@ -213,6 +220,10 @@ class StateFiles:
     path: str
     as_of: int
     storage: dict[str, str] = field(default_factory=dict)
+    #: the checkpoint the batch's changed state goes into, when the tasks write it as
+    #: ``_state`` files themselves (the driver commits them with the checkpoint's record, and
+    #: no state row passes through Spark); ``None``: they return the rows
+    checkpoint_id: int | None = None
 
 
 @functools.cache
@@ -255,14 +266,18 @@ class StageOutput:
 
     rows: DataFrame
     state: list[DataFrame] = field(default_factory=list)
+    written: list[str] | None = None  # the tasks wrote their changed state: the files' actions
     rows_in: int = 0
     rows_out: int = 0
     keys: int = 0
     persisted: list[DataFrame] = field(default_factory=list)
     wake_at: int | None = None  # when a batch with no input would next fire a timer
 
-    def changed_state(self, spark: SparkSession) -> DataFrame:
-        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id."""
+    def changed_state(self, spark: SparkSession) -> DataFrame | WrittenState:
+        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id (or the
+        files the tasks wrote of them)."""
+        if self.written is not None:
+            return WrittenState(tuple(self.written))
         columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
         return reduce(DataFrame.unionByName, self.state, spark.createDataFrame([], columns))
 
@@ -294,7 +309,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         inputs = output.rows
         results = output.keep(_stage_frame(spark, layout, as_of, output, task, due))
         try:
-            summary = results.where(F.col("kind").isin("done", "error")).collect()
+            summary = results.where(F.col("kind").isin("done", "error", "file")).collect()
         except Exception as exc:  # the tasks failed outside the operators' own code
             output.release()
             raise OperatorError(_task_failure(task, exc)) from None
@@ -308,14 +323,26 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         output.rows_out = sum(row["rows_out"] for row in done)
         output.keys = max(output.keys, sum(row["keys"] for row in done))
         output.rows = _decoded(spark, results, [row["payload"] for row in done if row["payload"]])
-        output.state.append(results.where(F.col("kind") == "state")
-                            .select("operator", "key", "value", "deleted", "key_group"))
+        if task.writes_state:
+            output.written = (output.written or []) + [row["value"] for row in summary
+                                                       if row["kind"] == "file"]
+        else:
+            output.state.append(results.where(F.col("kind") == "state")
+                                .select("operator", "key", "value", "deleted", "key_group"))
         if clock is not None:
             late = sum(row["late"] or 0 for row in done)
             output.state.append(_ticked(spark, task, clock, late))
         if timers is not None:
             _after_timers(spark, layout, as_of, task, timers, inputs, output)
     return output
+
+
+def writes_state_files(stages: list[Stage]) -> bool:
+    """Whether the tasks of ``stages`` may write their changed state as ``_state`` files
+    themselves (see StateFiles): when every state row the batch changes is a task's (a clocked
+    stage's clock and a timed map's watermark are rows the driver makes, and a timed map's
+    next deadline is read from its changed rows)."""
+    return not any(stage.clocked or _timers_of(stage) is not None for stage in stages)
 
 
 def _timers_of(stage: Stage) -> TimerDeclaration | None:
@@ -576,6 +603,8 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
             frame = op.apply(scope, frame)
         out = _ordered(frame, rows[ORDER_COLUMN], bucket)
         changed = _changed_state(store, task, bucket)
+        if task.writes_state:
+            changed = _written(changed, task)
         cells = _cells(out)
     except Exception as exc:  # reported to the driver, which fails the batch with it
         return _typed(_result("error", message=_message(task, exc)))
@@ -612,6 +641,17 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
             raise RuntimeError(f"state keys {rows['key'][elsewhere].head(3).tolist()} do not "
                                f"belong to bucket {bucket}, whose rows changed them")
     return rows.assign(kind="state", key_group=groups)
+
+
+def _written(changed: pd.DataFrame, task: TaskSpec) -> pd.DataFrame:
+    """``changed`` state rows written as ``_state`` files (uncommitted: see StateFiles), as
+    result rows naming them."""
+    files = task.state_files
+    if files is None or files.checkpoint_id is None or changed.empty:
+        return changed.iloc[0:0]
+    delta_io.adopt_storage_environment(files.storage)
+    actions = write_state_files(files.path, changed, files.checkpoint_id)
+    return pd.DataFrame({"kind": "file", "value": actions})
 
 
 def _cells(out: pd.DataFrame) -> pd.DataFrame:

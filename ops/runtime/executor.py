@@ -38,9 +38,11 @@ from state import (
     fault_point,
     migrate_state,
     new_checkpoint,
+    next_checkpoint_id,
     restore_all,
     save_all,
     tables,
+    takes_state_files,
     warming,
 )
 from state.faults import InjectedCrash
@@ -55,7 +57,7 @@ from ..operators.timing import wake_at
 from ..sources import FrameSlice, Slice
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
-from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of
+from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of, writes_state_files
 from .meaning import Remedy, describe, differences, refusal
 from .metrics import RunMetrics
 from .modes import AUTO_DISTRIBUTED_ROWS
@@ -427,17 +429,21 @@ class _Run:
         buckets = min(groups, int(self.spark.conf.get("spark.sql.shuffle.partitions") or groups))
 
         as_of = self.last.checkpoint_id if self.last else None
-        # tasks read their keys' state from _state's files where delta-rs reads the table
-        files = (StateFiles(self.layout.state, as_of, delta_io.storage_environment(self.layout.state))
-                 if as_of is not None and delta_io.serves(self.layout.state) else None)
+        stages = stages_of(self.pipeline.stream.operators)
+        # tasks read their keys' state from _state's files where delta-rs reads the table, and
+        # write what they changed as its files where delta-rs appends to it
+        files = None
+        if as_of is not None and delta_io.serves(self.layout.state):
+            writes = writes_state_files(stages) and takes_state_files(self.layout)
+            files = StateFiles(self.layout.state, as_of, delta_io.storage_environment(self.layout.state),
+                               checkpoint_id=next_checkpoint_id(self.last) if writes else None)
 
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
                             dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
                             operators=self.pipeline.stateful_operators, state_files=files)
 
-        output = run_stages(self.spark, self.layout, as_of, sliced.good, spec,
-                            stages_of(self.pipeline.stream.operators))
+        output = run_stages(self.spark, self.layout, as_of, sliced.good, spec, stages)
         try:
             write_dead_letters(self.ctx, plan.batch_id, source.name, sliced.rejected)
             rows = output.rows.withColumnRenamed(ORDER_COLUMN, ROW_COLUMN)
