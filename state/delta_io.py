@@ -241,11 +241,17 @@ def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: t
                        "is another run of this pipeline writing the same table?")
 
 
-def blind_append_schema(path: str) -> pa.Schema | None:
-    """The table's columns as Arrow types, when this module may append to it (see
-    :func:`append`); ``None`` when there is no table or its appends are Spark's."""
+def file_schema(path: str) -> pa.Schema | None:
+    """The columns of a data file :func:`write_file` writes for the table at ``path`` (the
+    table's, less its partition columns, as Arrow types), when this module may append to it
+    (see :func:`append`); ``None`` when there is no table or its appends are Spark's."""
     found = table(path)
-    return None if found is None else _writable_schema(found)
+    schema = None if found is None else _writable_schema(found)
+    if found is None or schema is None:
+        return None
+    for column in found.metadata().partition_columns:
+        schema = schema.remove(schema.get_field_index(column))
+    return schema
 
 
 def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
@@ -294,7 +300,7 @@ def commit_files(path: str, actions: list[str], *, txn: tuple[str, int] | None =
     """Commit the data files :func:`write_file` wrote (``actions``) to the table at ``path``
     in one commit; ``True`` when committed, ``False`` when skipped because the table has seen
     ``txn`` (as :func:`append`). The caller has checked that the table takes a blind append
-    (:func:`blind_append_schema`) and wrote the files in its columns."""
+    (:func:`file_schema`) and wrote the files in its columns."""
     adds: list[AddAction | RemoveAction] = [AddAction(**json.loads(action)) for action in actions]
     properties = CommitProperties(
         app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,

@@ -9,6 +9,10 @@ batch id: a second call for the same batch adds nothing.
 ``close(ctx)`` is called once when the run ends, however it ends, to release what the sink
 held for it (connections, producers).
 
+In distributed mode a sink may instead have the tasks that make a batch's rows write them as
+data files of its table (``file_target``), and commit those files itself (``commit_files``):
+the rows then never pass through Spark's writer.
+
 ``discard_after(ctx, batch_id)`` is called during recovery after a reset to an older
 checkpoint, before any batch runs, and may be called again if that recovery crashes.
 
@@ -19,14 +23,64 @@ console) cannot.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from state import PipelineLayout
+from state import PipelineLayout, delta_io
 
 from ..columns import ROW_COLUMN
 from ..context import RunContext
+
+
+@dataclass(frozen=True)
+class FileTarget:
+    """Where distributed mode's tasks may write a batch's output rows as data files of a
+    sink's Delta table, uncommitted, for the sink to commit (see :meth:`Sink.file_target`):
+    the table at ``path``, the columns its files hold (``schema``), and the object store's
+    settings the tasks reach it with.
+
+    >>> target = FileTarget("out", "/tmp/t", pa.schema([("x", pa.int64())]))
+    >>> target.arrow(pd.DataFrame({"x": [1, 2]})).num_rows, target.arrow(pd.DataFrame({"x": ["1"]}))
+    (2, None)
+    """
+
+    sink: str
+    path: str
+    schema: pa.Schema
+    storage: dict[str, str] = field(default_factory=dict)
+
+    def arrow(self, rows: pd.DataFrame) -> pa.Table | None:
+        """``rows`` as the table's files hold them, or ``None`` when they are not exactly its
+        columns in its types (the sink's own write evolves or refuses those)."""
+        if sorted(map(str, rows.columns)) != sorted(self.schema.names):
+            return None
+        try:
+            table = pa.Table.from_pandas(rows, preserve_index=False).select(self.schema.names)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+        if not all(_fits(have.type, want.type) for have, want in zip(table.schema, self.schema)):
+            return None
+        return table.cast(self.schema)
+
+    def write(self, rows: pd.DataFrame) -> str | None:
+        """Write ``rows`` as one data file of the table; its add action (for
+        :meth:`Sink.commit_files`), or ``None`` when :meth:`arrow` refuses them."""
+        table = self.arrow(rows)
+        if table is None:
+            return None
+        delta_io.adopt_storage_environment(self.storage)
+        return delta_io.write_file(self.path, table, {})
+
+
+def _fits(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a column of type ``have`` goes into one of ``want`` as it is: the same type, all
+    nulls, text of another width, or a time of another unit."""
+    return (have == want or pa.types.is_null(have)
+            or (pa.types.is_large_string(have) and pa.types.is_string(want))
+            or (pa.types.is_timestamp(have) and pa.types.is_timestamp(want) and have.tz == want.tz))
 
 
 class Sink(ABC):
@@ -44,6 +98,17 @@ class Sink(ABC):
         the rows to the driver; sinks that can write from executors override it."""
         rows: pd.DataFrame = frame.toPandas()
         self.write(ctx, batch_id, rows.sort_values(ROW_COLUMN).drop(columns=[ROW_COLUMN]))
+
+    def file_target(self, ctx: RunContext) -> FileTarget | None:
+        """Distributed mode: where the tasks making a batch's rows may write them as data files
+        themselves, for :meth:`commit_files`; ``None`` (this default): they come to
+        :meth:`write_frame`."""
+        return None
+
+    def commit_files(self, ctx: RunContext, batch_id: int, actions: list[str]) -> None:
+        """Commit the files the tasks wrote for ``batch_id`` (their add actions), idempotently
+        as :meth:`write`. Called only for a sink whose :meth:`file_target` gave a target."""
+        raise NotImplementedError(f"sink {self.name!r} gives no file target")
 
     def close(self, ctx: RunContext) -> None:  # noqa: B027 - optional
         """The run is over: release what was held for it."""

@@ -12,12 +12,12 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state import PipelineLayout, tables
+from state import PipelineLayout, delta_io, tables
 
 from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..context import RunContext
 from ..errors import SinkError
-from .base import StoredSink
+from .base import FileTarget, StoredSink
 
 # Delta's error for an append whose column does not merge with the table's of that name
 _MERGE_CLASH = re.compile(r"DELTA_FAILED_TO_MERGE_FIELDS\] Failed to merge fields '([^']+)'")
@@ -54,6 +54,19 @@ class DeltaSink(StoredSink):
             tables.append(frame.withColumn(BATCH_COLUMN, F.lit(batch_id).cast("long")),
                           self.location(ctx.layout), merge_schema=True,
                           txn=ctx.txn(f"sink/{self.name}", batch_id))
+
+    def file_target(self, ctx: RunContext) -> FileTarget | None:
+        """The table, once it exists, when delta-rs appends to it (its first write, or one
+        that adds a column, is Spark's)."""
+        path = self.location(ctx.layout)
+        schema = delta_io.file_schema(path) if delta_io.serves(path) else None
+        if schema is None or {BATCH_COLUMN, ROW_COLUMN} - set(schema.names):
+            return None
+        return FileTarget(self.name, path, schema, delta_io.storage_environment(path))
+
+    def commit_files(self, ctx: RunContext, batch_id: int, actions: list[str]) -> None:
+        delta_io.commit_files(self.location(ctx.layout), actions,
+                              txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     @contextmanager
     def _typed_alike(self, ctx: RunContext, batch_id: int) -> Iterator[None]:

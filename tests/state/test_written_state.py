@@ -1,7 +1,7 @@
-"""State written as ``_state`` files by the processes that changed it (Spark's executors), and
-committed by the driver with its checkpoint's record in one delta-rs commit: the files are
-read only once committed, a checkpoint's commit happens once, and readers prune them by the
-statistics their actions carry."""
+"""State and sink rows written as Delta data files by the processes that made them (Spark's
+executors), and committed by the driver (the state with its checkpoint's record) in one
+delta-rs commit each: the files are read only once committed, a commit happens once, and
+readers prune state files by the statistics their actions carry."""
 
 import json
 
@@ -53,6 +53,14 @@ def test_files_are_read_only_once_committed_and_committed_once(state_table):
         {"key": ["3"], "value": ["30"]}
 
 
+def last_commit(path, by="delta-rs"):
+    """The actions of the table's last commit, which ``by`` made (delta-rs, or Spark)."""
+    actions = delta_io.commit_actions(path, delta_io.latest_version(path))
+    info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
+    assert by in info.get("clientVersion", info.get("engineInfo", "")), info
+    return actions
+
+
 def running(op, md, data):
     total = sp.get(op, md) + data["x"].cumsum()
     sp.set(op, md, int(total.iloc[-1]))
@@ -73,15 +81,15 @@ def test_executors_write_a_later_batchs_state_and_the_driver_commits_it(spark, t
         runs[mode] = run_records(pipeline.with_mode(mode), batches[1], spark=spark,
                                  warehouse=str(tmp_path / mode))
 
-    version = delta_io.latest_version(layout.state)
-    actions = delta_io.commit_actions(layout.state, version)
-    info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
-    assert "delta-rs" in info.get("clientVersion", ""), info  # not Spark's commit
+    actions = last_commit(layout.state)
     added = [action["add"] for action in actions if "add" in action]
     operators = sorted(add["partitionValues"]["operator"] for add in added)
     assert operators.count("sums") > 1 and operators.count("__checkpoint__") == 1  # per task
     assert all(json.loads(add["stats"])["minValues"]["checkpoint_id"] == 2
                for add in added)
+
+    # the sink's files too: written by the tasks, committed by the driver (not Spark's writer)
+    assert sum("add" in action for action in last_commit(layout.table("out"))) > 1
 
     def state(mode):
         frame = runs[mode].state["sums"]
@@ -89,3 +97,27 @@ def test_executors_write_a_later_batchs_state_and_the_driver_commits_it(spark, t
     assert state("distributed") == state("driver") and len(state("driver")) == 11
     pd.testing.assert_frame_equal(runs["distributed"].outputs["out"].drop(columns=["_batch_id", "_row"]),
                                   runs["driver"].outputs["out"].drop(columns=["_batch_id", "_row"]))
+
+
+def noting(op, md, data):
+    """The running sum; from the second batch on, key 3's rows gain a column."""
+    out = running(op, md, data)
+    return out.assign(note="three") if md.key == 3 and sp.get(op, md) > 54 else out
+
+
+def test_a_batch_whose_rows_the_table_does_not_take_as_they_are_is_written_by_the_sink(
+        spark, tmp_path):
+    """One task's rows gain a column: that task writes no file, so the sink writes the whole
+    batch itself (adding the column); the files the other tasks wrote are never committed, and
+    no row is there twice."""
+    pipeline = (sp.read.from_callback("events", key="k", schema={"k": "long", "x": "long"})
+                .map(noting, state=0, name="sums").write.to_delta("out")).named("noted")
+    batches = [[{"k": k % 7, "x": k} for k in range(30)], [{"k": k % 11, "x": 1} for k in range(20)]]
+    runs = {mode: [run_records(pipeline.with_mode(mode), batch, spark=spark,
+                               warehouse=str(tmp_path / mode)) for batch in batches][-1]
+            for mode in ("driver", "distributed")}
+    last_commit(PipelineLayout(runs["distributed"].warehouse, "noted").table("out"), by="Spark")
+    got, expected = (runs[mode].outputs["out"].drop(columns="_row")
+                     .sort_values(["_batch_id", "k", "total"], ignore_index=True) for mode in runs)
+    assert len(got) == 50 and (got["note"] == "three").sum() == 2
+    pd.testing.assert_frame_equal(got[expected.columns], expected, check_dtype=False)
