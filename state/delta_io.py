@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -225,19 +225,28 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
 def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
                user_metadata: str | None, create: Creation | None) -> bool | None:
     """:func:`append` once the table is read (``current``; ``None``: no table yet)."""
-    for _ in range(_RETRIES):
-        if txn is not None and current is not None and _has_seen(path, current, txn):
-            return False
+    def attempt(current: DeltaTable | None) -> bool | None:
         data = _arrow(rows, current, create)
         if data is None:
             return None
+        _write(path, current, data, txn, user_metadata, create)
+        return True
+    return _retrying(path, current, txn, "appending to", attempt)
+
+
+def _retrying(path: str, current: DeltaTable | None, txn: tuple[str, int] | None, doing: str,
+              attempt: Callable[[DeltaTable | None], bool | None]) -> bool | None:
+    """``attempt(current)`` (a commit), ``False`` instead when the table has seen ``txn``; a
+    commit that loses a race with another writer's is read again and attempted again."""
+    for _ in range(_RETRIES):
+        if txn is not None and current is not None and _has_seen(path, current, txn):
+            return False
         try:
-            _write(path, current, data, txn, user_metadata, create)
-            return True
+            return attempt(current)
         except CommitFailedError as conflict:  # another writer's commit conflicts: read it
-            log.debug("append to %s lost a race, retrying: %s", path, conflict)
+            log.debug("%s %s lost a race, retrying: %s", doing, path, conflict)
             current = _synced(path, fresh=True)
-    raise StorageError(f"appending to {path} lost {_RETRIES} races with other writers in a row; "
+    raise StorageError(f"{doing} {path} lost {_RETRIES} races with other writers in a row; "
                        "is another run of this pipeline writing the same table?")
 
 
@@ -274,16 +283,6 @@ def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
                        "stats": json.dumps(_file_statistics(rows, statistics))})
 
 
-def _add_files(path: str, current: DeltaTable, adds: list[AddAction | RemoveAction],
-               properties: CommitProperties) -> None:
-    _calling(path, "committing files to", lambda: current.create_write_transaction(
-        adds, mode="append", schema=current.schema(),
-        partition_by=current.metadata().partition_columns or None, commit_properties=properties))
-    current.update_incremental()  # the version just made
-    _remember(path, current)
-    _checkpoint_now_and_then(path, current)
-
-
 def _file_statistics(rows: pa.Table, columns: Iterable[str]) -> dict[str, Any]:
     """A data file's ``stats`` as Delta's log holds them, for ``columns`` (integers)."""
     least, most, nulls = {}, {}, {}
@@ -302,25 +301,21 @@ def commit_files(path: str, actions: list[str], *, txn: tuple[str, int] | None =
     ``txn`` (as :func:`append`). The caller has checked that the table takes a blind append
     (:func:`file_schema`) and wrote the files in its columns."""
     adds: list[AddAction | RemoveAction] = [AddAction(**json.loads(action)) for action in actions]
-    properties = CommitProperties(
-        app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
-        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
+
+    def attempt(current: DeltaTable | None) -> bool:
+        if current is None:
+            raise StorageError(f"{path}: the table is gone (deleted while this run was writing "
+                               "it); nothing was committed to it")
+        _calling(path, "committing files to", lambda: current.create_write_transaction(
+            adds, mode="append", schema=current.schema(),
+            partition_by=current.metadata().partition_columns or None,
+            commit_properties=_commit_properties(txn, user_metadata)))
+        current.update_incremental()  # to the version just made
+        _remember(path, current)
+        _checkpoint_now_and_then(path, current)
+        return True
     with _lock_for(path):
-        current = _synced(path)
-        for _ in range(_RETRIES):
-            if current is None:
-                raise StorageError(f"{path}: the table is gone (deleted while this run was "
-                                   "writing it); nothing was committed to it")
-            if txn is not None and _has_seen(path, current, txn):
-                return False
-            try:
-                _add_files(path, current, adds, properties)
-                return True
-            except CommitFailedError as conflict:  # another writer's commit conflicts: read it
-                log.debug("commit to %s lost a race, retrying: %s", path, conflict)
-                current = _synced(path, fresh=True)
-    raise StorageError(f"committing files to {path} lost {_RETRIES} races with other writers in "
-                       "a row; is another run of this pipeline writing the same table?")
+        return bool(_retrying(path, _synced(path), txn, "committing files to", attempt))
 
 
 @dataclass(frozen=True)
@@ -714,9 +709,7 @@ def create(path: str, creation: Creation) -> bool:
 
 def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str, int] | None,
            user_metadata: str | None, create: Creation | None) -> None:
-    properties = CommitProperties(
-        app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
-        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
+    properties = _commit_properties(txn, user_metadata)
     if current is not None:
         _calling(path, "appending", lambda: write_deltalake(
             current, data, mode="append", commit_properties=properties))
@@ -729,6 +722,13 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
         configuration={**_CREATED_PROPERTIES, **dict(create.properties)},
         commit_properties=properties))
     _forget(path)  # opened on the next use, as the table it made
+
+
+def _commit_properties(txn: tuple[str, int] | None, user_metadata: str | None) -> CommitProperties:
+    """A commit's ``txn`` action (idempotence) and ``userMetadata``."""
+    return CommitProperties(
+        app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
+        custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
 
 
 def _checkpoint_now_and_then(path: str, current: DeltaTable) -> None:
