@@ -45,6 +45,8 @@ class FileTarget:
     >>> target = FileTarget("out", "/tmp/t", pa.schema([("x", pa.int64())]))
     >>> target.arrow(pd.DataFrame({"x": [1, 2]})).num_rows, target.arrow(pd.DataFrame({"x": ["1"]}))
     (2, None)
+    >>> timed = FileTarget("out", "/tmp/t", pa.schema([("t", pa.timestamp("us", tz="UTC"))]))
+    >>> timed.arrow(pd.DataFrame({"t": pd.to_datetime(["2026-01-01T00:00:00.000000001Z"])}))
     """
 
     sink: str
@@ -59,11 +61,11 @@ class FileTarget:
             return None
         try:
             table = pa.Table.from_pandas(rows, preserve_index=False).select(self.schema.names)
+            if not all(_fits(have.type, want.type) for have, want in zip(table.schema, self.schema)):
+                return None
+            return table.cast(self.schema)  # a safe cast: a time it would truncate is refused
         except (pa.ArrowException, TypeError, ValueError):
             return None
-        if not all(_fits(have.type, want.type) for have, want in zip(table.schema, self.schema)):
-            return None
-        return table.cast(self.schema)
 
     def write(self, rows: pd.DataFrame) -> str | None:
         """Write ``rows`` as one data file of the table; its add action (for
