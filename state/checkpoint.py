@@ -59,10 +59,16 @@ STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("d
 
 @dataclass(frozen=True)
 class WrittenState:
-    """Changed state rows already written as ``_state`` data files by the processes that
-    changed them (Spark's executors), not yet committed: the files' add actions (see
-    :func:`write_state_files`). A checkpoint commits them with its record."""
+    """Changed state rows already written as ``_state`` data files of checkpoint
+    ``checkpoint_id`` by the processes that changed them (Spark's executors), not yet
+    committed: the files' add actions (see :func:`write_state_files`). That checkpoint commits
+    them with its record.
 
+    >>> WrittenState(4).actions
+    ()
+    """
+
+    checkpoint_id: int
     actions: tuple[str, ...] = ()
 
 
@@ -87,7 +93,11 @@ def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list
 
 
 def next_checkpoint_id(previous: Checkpoint | None) -> int:
-    """The id of the checkpoint after ``previous`` (1 for a pipeline's first)."""
+    """The id of the checkpoint after ``previous`` (1 for a pipeline's first).
+
+    >>> next_checkpoint_id(None)
+    1
+    """
     return previous.checkpoint_id + 1 if previous else 1
 
 
@@ -207,9 +217,13 @@ class CheckpointLog:
             "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}]
         ).astype({"key_group": "Int32"})
         if isinstance(state_rows, WrittenState):
-            frame: pd.DataFrame | DataFrame | WrittenState = WrittenState(
+            if state_rows.checkpoint_id != checkpoint.checkpoint_id:  # a bug, never the user's
+                raise CorruptStateError(
+                    f"state files written for checkpoint {state_rows.checkpoint_id} were about to "
+                    f"be committed by checkpoint {checkpoint.checkpoint_id}; nothing was committed")
+            frame: pd.DataFrame | DataFrame | WrittenState = dataclasses.replace(state_rows, actions=(
                 state_rows.actions + tuple(write_state_files(self._layout.state, record,
-                                                             checkpoint.checkpoint_id)))
+                                                             checkpoint.checkpoint_id))))
         elif isinstance(state_rows, DataFrame):
             frame = (
                 state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
@@ -238,8 +252,8 @@ class CheckpointLog:
         # an append only adds files: this process commits it (state.direct) when it can
         if isinstance(frame, WrittenState):
             done: Outcome | None = (Outcome.COMMITTED if delta_io.commit_files(
-                self._layout.state, list(frame.actions), txn=txn, user_metadata=stamp)
-                else Outcome.SKIPPED)
+                self._layout.state, list(frame.actions), STATE_FILE_SCHEMA, txn=txn,
+                user_metadata=stamp) else Outcome.SKIPPED)
         else:
             done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
                                   create=_NEW_STATE_TABLE)

@@ -255,8 +255,18 @@ def file_schema(path: str) -> pa.Schema | None:
     table's, less its partition columns, as Arrow types), when this module may append to it
     (see :func:`append`); ``None`` when there is no table or its appends are Spark's."""
     found = table(path)
-    schema = None if found is None else _writable_schema(found)
-    if found is None or schema is None:
+    return None if found is None else _file_schema(found)
+
+
+def partition_columns(path: str) -> tuple[str, ...]:
+    """The table's partition columns (none when there is no table)."""
+    found = table(path)
+    return () if found is None else tuple(found.metadata().partition_columns)
+
+
+def _file_schema(found: DeltaTable) -> pa.Schema | None:
+    schema = _writable_schema(found)
+    if schema is None:
         return None
     for column in found.metadata().partition_columns:
         schema = schema.remove(schema.get_field_index(column))
@@ -271,8 +281,9 @@ def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
     partition values (not columns of ``rows``); ``statistics``: the integer columns whose
     minimum, maximum and null count the action records, which readers prune files by. A file
     no commit names is never read (a vacuum removes it)."""
+    # a partition's folder only for plain values (the log's path would need escaping else)
     folder = "/".join(f"{column}={value}" for column, value in partition.items()
-                      if re.fullmatch(r"[A-Za-z0-9_]+", str(value)))
+                      if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_]+", value))
     name = f"{folder}/part-{uuid.uuid4()}.snappy.parquet".lstrip("/")
     files = pyarrow.fs.PyFileSystem(DeltaStorageHandler(_location(path)))
     _calling(path, "writing a data file of", lambda: pyarrow.parquet.write_table(
@@ -294,23 +305,42 @@ def _file_statistics(rows: pa.Table, columns: Iterable[str]) -> dict[str, Any]:
     return {"numRecords": rows.num_rows, "minValues": least, "maxValues": most, "nullCount": nulls}
 
 
-def commit_files(path: str, actions: list[str], *, txn: tuple[str, int] | None = None,
-                 user_metadata: str | None = None) -> bool:
-    """Commit the data files :func:`write_file` wrote (``actions``) to the table at ``path``
-    in one commit; ``True`` when committed, ``False`` when skipped because the table has seen
-    ``txn`` (as :func:`append`). The caller has checked that the table takes a blind append
-    (:func:`file_schema`) and wrote the files in its columns."""
+def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
+                 txn: tuple[str, int] | None = None, user_metadata: str | None = None) -> bool:
+    """Commit the data files :func:`write_file` wrote (``actions``, in the columns ``schema``
+    that :func:`file_schema` gave) to the table at ``path`` in one commit; ``True`` when
+    committed, ``False`` when skipped because the table has seen ``txn`` (as :func:`append`).
+    A table whose columns or protocol changed since (so that it no longer takes those files)
+    raises :class:`StorageError`, with nothing committed.
+
+    >>> import tempfile
+    >>> path = tempfile.mkdtemp()
+    >>> write_deltalake(path, pa.table({"x": pa.array([1], pa.int64())}))
+    >>> written = [write_file(path, pa.table({"x": pa.array([n], pa.int64())}), {}, ["x"])
+    ...            for n in (2, 3)]  # by two processes, say
+    >>> commit_files(path, written, file_schema(path), txn=("app", 1))
+    True
+    >>> commit_files(path, written, file_schema(path), txn=("app", 1))  # seen: skipped
+    False
+    >>> sorted(pa.table(table(path).to_pyarrow_table())["x"].to_pylist()), latest_version(path)
+    ([1, 2, 3], 1)
+    """
     adds: list[AddAction | RemoveAction] = [AddAction(**json.loads(action)) for action in actions]
 
     def attempt(current: DeltaTable | None) -> bool:
         if current is None:
             raise StorageError(f"{path}: the table is gone (deleted while this run was writing "
                                "it); nothing was committed to it")
+        if _file_schema(current) != schema:
+            raise StorageError(f"{path}: the table changed while this batch was written (its "
+                               f"columns or protocol: it now takes {_file_schema(current)}, the "
+                               f"batch's files hold {schema}); nothing was committed to it, and "
+                               "the next run writes the batch again")
         _calling(path, "committing files to", lambda: current.create_write_transaction(
             adds, mode="append", schema=current.schema(),
             partition_by=current.metadata().partition_columns or None,
             commit_properties=_commit_properties(txn, user_metadata)))
-        current.update_incremental()  # to the version just made
+        _calling(path, "reading the log", current.update_incremental)  # to the version made
         _remember(path, current)
         _checkpoint_now_and_then(path, current)
         return True

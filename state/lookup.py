@@ -10,8 +10,9 @@ started from, and the newest row per key is picked with NumPy: Parquet's speed.
 
 Which files are read: those of the operator's partition whose ``checkpoint_id`` statistics
 start at or before ``as_of``, and, for a small set of keys, whose ``key_group`` range holds one
-of the keys' groups. A checkpoint appends one file per operator holding every group it changed,
-so it is compaction (``compact``: files of contiguous group ranges) that lets a read of a few
+of the keys' groups. A checkpoint appends one file per operator holding every group it changed
+(in distributed mode one per operator and task, each of the task's range of groups), so it is
+compaction (``compact``: files of contiguous group ranges) that lets a read of a few
 groups skip most of the table. Rows written before key groups existed have none; their files
 are always read.
 

@@ -32,8 +32,8 @@ The driver builds a plan of Spark DataFrames and never holds a batch's rows or s
    likewise the last stage's tasks write each Delta sink's
    files when the table takes the rows as they are (:meth:`~ops.sinks.Sink.file_target`; a
    task whose rows it would not take writes none, and the sink writes the batch itself). No
-   state or sink row then passes through Spark's writers: at 1M events per batch that cut a
-   batch from 9.6 s to 3.7 s on two cores. A file whose commit never comes (a crash, a
+   state or sink row then passes through Spark's writers: at 1M events per batch on two cores
+   that more than halved a batch (``bench/README.md``). A file whose commit never comes (a crash, a
    refused batch) is never read; a vacuum removes it.
 
 Rows keep their source order through the ``__order`` column (an operator sees its rows sorted
@@ -234,7 +234,7 @@ class StateFiles:
 
     path: str
     as_of: int
-    storage: dict[str, str] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # credentials, maybe
     #: the checkpoint the batch's changed state goes into, when the tasks write it as
     #: ``_state`` files themselves (the driver commits them with the checkpoint's record, and
     #: no state row passes through Spark); ``None``: they return the rows
@@ -282,6 +282,7 @@ class StageOutput:
     rows: DataFrame
     state: list[DataFrame] = field(default_factory=list)
     written: list[str] | None = None  # the tasks wrote their changed state: the files' actions
+    state_files: StateFiles | None = None  # … as the tasks were told to (see StateFiles)
     #: per sink whose files every task wrote: their add actions (see Sink.file_target)
     sink_files: dict[str, list[str]] = field(default_factory=dict)
     rows_in: int = 0
@@ -294,7 +295,10 @@ class StageOutput:
         """Every stage's changed state rows: ``_state``'s columns but the checkpoint id (or the
         files the tasks wrote of them)."""
         if self.written is not None:
-            return WrittenState(tuple(self.written))
+            files = self.state_files
+            if files is None or files.checkpoint_id is None or self.state:  # see writes_state_files
+                raise RuntimeError("a batch's changed state is both in files and in rows")
+            return WrittenState(files.checkpoint_id, tuple(self.written))
         columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
         return reduce(DataFrame.unionByName, self.state, spark.createDataFrame([], columns))
 
@@ -342,6 +346,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         output.rows = _decoded(spark, results, [row["payload"] for row in done if row["payload"]])
         output.sink_files = _sink_files(task, summary)
         if task.writes_state:
+            output.state_files = task.state_files
             output.written = (output.written or []) + [row["value"] for row in summary
                                                        if row["kind"] == "file"]
         else:

@@ -439,14 +439,14 @@ class _Run:
                                checkpoint_id=next_checkpoint_id(self.last) if writes else None)
 
         # the last stage's tasks write the files of the sinks that let them
-        targets = tuple(target for sink in self.pipeline.sinks
-                        if (target := sink.file_target(self.ctx)) is not None)
+        targets = {sink.name: target for sink in self.pipeline.sinks
+                   if (target := sink.file_target(self.ctx)) is not None}
 
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
                             dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
                             operators=self.pipeline.stateful_operators, state_files=files,
-                            sink_files=targets if stage is stages[-1] else ())
+                            sink_files=tuple(targets.values()) if stage is stages[-1] else ())
 
         output = run_stages(self.spark, self.layout, as_of, sliced.good, spec, stages)
         try:
@@ -454,7 +454,8 @@ class _Run:
             rows = output.rows.withColumnRenamed(ORDER_COLUMN, ROW_COLUMN)
             for sink in self.pipeline.sinks:
                 if output.rows_out and sink.name in output.sink_files:
-                    sink.commit_files(self.ctx, plan.batch_id, output.sink_files[sink.name])
+                    sink.commit_files(self.ctx, targets[sink.name], plan.batch_id,
+                                      output.sink_files[sink.name])
                 elif output.rows_out:
                     sink.write_frame(self.ctx, plan.batch_id, rows)
                 fault_point("after_sink_write")

@@ -34,6 +34,8 @@ from state import PipelineLayout, delta_io
 from ..columns import ROW_COLUMN
 from ..context import RunContext
 
+_STATISTICS_COLUMNS = 32  # Delta's delta.dataSkippingNumIndexedCols default
+
 
 @dataclass(frozen=True)
 class FileTarget:
@@ -52,7 +54,7 @@ class FileTarget:
     sink: str
     path: str
     schema: pa.Schema
-    storage: dict[str, str] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict, repr=False)  # credentials, maybe
 
     def arrow(self, rows: pd.DataFrame) -> pa.Table | None:
         """``rows`` as the table's files hold them, or ``None`` when they are not exactly its
@@ -74,7 +76,11 @@ class FileTarget:
         if table is None:
             return None
         delta_io.adopt_storage_environment(self.storage)
-        return delta_io.write_file(self.path, table, {})
+        # statistics on the integer columns among the first 32, as Spark's writer keeps them
+        # (readers skip files by them: a reset's delete by _batch_id, say)
+        counted = [f.name for f in self.schema][:_STATISTICS_COLUMNS]
+        return delta_io.write_file(self.path, table, {}, statistics=[
+            name for name in counted if pa.types.is_integer(self.schema.field(name).type)])
 
 
 def _fits(have: pa.DataType, want: pa.DataType) -> bool:
@@ -107,9 +113,10 @@ class Sink(ABC):
         :meth:`write_frame`."""
         return None
 
-    def commit_files(self, ctx: RunContext, batch_id: int, actions: list[str]) -> None:
-        """Commit the files the tasks wrote for ``batch_id`` (their add actions), idempotently
-        as :meth:`write`. Called only for a sink whose :meth:`file_target` gave a target."""
+    def commit_files(self, ctx: RunContext, target: FileTarget, batch_id: int,
+                     actions: list[str]) -> None:
+        """Commit the files the tasks wrote to ``target`` for ``batch_id`` (their add actions),
+        idempotently as :meth:`write`. Called only with a target :meth:`file_target` gave."""
         raise NotImplementedError(f"sink {self.name!r} gives no file target")
 
     def close(self, ctx: RunContext) -> None:  # noqa: B027 - optional

@@ -56,16 +56,19 @@ class DeltaSink(StoredSink):
                           txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     def file_target(self, ctx: RunContext) -> FileTarget | None:
-        """The table, once it exists, when delta-rs appends to it (its first write, or one
-        that adds a column, is Spark's)."""
+        """The table, once it exists, unpartitioned, when delta-rs appends to it (its first
+        write, one that adds a column, and a partitioned table's are Spark's)."""
         path = self.location(ctx.layout)
-        schema = delta_io.file_schema(path) if delta_io.serves(path) else None
+        if not delta_io.serves(path) or delta_io.partition_columns(path):
+            return None
+        schema = delta_io.file_schema(path)
         if schema is None or {BATCH_COLUMN, ROW_COLUMN} - set(schema.names):
             return None
         return FileTarget(self.name, path, schema, delta_io.storage_environment(path))
 
-    def commit_files(self, ctx: RunContext, batch_id: int, actions: list[str]) -> None:
-        delta_io.commit_files(self.location(ctx.layout), actions,
+    def commit_files(self, ctx: RunContext, target: FileTarget, batch_id: int,
+                     actions: list[str]) -> None:
+        delta_io.commit_files(target.path, actions, target.schema,
                               txn=ctx.txn(f"sink/{self.name}", batch_id))
 
     @contextmanager

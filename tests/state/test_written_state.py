@@ -6,12 +6,15 @@ readers prune state files by the statistics their actions carry."""
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 import ops as sp
+from ops.context import RunContext
 from ops.testing import run_records
-from state import PipelineLayout, delta_io, tables, takes_state_files, write_state_files
-from state.checkpoint import STATE_SCHEMA, STATE_TABLE_PROPERTIES
+from state import PipelineLayout, StorageError, delta_io, tables, takes_state_files, write_state_files
+from state.checkpoint import STATE_FILE_SCHEMA, STATE_SCHEMA, STATE_TABLE_PROPERTIES
 from state.lookup import stored_values
 
 
@@ -38,8 +41,10 @@ def test_files_are_read_only_once_committed_and_committed_once(state_table):
 
     assert stored_values(state_table, "sums", 3, None, groups=64).num_rows == 0  # not yet
     txn = ("p/checkpoint", 3)
-    assert delta_io.commit_files(state_table, first + second, txn=txn, user_metadata="cp 3")
-    assert not delta_io.commit_files(state_table, first + second, txn=txn)  # seen: skipped
+    assert delta_io.commit_files(state_table, first + second, STATE_FILE_SCHEMA, txn=txn,
+                                 user_metadata="cp 3")
+    assert not delta_io.commit_files(state_table, first + second, STATE_FILE_SCHEMA,
+                                     txn=txn)  # seen: skipped
 
     read = stored_values(state_table, "sums", 3, None, groups=64).to_pandas()
     assert dict(zip(read["key"], read["value"])) == {"1": "10", "2": "20", "3": "30"}
@@ -59,6 +64,35 @@ def last_commit(path, by="delta-rs"):
     info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
     assert by in info.get("clientVersion", info.get("engineInfo", "")), info
     return actions
+
+
+def test_files_are_not_committed_to_a_table_that_changed_since_they_were_written(tmp_path):
+    path = str(tmp_path / "out")
+    write_deltalake(path, pa.table({"x": pa.array([1], pa.int64())}))
+    schema = delta_io.file_schema(path)
+    action = delta_io.write_file(path, pa.table({"x": pa.array([2], pa.int64())}), {})
+    # meanwhile another writer adds a column: the file written without it must not be committed
+    write_deltalake(path, pa.table({"x": pa.array([3], pa.int64()), "y": ["new"]}),
+                    mode="append", schema_mode="merge")
+    with pytest.raises(StorageError, match="changed while this batch was written"):
+        delta_io.commit_files(path, [action], schema, txn=("p/sink/out", 1))
+    assert delta_io.latest_version(path) == 1  # nothing committed: only the other writer's
+    assert sorted(pa.table(DeltaTable(path).to_pyarrow_table())["x"].to_pylist()) == [1, 3]
+
+
+def test_a_partitioned_or_missing_sink_table_gives_no_file_target(tmp_path):
+    """The tasks write no files for a table whose files need partition values, or none yet."""
+    partitioned, plain = str(tmp_path / "partitioned"), str(tmp_path / "plain")
+    columns = {"region": ["eu"], "x": pa.array([1], pa.int64()), "_batch_id": pa.array([1], pa.int64()),
+               "_row": pa.array([0], pa.int64())}
+    write_deltalake(partitioned, pa.table(columns), partition_by=["region"])
+    write_deltalake(plain, pa.table(columns))
+    ctx = RunContext(None, PipelineLayout(str(tmp_path), "p"), epoch=0, run_id="r")
+    assert sp.DeltaSink("out", path=partitioned).file_target(ctx) is None
+    assert sp.DeltaSink("out", path=str(tmp_path / "none")).file_target(ctx) is None
+    target = sp.DeltaSink("out", path=plain).file_target(ctx)
+    assert target is not None and target.schema.names == ["region", "x", "_batch_id", "_row"]
+    assert "AWS" not in repr(target)  # its object-store settings stay out of logs
 
 
 def running(op, md, data):
