@@ -250,18 +250,15 @@ def _retrying(path: str, current: DeltaTable | None, txn: tuple[str, int] | None
                        "is another run of this pipeline writing the same table?")
 
 
-def file_schema(path: str) -> pa.Schema | None:
+def file_schema(path: str, partitioned: bool = True) -> pa.Schema | None:
     """The columns of a data file :func:`write_file` writes for the table at ``path`` (the
     table's, less its partition columns, as Arrow types), when this module may append to it
-    (see :func:`append`); ``None`` when there is no table or its appends are Spark's."""
+    (see :func:`append`); ``None`` when there is no table or its appends are Spark's, and, with
+    ``partitioned=False``, when the table is partitioned."""
     found = table(path)
-    return None if found is None else _file_schema(found)
-
-
-def partition_columns(path: str) -> tuple[str, ...]:
-    """The table's partition columns (none when there is no table)."""
-    found = table(path)
-    return () if found is None else tuple(found.metadata().partition_columns)
+    if found is None or (not partitioned and found.metadata().partition_columns):
+        return None
+    return _file_schema(found)
 
 
 def _file_schema(found: DeltaTable) -> pa.Schema | None:
@@ -331,9 +328,10 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
         if current is None:
             raise StorageError(f"{path}: the table is gone (deleted while this run was writing "
                                "it); nothing was committed to it")
-        if _file_schema(current) != schema:
+        takes = _file_schema(current)
+        if takes != schema:
             raise StorageError(f"{path}: the table changed while this batch was written (its "
-                               f"columns or protocol: it now takes {_file_schema(current)}, the "
+                               f"columns or protocol: it now takes {takes}, the "
                                f"batch's files hold {schema}); nothing was committed to it, and "
                                "the next run writes the batch again")
         _calling(path, "committing files to", lambda: current.create_write_transaction(
@@ -415,18 +413,13 @@ def upsert(rows: pd.DataFrame, path: str, how: Upsert, *, creation: Creation | N
 def _merge_retrying(path: str, current: DeltaTable | None, rows: pd.DataFrame, how: Upsert) -> bool | None:
     """:func:`upsert` once the table is read (under its lock): one merge, planned again on the
     table as a racing writer left it, as often as races are lost."""
-    for _ in range(_RETRIES):
+    def attempt(current: DeltaTable | None) -> bool | None:
         data = None if current is None else _merge_source(rows, current, how)
         if current is None or data is None:
             return None
-        try:
-            _merge(path, current, data, how)
-            return True
-        except CommitFailedError as conflict:
-            log.debug("merge into %s lost a race, retrying: %s", path, conflict)
-            current = _synced(path, fresh=True)
-    raise StorageError(f"merging into {path} lost {_RETRIES} races with other writers in a row; "
-                       "is another run of this pipeline writing the same table?")
+        _merge(path, current, data, how)
+        return True
+    return _retrying(path, current, None, "merging into", attempt)
 
 
 def _merge_source(rows: pd.DataFrame, current: DeltaTable, how: Upsert) -> pa.Table | None:

@@ -281,8 +281,9 @@ class StageOutput:
 
     rows: DataFrame
     state: list[DataFrame] = field(default_factory=list)
-    written: list[str] | None = None  # the tasks wrote their changed state: the files' actions
-    state_files: StateFiles | None = None  # … as the tasks were told to (see StateFiles)
+    #: where the tasks wrote their changed state, when they did (see StateFiles) …
+    state_files: StateFiles | None = None
+    written: list[str] = field(default_factory=list)  # … and the files' add actions
     #: per sink whose files every task wrote: their add actions (see Sink.file_target)
     sink_files: dict[str, list[str]] = field(default_factory=dict)
     rows_in: int = 0
@@ -294,11 +295,10 @@ class StageOutput:
     def changed_state(self, spark: SparkSession) -> DataFrame | WrittenState:
         """Every stage's changed state rows: ``_state``'s columns but the checkpoint id (or the
         files the tasks wrote of them)."""
-        if self.written is not None:
-            files = self.state_files
-            if files is None or files.checkpoint_id is None or self.state:  # see writes_state_files
+        if self.state_files is not None:
+            if self.state_files.checkpoint_id is None or self.state:  # see writes_state_files
                 raise RuntimeError("a batch's changed state is both in files and in rows")
-            return WrittenState(files.checkpoint_id, tuple(self.written))
+            return WrittenState(self.state_files.checkpoint_id, tuple(self.written))
         columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
         return reduce(DataFrame.unionByName, self.state, spark.createDataFrame([], columns))
 
@@ -347,8 +347,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         output.sink_files = _sink_files(task, summary)
         if task.writes_state:
             output.state_files = task.state_files
-            output.written = (output.written or []) + [row["value"] for row in summary
-                                                       if row["kind"] == "file"]
+            output.written += [row["value"] for row in summary if row["kind"] == "file"]
         else:
             output.state.append(results.where(F.col("kind") == "state")
                                 .select("operator", "key", "value", "deleted", "key_group"))

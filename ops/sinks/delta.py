@@ -59,9 +59,7 @@ class DeltaSink(StoredSink):
         """The table, once it exists, unpartitioned, when delta-rs appends to it (its first
         write, one that adds a column, and a partitioned table's are Spark's)."""
         path = self.location(ctx.layout)
-        if not delta_io.serves(path) or delta_io.partition_columns(path):
-            return None
-        schema = delta_io.file_schema(path)
+        schema = delta_io.file_schema(path, partitioned=False) if delta_io.serves(path) else None
         if schema is None or {BATCH_COLUMN, ROW_COLUMN} - set(schema.names):
             return None
         return FileTarget(self.name, path, schema, delta_io.storage_environment(path))
