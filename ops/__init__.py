@@ -104,7 +104,16 @@ from .runtime import (
     Trigger,
     run_pipeline,
 )
-from .sinks import ConsoleSink, DeltaSink, FileTarget, KafkaSink, Sink, StoredSink, TableSink
+from .sinks import (
+    ConsoleSink,
+    DeltaSink,
+    FileSink,
+    FileTarget,
+    KafkaSink,
+    Sink,
+    StoredSink,
+    TableSink,
+)
 from .sources import (
     CallbackSource,
     DeltaTableSource,
@@ -145,7 +154,7 @@ __all__ = [
     "Operator", "TableOperator", "StateDeclaration", "StateKind", "BatchScope", "RunContext",
     "GroupAggregate", "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
     "KeptTableJoin", "StreamStreamJoin", "JoinSide",
-    "Sink", "StoredSink", "FileTarget", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
+    "Sink", "StoredSink", "FileSink", "FileTarget", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
     # columns lakestream adds
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
     # errors

@@ -7,8 +7,11 @@ from . import delta_io, tables
 from .checkpoint import (
     CHECKPOINT_OPERATOR,
     STATE_SCHEMA,
+    ChangedState,
     Checkpoint,
     CheckpointLog,
+    SparkStateRows,
+    StateRows,
     WrittenState,
     checkpointed_offsets,
     new_checkpoint,
@@ -56,5 +59,6 @@ __all__ = [
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
-    "WrittenState", "next_checkpoint_id", "takes_state_files", "write_state_files",
+    "ChangedState", "SparkStateRows", "StateRows", "WrittenState", "next_checkpoint_id",
+    "takes_state_files", "write_state_files",
 ]

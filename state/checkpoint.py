@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +59,84 @@ STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("d
 
 
 @dataclass(frozen=True)
-class WrittenState:
+class StateCommit:
+    """One checkpoint's commit to ``_state``: what every form of changed state is appended
+    with (its record row, its transaction and the commit's metadata)."""
+
+    spark: SparkSession
+    path: str
+    checkpoint: Checkpoint
+    record: pd.DataFrame  # the checkpoint's own row, STATE_SCHEMA's columns
+    txn: tuple[str, int]
+    stamp: str
+
+    def by_spark(self, rows: DataFrame) -> None:
+        """``rows`` (STATE_SCHEMA's columns, the record among them) appended by Spark: the
+        first checkpoint creates the table, one from before key groups gains the column."""
+        tables.append(rows, self.path, txn=self.txn, partition_by=("operator",),
+                      user_metadata=self.stamp, properties=STATE_TABLE_PROPERTIES,
+                      merge_schema=True)
+
+
+class ChangedState(ABC):
+    """The state rows a checkpoint commits, in the form its batch left them: the driver's
+    (:class:`StateRows`), executors' rows in Spark (:class:`SparkStateRows`), or the files
+    executors wrote of them (:class:`WrittenState`)."""
+
+    @abstractmethod
+    def append(self, commit: StateCommit) -> Outcome | None:
+        """Append the rows and ``commit.record`` to ``_state`` in one commit with
+        ``commit.txn``; ``None``: Spark committed, and whether the commit is ours is read
+        back from the log."""
+
+
+@dataclass(frozen=True)
+class StateRows(ChangedState):
+    """``operator, key, value, deleted`` as pandas: the driver's store, a migration, an
+    import. Appended by this process where delta-rs can (:mod:`state.direct`), else by Spark."""
+
+    rows: pd.DataFrame
+
+    def append(self, commit: StateCommit) -> Outcome | None:
+        rows = self._with_record(commit)
+        done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
+                             create=_NEW_STATE_TABLE)
+        if done is None:
+            commit.by_spark(tables.to_frame(commit.spark, rows, STATE_SCHEMA))
+        return done
+
+    def _with_record(self, commit: StateCommit) -> pd.DataFrame:
+        state_rows = self.rows
+        if len(state_rows):
+            state_rows = state_rows.assign(key_group=pd.array(
+                key_groups(state_rows["key"], commit.checkpoint.key_groups), dtype="Int32"))
+        rows = (pd.concat([state_rows, commit.record], ignore_index=True) if len(state_rows)
+                else commit.record.copy())
+        rows["checkpoint_id"] = commit.checkpoint.checkpoint_id  # key_group: Int32 in both parts
+        return rows[STATE_SCHEMA.names]
+
+
+@dataclass(frozen=True)
+class SparkStateRows(ChangedState):
+    """``_state``'s columns but the checkpoint id, key groups included, as a Spark DataFrame:
+    what executors changed (distributed mode). Appended by Spark."""
+
+    frame: DataFrame
+
+    def append(self, commit: StateCommit) -> Outcome | None:
+        commit.by_spark(
+            self.frame.withColumn("checkpoint_id", F.lit(commit.checkpoint.checkpoint_id))
+            .select(*STATE_SCHEMA.names)
+            .unionByName(tables.to_frame(commit.spark, commit.record, STATE_SCHEMA)))
+        return None
+
+
+@dataclass(frozen=True)
+class WrittenState(ChangedState):
     """Changed state rows already written as ``_state`` data files of checkpoint
     ``checkpoint_id`` by the processes that changed them (Spark's executors), not yet
     committed: the files' add actions (see :func:`write_state_files`). That checkpoint commits
-    them with its record.
+    them, and a file of its record, through delta-rs.
 
     >>> WrittenState(4).actions
     ()
@@ -70,6 +144,17 @@ class WrittenState:
 
     checkpoint_id: int
     actions: tuple[str, ...] = ()
+
+    def append(self, commit: StateCommit) -> Outcome | None:
+        checkpoint_id = commit.checkpoint.checkpoint_id
+        if self.checkpoint_id != checkpoint_id:  # a bug, never the user's
+            raise CorruptStateError(
+                f"state files written for checkpoint {self.checkpoint_id} were about to be "
+                f"committed by checkpoint {checkpoint_id}; nothing was committed")
+        record = write_state_files(commit.path, commit.record, checkpoint_id)
+        committed = delta_io.commit_files(commit.path, [*self.actions, *record], STATE_FILE_SCHEMA,
+                                          txn=commit.txn, user_metadata=commit.stamp)
+        return Outcome.COMMITTED if committed else Outcome.SKIPPED
 
 
 def takes_state_files(layout: PipelineLayout) -> bool:
@@ -88,7 +173,8 @@ def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list
             part.assign(checkpoint_id=checkpoint_id)[STATE_FILE_SCHEMA.names],
             schema=STATE_FILE_SCHEMA, preserve_index=False)
         actions.append(delta_io.write_file(path, files_rows, {"operator": str(operator)},
-                                           statistics=("checkpoint_id", "key_group")))
+                                           statistics=("checkpoint_id", "key_group"),
+                                           dictionary=()))  # a key once per file
     return actions
 
 
@@ -198,73 +284,51 @@ class CheckpointLog:
                 f"{self._layout.state} holds {len(rows)} records for checkpoint {checkpoint_id}")
         return Checkpoint.from_json(rows[0]["value"]) if rows else None
 
-    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame | DataFrame | WrittenState) -> None:
-        """Append ``state_rows`` and the checkpoint record in one Delta commit.
+    def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame) -> None:
+        """Append ``state_rows`` (``operator, key, value, deleted``) and the checkpoint record
+        in one Delta commit: :meth:`commit_changes` of :class:`StateRows`."""
+        self.commit_changes(checkpoint, StateRows(state_rows))
 
-        ``state_rows``: ``operator, key, value, deleted`` as pandas (the driver's store), a
-        Spark DataFrame that also holds each row's ``key_group`` (what executors changed), or
-        the files executors wrote of them (:class:`WrittenState`, committed by delta-rs).
+    def commit_changes(self, checkpoint: Checkpoint, changed: ChangedState) -> None:
+        """Append ``changed`` and the checkpoint record in one Delta commit.
 
-        1. Build one frame: the changed state rows, each with its key group, plus the
-           checkpoint row.
-        2. Append it with Delta's idempotent-transaction id ``(pipeline/checkpoint, id)``:
-           a second writer of the same checkpoint id is skipped by Delta, never duplicated.
-        3. Verify the commit is ours (its metadata is in the log; else read the record back):
-           if another run committed this checkpoint id, this run must stop.
+        1. The checkpoint's record row joins the changed state rows, each with its key group.
+        2. They are appended with Delta's idempotent-transaction id ``(pipeline/checkpoint,
+           id)``: a second writer of the same checkpoint id is skipped by Delta, never
+           duplicated.
+        3. The commit is verified ours (its metadata is in the log; else the record is read
+           back): if another run committed this checkpoint id, this run must stop.
+
+        >>> import tempfile
+        >>> from state.lookup import stored_values
+        >>> layout = PipelineLayout(tempfile.mkdtemp(), "demo")
+        >>> log = CheckpointLog(spark, layout)
+        >>> def after(previous):
+        ...     return new_checkpoint(previous, batch_id=next_checkpoint_id(previous), offsets={},
+        ...                           tracked={}, markers={}, run_id="r")
+        >>> rows = pd.DataFrame({"operator": ["sum"], "key": ["7"], "value": ["3"],
+        ...                      "deleted": [False]})
+        >>> log.commit_changes(first := after(None), StateRows(rows))  # creates the table
+        >>> second = after(first)
+        >>> changed = rows.assign(value="5", key_group=key_groups(rows["key"], 256))
+        >>> state_file = write_state_files(layout.state, changed, second.checkpoint_id)  # a task's
+        >>> log.commit_changes(second, WrittenState(second.checkpoint_id, tuple(state_file)))
+        >>> stored = stored_values(layout.state, "sum", 2, ["7"], 256)
+        >>> log.latest().checkpoint_id, stored["value"].to_pylist()
+        (2, ['5'])
         """
         record = pd.DataFrame([{
             "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
             "deleted": False, "checkpoint_id": checkpoint.checkpoint_id, "key_group": None}]
         ).astype({"key_group": "Int32"})
-        if isinstance(state_rows, WrittenState):
-            if state_rows.checkpoint_id != checkpoint.checkpoint_id:  # a bug, never the user's
-                raise CorruptStateError(
-                    f"state files written for checkpoint {state_rows.checkpoint_id} were about to "
-                    f"be committed by checkpoint {checkpoint.checkpoint_id}; nothing was committed")
-            frame: pd.DataFrame | DataFrame | WrittenState = dataclasses.replace(state_rows, actions=(
-                state_rows.actions + tuple(write_state_files(self._layout.state, record,
-                                                             checkpoint.checkpoint_id))))
-        elif isinstance(state_rows, DataFrame):
-            frame = (
-                state_rows.withColumn("checkpoint_id", F.lit(checkpoint.checkpoint_id))
-                .select(*STATE_SCHEMA.names)
-                .unionByName(tables.to_frame(self._spark, record, STATE_SCHEMA)))
-        else:
-            frame = self._rows(checkpoint, state_rows, record)
-        self._append(checkpoint, frame)
-
-    def _rows(self, checkpoint: Checkpoint, state_rows: pd.DataFrame,
-              record: pd.DataFrame) -> pd.DataFrame:
-        if len(state_rows):
-            state_rows = state_rows.assign(key_group=pd.array(
-                key_groups(state_rows["key"], checkpoint.key_groups), dtype="Int32"))
-        rows = pd.concat([state_rows, record], ignore_index=True) if len(state_rows) else record
-        rows["checkpoint_id"] = checkpoint.checkpoint_id  # key_group: Int32 in both parts already
-        return rows[STATE_SCHEMA.names]
-
-    def _append(self, checkpoint: Checkpoint, frame: pd.DataFrame | DataFrame | WrittenState) -> None:
-        fault_point("before_checkpoint_commit")
         # Checkpoint ids never repeat, not even across a reset, so one id space serves all epochs
         # and a reset racing a run is caught like two runs racing.
         txn = (f"{self._layout.pipeline}/checkpoint", checkpoint.checkpoint_id)
         stamp = json.dumps({"checkpoint_id": checkpoint.checkpoint_id, "run_id": checkpoint.run_id,
                             "wake_at": checkpoint.wake_at, "offsets": checkpoint.offsets})
-        # an append only adds files: this process commits it (state.direct) when it can
-        if isinstance(frame, WrittenState):
-            done: Outcome | None = (Outcome.COMMITTED if delta_io.commit_files(
-                self._layout.state, list(frame.actions), STATE_FILE_SCHEMA, txn=txn,
-                user_metadata=stamp) else Outcome.SKIPPED)
-        else:
-            done = (direct.append(frame, self._layout.state, txn=txn, user_metadata=stamp,
-                                  create=_NEW_STATE_TABLE)
-                    if isinstance(frame, pd.DataFrame) else None)
-        if done is None:
-            assert not isinstance(frame, WrittenState)
-            # the first checkpoint creates the table; one from before key groups gains the column
-            tables.append(frame if isinstance(frame, DataFrame)
-                          else tables.to_frame(self._spark, frame, STATE_SCHEMA),
-                          self._layout.state, txn=txn, partition_by=("operator",),
-                          user_metadata=stamp, properties=STATE_TABLE_PROPERTIES, merge_schema=True)
+        fault_point("before_checkpoint_commit")
+        done = changed.append(StateCommit(self._spark, self._layout.state, checkpoint, record,
+                                          txn, stamp))
         fault_point("after_checkpoint_commit")
         if done is Outcome.COMMITTED or (
                 done is None and stamp in tables.recent_metadata(self._spark, self._layout.state)):

@@ -30,7 +30,7 @@ The driver builds a plan of Spark DataFrames and never holds a batch's rows or s
    :class:`~state.WrittenState`; not in a batch with a clocked stage or a timed map, whose
    driver-made rows and deadline reads need the rows in Spark: :func:`writes_state_files`);
    likewise the last stage's tasks write each Delta sink's
-   files when the table takes the rows as they are (:meth:`~ops.sinks.Sink.file_target`; a
+   files when the table takes the rows as they are (:meth:`~ops.sinks.FileSink.file_target`; a
    task whose rows it would not take writes none, and the sink writes the batch itself). No
    state or sink row then passes through Spark's writers: at 1M events per batch on two cores
    that more than halved a batch (``bench/README.md``). A file whose commit never comes (a crash, a
@@ -70,7 +70,9 @@ from pyspark.sql.types import (
 
 from state import (
     STATE_SCHEMA,
+    ChangedState,
     PipelineLayout,
+    SparkStateRows,
     StateStore,
     WrittenState,
     decode_key,
@@ -182,7 +184,7 @@ class TaskSpec:
     #: where a keyed stage's tasks read their keys' state themselves, as of which checkpoint,
     #: and how they reach it (see StateFiles); None: it is handed to them by a cogroup
     state_files: StateFiles | None = None
-    #: the sinks whose files the (last) stage's tasks write themselves (see Sink.file_target)
+    #: the sinks whose files the (last) stage's tasks write themselves (see FileSink.file_target)
     sink_files: tuple[FileTarget, ...] = ()
 
     @property
@@ -284,7 +286,7 @@ class StageOutput:
     #: where the tasks wrote their changed state, when they did (see StateFiles) …
     state_files: StateFiles | None = None
     written: list[str] = field(default_factory=list)  # … and the files' add actions
-    #: per sink whose files every task wrote: their add actions (see Sink.file_target)
+    #: per sink whose files every task wrote: their add actions (see FileSink.file_target)
     sink_files: dict[str, list[str]] = field(default_factory=dict)
     rows_in: int = 0
     rows_out: int = 0
@@ -292,15 +294,16 @@ class StageOutput:
     persisted: list[DataFrame] = field(default_factory=list)
     wake_at: int | None = None  # when a batch with no input would next fire a timer
 
-    def changed_state(self, spark: SparkSession) -> DataFrame | WrittenState:
-        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id (or the
-        files the tasks wrote of them)."""
+    def changed_state(self, spark: SparkSession) -> ChangedState:
+        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id, or
+        the files the tasks wrote of them."""
         if self.state_files is not None:
             if self.state_files.checkpoint_id is None or self.state:  # see writes_state_files
                 raise RuntimeError("a batch's changed state is both in files and in rows")
             return WrittenState(self.state_files.checkpoint_id, tuple(self.written))
         columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
-        return reduce(DataFrame.unionByName, self.state, spark.createDataFrame([], columns))
+        return SparkStateRows(reduce(DataFrame.unionByName, self.state,
+                                     spark.createDataFrame([], columns)))
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame``, persisted until :meth:`release` (it is read more than once)."""
@@ -656,16 +659,25 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
 def _ordered(out: pd.DataFrame, ordinals: pd.Series, bucket: int | None) -> pd.DataFrame:
     """``out`` with ``__order``: its rows' source ordinals when it kept them (a map, a filter),
     else new ones after all source rows, by bucket and position."""
-    out = out.copy() if out is not None else pd.DataFrame()
-    index = out.index
-    kept = (pd.api.types.is_integer_dtype(index.dtype) and index.is_unique
-            and bool(index.isin(ordinals.to_numpy()).all()))
-    if kept:
-        out[ORDER_COLUMN] = index.to_numpy(dtype="int64")
+    out = out if out is not None else pd.DataFrame()
+    if _kept_ordinals(out.index, ordinals):
+        order = out.index.to_numpy(dtype="int64")
     else:
         base = _NEW_ROWS + (bucket or 0) * _BUCKET_SPAN
-        out[ORDER_COLUMN] = np.arange(base, base + len(out), dtype="int64")
-    return out.reset_index(drop=True)
+        order = np.arange(base, base + len(out), dtype="int64")
+    out = out.reset_index(drop=True)  # a new frame: the operator's own is left as it was
+    out[ORDER_COLUMN] = order
+    return out
+
+
+def _kept_ordinals(index: pd.Index, ordinals: pd.Series) -> bool:
+    """Whether ``index`` is distinct source ordinals of ``ordinals``: every row
+    (the common case, compared at once), or some of them, each once."""
+    if not pd.api.types.is_integer_dtype(index.dtype):
+        return False
+    if len(index) == len(ordinals) and np.array_equal(index.to_numpy(), ordinals.to_numpy()):
+        return True
+    return bool(index.is_unique and index.isin(ordinals.to_numpy()).all())
 
 
 def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.DataFrame:

@@ -54,6 +54,7 @@ from ..context import BatchScope, RunContext
 from ..heartbeat import Heartbeat
 from ..operators import StateKind
 from ..operators.timing import wake_at
+from ..sinks import FileSink
 from ..sources import FrameSlice, Slice
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
@@ -439,14 +440,15 @@ class _Run:
                                checkpoint_id=next_checkpoint_id(self.last) if writes else None)
 
         # the last stage's tasks write the files of the sinks that let them
-        targets = {sink.name: target for sink in self.pipeline.sinks
-                   if (target := sink.file_target(self.ctx)) is not None}
+        targets = {sink.name: (sink, target) for sink in self.pipeline.sinks
+                   if isinstance(sink, FileSink) and (target := sink.file_target(self.ctx)) is not None}
 
         def spec(stage: Stage) -> TaskSpec:
             return TaskSpec(self.pipeline.id, plan.batch_id, source.schema.key_fields,
                             dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
                             operators=self.pipeline.stateful_operators, state_files=files,
-                            sink_files=tuple(targets.values()) if stage is stages[-1] else ())
+                            sink_files=tuple(target for _, target in targets.values())
+                            if stage is stages[-1] else ())
 
         output = run_stages(self.spark, self.layout, as_of, sliced.good, spec, stages)
         try:
@@ -454,8 +456,9 @@ class _Run:
             rows = output.rows.withColumnRenamed(ORDER_COLUMN, ROW_COLUMN)
             for sink in self.pipeline.sinks:
                 if output.rows_out and sink.name in output.sink_files:
-                    sink.commit_files(self.ctx, targets[sink.name], plan.batch_id,
-                                      output.sink_files[sink.name])
+                    file_sink, target = targets[sink.name]
+                    file_sink.commit_files(self.ctx, target, plan.batch_id,
+                                           output.sink_files[sink.name])
                 elif output.rows_out:
                     sink.write_frame(self.ctx, plan.batch_id, rows)
                 fault_point("after_sink_write")
@@ -467,7 +470,7 @@ class _Run:
                 key_groups=self.pipeline.key_groups, wake_at=output.wake_at,
                 operators=self.meaning)
             committing = time.perf_counter()
-            self.checkpoints.commit(checkpoint, output.changed_state(self.spark))
+            self.checkpoints.commit_changes(checkpoint, output.changed_state(self.spark))
             self.report.checkpoint_seconds.append(time.perf_counter() - committing)
             if self.metrics is not None:
                 self.metrics.checkpoint(self.pipeline.id, checkpoint.checkpoint_id,

@@ -9,9 +9,9 @@ batch id: a second call for the same batch adds nothing.
 ``close(ctx)`` is called once when the run ends, however it ends, to release what the sink
 held for it (connections, producers).
 
-In distributed mode a sink may instead have the tasks that make a batch's rows write them as
-data files of its table (``file_target``), and commit those files itself (``commit_files``):
-the rows then never pass through Spark's writer.
+In distributed mode a :class:`FileSink` may instead have the tasks that make a batch's rows
+write them as data files of its table (``file_target``), and commit those files itself
+(``commit_files``): the rows then never pass through Spark's writer.
 
 ``discard_after(ctx, batch_id)`` is called during recovery after a reset to an older
 checkpoint, before any batch runs, and may be called again if that recovery crashes.
@@ -40,7 +40,7 @@ _STATISTICS_COLUMNS = 32  # Delta's delta.dataSkippingNumIndexedCols default
 @dataclass(frozen=True)
 class FileTarget:
     """Where distributed mode's tasks may write a batch's output rows as data files of a
-    sink's Delta table, uncommitted, for the sink to commit (see :meth:`Sink.file_target`):
+    sink's Delta table, uncommitted, for the sink to commit (see :meth:`FileSink.file_target`):
     the table at ``path``, the columns its files hold (``schema``), and the object store's
     settings the tasks reach it with.
 
@@ -71,7 +71,7 @@ class FileTarget:
 
     def write(self, rows: pd.DataFrame) -> str | None:
         """Write ``rows`` as one data file of the table; its add action (for
-        :meth:`Sink.commit_files`), or ``None`` when :meth:`arrow` refuses them."""
+        :meth:`FileSink.commit_files`), or ``None`` when :meth:`arrow` refuses them."""
         table = self.arrow(rows)
         if table is None:
             return None
@@ -107,18 +107,6 @@ class Sink(ABC):
         rows: pd.DataFrame = frame.toPandas()
         self.write(ctx, batch_id, rows.sort_values(ROW_COLUMN).drop(columns=[ROW_COLUMN]))
 
-    def file_target(self, ctx: RunContext) -> FileTarget | None:
-        """Distributed mode: where the tasks making a batch's rows may write them as data files
-        themselves, for :meth:`commit_files`; ``None`` (this default): they come to
-        :meth:`write_frame`."""
-        return None
-
-    def commit_files(self, ctx: RunContext, target: FileTarget, batch_id: int,
-                     actions: list[str]) -> None:
-        """Commit the files the tasks wrote to ``target`` for ``batch_id`` (their add actions),
-        idempotently as :meth:`write`. Called only with a target :meth:`file_target` gave."""
-        raise NotImplementedError(f"sink {self.name!r} gives no file target")
-
     def close(self, ctx: RunContext) -> None:  # noqa: B027 - optional
         """The run is over: release what was held for it."""
 
@@ -141,3 +129,19 @@ class StoredSink(Sink):
     @abstractmethod
     def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
         """What the sink holds now, as pandas (empty before the first write)."""
+
+
+class FileSink(Sink):
+    """A sink whose batches distributed mode's tasks may write as data files themselves, for
+    the sink to commit: the rows then never pass through Spark's writer or the driver."""
+
+    @abstractmethod
+    def file_target(self, ctx: RunContext) -> FileTarget | None:
+        """Where the tasks making a batch's rows may write them as data files, for
+        :meth:`commit_files`; ``None``: not now (the batch goes to :meth:`write_frame`)."""
+
+    @abstractmethod
+    def commit_files(self, ctx: RunContext, target: FileTarget, batch_id: int,
+                     actions: list[str]) -> None:
+        """Commit the files the tasks wrote to ``target`` for ``batch_id`` (their add actions),
+        idempotently as :meth:`write`. Called only with a target :meth:`file_target` gave."""

@@ -17,14 +17,14 @@ from state import PipelineLayout, delta_io, tables
 from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..context import RunContext
 from ..errors import SinkError
-from .base import FileTarget, StoredSink
+from .base import FileSink, FileTarget, StoredSink
 
 # Delta's error for an append whose column does not merge with the table's of that name
 _MERGE_CLASH = re.compile(r"DELTA_FAILED_TO_MERGE_FIELDS\] Failed to merge fields '([^']+)'")
 
 
 @dataclass(frozen=True)
-class DeltaSink(StoredSink):
+class DeltaSink(StoredSink, FileSink):
     """Appends each batch to a Delta table, with ``_batch_id`` and ``_row`` (order in the batch).
 
     ``path`` defaults to ``<warehouse>/<pipeline>/<name>``. The write uses Delta's idempotent
