@@ -9,6 +9,7 @@ from collections.abc import Callable, Hashable
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,6 +48,35 @@ def encode_keys(keys: list[Hashable]) -> list[str]:
     if set(map(type, keys)) == {int}:
         return list(map(str, keys))
     return list(map(encode_key, keys))
+
+
+def encoded_integers(keys: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """The integers ``keys`` (encoded keys) are the text of, when every one is exactly an
+    ``int64``'s decimal text, as :func:`encode_key` writes an int; else ``None``. Matching
+    keys as int64s rather than text is several times faster (reading a batch's stored state).
+
+    >>> encoded_integers(pa.array(["12", "-3"])).tolist(), encoded_integers(pa.array(["12", '"a"']))
+    ([12, -3], None)
+    >>> encoded_integers(pa.array(["012"]))  # not how an int is written: no two texts meet
+    """
+    if len(keys) == 0:
+        return np.zeros(0, np.int64)
+    try:
+        numbers = pc.cast(keys, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if numbers.null_count:
+        return None
+    values = np.asarray(numbers.to_numpy(), dtype=np.int64)
+    # each text exactly as long as its number written out: "012" or "+12" would read as 12
+    # and meet the key "12" (an int's text is ASCII: bytes are characters)
+    digits = 1 + np.searchsorted(_POWERS_OF_TEN, np.abs(values), side="right")
+    if not np.array_equal(np.asarray(pc.binary_length(keys).to_numpy()), digits + (values < 0)):
+        return None
+    return values
+
+
+_POWERS_OF_TEN = 10 ** np.arange(1, 19, dtype=np.int64)  # an int64 has at most 19 digits
 
 
 def decode_key(text: str) -> Hashable:

@@ -89,30 +89,34 @@ _CREATED_PROPERTIES = {"delta.checkpointInterval": str(_CHECKPOINT_EVERY)}
 _FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
+# Per scheme, the prefix of the environment variables its object-store client reads its
+# settings (credentials included) from: a task reaching an S3 table is given AWS's, not Azure's.
+_STORE_VARIABLES = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_",
+                    "abfs": "AZURE_", "abfss": "AZURE_", "az": "AZURE_", "azure": "AZURE_"}
 #: The object stores delta-rs reaches (HDFS and the like stay with Spark).
-OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "abfs", "abfss", "az", "azure"})
-
-
-# The prefixes of the environment variables object-store clients read their settings from.
-_STORE_VARIABLES = ("AWS_", "AZURE_", "GOOGLE_", "LAKESTREAM_OBJECT_STORE_IO")
+OBJECT_STORE_SCHEMES = frozenset(_STORE_VARIABLES)
 #: ``spark`` turns this module off for the pipeline's own appends and log reads on object
 #: stores (they go through Spark, as before delta-rs): for comparing the two, or as a way out
 #: should a store and delta-rs not get along.
 IO_SETTING = "LAKESTREAM_OBJECT_STORE_IO"
 
 
-def storage_environment(path: str) -> dict[str, str]:
-    """What this process reaches ``path``'s object store with: the store's variables in its
-    environment (credentials included), for a process that must reach the table as this one
-    does (an executor's Python worker, whose environment is the one its JVM started with);
-    empty for a local path.
+def storage_environment(path: str, environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What this process reaches ``path``'s object store with: that store's variables in its
+    ``environment`` (default: its own; credentials included, none of another store's) and
+    :data:`IO_SETTING`, for a process that must reach the table as this one does (an
+    executor's Python worker, whose environment is the one its JVM started with); empty for
+    a local path.
 
-    >>> storage_environment("/tmp/wh/p/_state")
-    {}
+    >>> seen = {"AWS_REGION": "eu-west-1", "AZURE_STORAGE_ACCOUNT_NAME": "other", "HOME": "/root"}
+    >>> storage_environment("s3a://lake/wh/p/_state", seen), storage_environment("/tmp/wh", seen)
+    ({'AWS_REGION': 'eu-west-1'}, {})
     """
     if not on_object_store(path):
         return {}
-    return {name: value for name, value in os.environ.items() if name.startswith(_STORE_VARIABLES)}
+    prefix = _STORE_VARIABLES[urlparse(path).scheme]
+    return {name: value for name, value in (os.environ if environment is None else environment).items()
+            if name.startswith(prefix) or name == IO_SETTING}
 
 
 def adopt_storage_environment(settings: Mapping[str, str]) -> None:

@@ -22,6 +22,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .codecs import encoded_integers
+
 #: ``(operator, encoded keys)`` -> the stored ``key, value`` (encoded) of those keys that hold
 #: a value, in any order; every key's, for ``None``.
 Loader = Callable[[str, pa.Array | None], pa.Table]
@@ -97,6 +99,11 @@ def stored_texts(encoded: pa.Array, stored: pa.Table) -> tuple[np.ndarray, pa.Ar
     >>> holding.tolist(), texts.to_pylist()
     ([True, False, True], ['1', '2'])
     """
+    asked, held = encoded_integers(encoded), encoded_integers(stored["key"])
+    if asked is not None and held is not None:  # int keys: matched as int64s, several times faster
+        positions = pd.Index(held).get_indexer(asked)  # a Loader gives each key once
+        holding = positions >= 0
+        return holding, pc.take(stored["value"], pa.array(positions[holding]))
     found = pc.index_in(encoded, value_set=stored["key"])
     holding = pc.is_valid(found).to_numpy(zero_copy_only=False)
     return holding, pc.take(stored["value"], pc.drop_null(found))

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import delta_io, tables
+from .codecs import encoded_integers
 from .keygroups import key_groups
 
 #: Up to this many keys, a read skips files by the keys' groups: hashing a key costs about
@@ -61,13 +62,41 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
     rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
-    mask = pc.less_equal(rows["checkpoint_id"], as_of)
-    if wanted is not None:
-        mask = pc.and_(mask, pc.is_in(rows["key"], value_set=wanted))
-    if within is not None:  # a file of a range of groups may hold a few groups beyond it
-        mask = pc.and_(mask, pa.array(_in_groups(rows, within, groups)))
-    latest = newest_per_key(rows.filter(mask))
+    numbers = encoded_integers(rows["key"]) if wanted is None or len(wanted) else None
+    asked = None if numbers is None or wanted is None else encoded_integers(wanted)
+    if numbers is not None and (wanted is None or asked is not None):
+        # every key an integer's text (a common case): hashed as int64s, several times faster
+        keep = rows["checkpoint_id"].to_numpy() <= as_of
+        if asked is not None:
+            keep &= pd.Series(numbers, copy=False).isin(asked).to_numpy()
+        if within is not None:  # a file of a range of groups may hold a few groups beyond it
+            keep &= _in_groups(rows, within, groups)
+        latest = _newest_where(rows, keep, numbers)
+    else:
+        mask = pc.less_equal(rows["checkpoint_id"], as_of)
+        if wanted is not None:
+            mask = pc.and_(mask, pc.is_in(rows["key"], value_set=wanted))
+        if within is not None:
+            mask = pc.and_(mask, pa.array(_in_groups(rows, within, groups)))
+        latest = newest_per_key(rows.filter(mask))
     return latest.filter(pc.invert(latest["deleted"])).select(["key", "value"])
+
+
+def _newest_where(rows: pa.Table, keep: np.ndarray, numbers: np.ndarray) -> pa.Table:
+    """:func:`newest_per_key` of the rows ``keep`` marks, whose keys are ``numbers``."""
+    chosen = np.flatnonzero(keep)
+    if len(chosen) == 0:
+        return rows.slice(0, 0)
+    order = chosen[_newest_first(rows["checkpoint_id"].to_numpy()[chosen])]
+    return rows.take(order[~pd.Series(numbers[order]).duplicated().to_numpy()])
+
+
+def _newest_first(checkpoints: np.ndarray) -> np.ndarray:
+    """Positions of ``checkpoints`` by descending id, stable: a key's newest row comes first."""
+    age = checkpoints.max() - checkpoints  # 0 for the newest
+    if age.max() < 2**16:  # checkpoints a run reads span few ids: a radix sort, O(rows)
+        age = age.astype(np.uint16)
+    return np.argsort(age, kind="stable")
 
 
 def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
@@ -122,11 +151,7 @@ def newest_per_key(rows: pa.Table) -> pa.Table:
     most once), in no particular order."""
     if rows.num_rows == 0:
         return rows
-    checkpoints = rows["checkpoint_id"].to_numpy()
-    age = checkpoints.max() - checkpoints  # 0 for the newest
-    if age.max() < 2**16:  # checkpoints a run reads span few ids: a radix sort, O(rows)
-        age = age.astype(np.uint16)
-    rows = rows.take(np.argsort(age, kind="stable"))
+    rows = rows.take(_newest_first(rows["checkpoint_id"].to_numpy()))
     codes = pc.dictionary_encode(rows["key"]).combine_chunks().indices.to_numpy()
     first = np.flatnonzero(~pd.Series(codes).duplicated().to_numpy())  # hashing, not sorting
     return rows.take(first)

@@ -130,3 +130,30 @@ def test_a_state_from_before_key_groups_reads_by_group_range_too(spark, warehous
 def _held(state):
     keys = state.held_keys()
     return keys, state.get_values(keys)
+
+
+@pytest.mark.parametrize("keys", [
+    [str(n) for n in range(-20, 40)],                    # ints: read as int64s
+    [encode_key(f"user-{n}") for n in range(60)],        # text: read as text
+    [*map(str, range(30)), *(encode_key(str(n)) for n in range(30))],  # both, one operator
+    ["7", "007", "+7", "70", "-0", "0"],                 # texts an int cast would also take
+])
+def test_the_newest_row_per_key_up_to_a_checkpoint_whatever_the_keys(tmp_path, keys):
+    import random
+    from deltalake import write_deltalake
+    chance = random.Random(len(keys))
+    rows = [{"operator": "sums", "key": key, "value": str(chance.randrange(100)),
+             "deleted": chance.random() < 0.2, "checkpoint_id": checkpoint,
+             "key_group": key_group(key, 256)}
+            for checkpoint in (1, 2, 3) for key in keys if chance.random() < 0.6]
+    path = str(tmp_path / "_state")
+    write_deltalake(path, pa.Table.from_pylist(rows), partition_by=["operator"])
+    for as_of in (1, 2, 3):
+        for wanted in (None, chance.sample(keys, len(keys) // 2) + ["12345", '"never"']):
+            newest = {}
+            for row in rows:  # the oracle: the last row up to as_of of each key
+                if row["checkpoint_id"] <= as_of and (wanted is None or row["key"] in wanted):
+                    newest[row["key"]] = row
+            expected = {key: row["value"] for key, row in newest.items() if not row["deleted"]}
+            found = stored_values(path, "sums", as_of, wanted, 256)
+            assert dict(zip(found["key"].to_pylist(), found["value"].to_pylist())) == expected, (as_of, wanted)
