@@ -62,24 +62,26 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
     rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
-    numbers = encoded_integers(rows["key"]) if wanted is None or len(wanted) else None
+    keep = rows["checkpoint_id"].to_numpy() <= as_of
+    if within is not None:  # a file of a range of groups may hold a few groups beyond it
+        keep &= _in_groups(rows, within, groups)
+    latest = _newest_of_wanted(rows, wanted, keep)
+    return latest.filter(pc.invert(latest["deleted"])).select(["key", "value"])
+
+
+def _newest_of_wanted(rows: pa.Table, wanted: pa.Array | None, keep: np.ndarray) -> pa.Table:
+    """:func:`newest_per_key` of the rows ``keep`` marks whose key is one of ``wanted``
+    (any key, for ``None``)."""
+    numbers = encoded_integers(rows["key"])
     asked = None if numbers is None or wanted is None else encoded_integers(wanted)
     if numbers is not None and (wanted is None or asked is not None):
-        # every key an integer's text (a common case): hashed as int64s, several times faster
-        keep = rows["checkpoint_id"].to_numpy() <= as_of
+        # every key an int's text (a common case): hashed as int64s, several times faster
         if asked is not None:
-            keep &= pd.Series(numbers, copy=False).isin(asked).to_numpy()
-        if within is not None:  # a file of a range of groups may hold a few groups beyond it
-            keep &= _in_groups(rows, within, groups)
-        latest = _newest_where(rows, keep, numbers)
-    else:
-        mask = pc.less_equal(rows["checkpoint_id"], as_of)
-        if wanted is not None:
-            mask = pc.and_(mask, pc.is_in(rows["key"], value_set=wanted))
-        if within is not None:
-            mask = pc.and_(mask, pa.array(_in_groups(rows, within, groups)))
-        latest = newest_per_key(rows.filter(mask))
-    return latest.filter(pc.invert(latest["deleted"])).select(["key", "value"])
+            keep = keep & pd.Series(numbers, copy=False).isin(asked).to_numpy()
+        return _newest_where(rows, keep, numbers)
+    if wanted is not None:
+        keep = keep & pc.is_in(rows["key"], value_set=wanted).to_numpy()
+    return newest_per_key(rows.filter(pa.array(keep)))
 
 
 def _newest_where(rows: pa.Table, keep: np.ndarray, numbers: np.ndarray) -> pa.Table:
