@@ -11,6 +11,7 @@ from .checkpoint import (
     Checkpoint,
     CheckpointLog,
     SparkStateRows,
+    StateCommit,
     StateRows,
     WrittenState,
     checkpointed_offsets,
@@ -59,6 +60,6 @@ __all__ = [
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
-    "ChangedState", "SparkStateRows", "StateRows", "WrittenState", "next_checkpoint_id",
+    "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
     "takes_state_files", "write_state_files",
 ]

@@ -58,7 +58,7 @@ STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("d
                                ("checkpoint_id", pa.int64()), ("key_group", pa.int32())])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class StateCommit:
     """One checkpoint's commit to ``_state``: what every form of changed state is appended
     with (its record row, its transaction and the commit's metadata)."""
@@ -90,7 +90,7 @@ class ChangedState(ABC):
         back from the log."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class StateRows(ChangedState):
     """``operator, key, value, deleted`` as pandas: the driver's store, a migration, an
     import. Appended by this process where delta-rs can (:mod:`state.direct`), else by Spark."""
@@ -116,7 +116,7 @@ class StateRows(ChangedState):
         return rows[STATE_SCHEMA.names]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class SparkStateRows(ChangedState):
     """``_state``'s columns but the checkpoint id, key groups included, as a Spark DataFrame:
     what executors changed (distributed mode). Appended by Spark."""
@@ -287,6 +287,9 @@ class CheckpointLog:
     def commit(self, checkpoint: Checkpoint, state_rows: pd.DataFrame) -> None:
         """Append ``state_rows`` (``operator, key, value, deleted``) and the checkpoint record
         in one Delta commit: :meth:`commit_changes` of :class:`StateRows`."""
+        if not isinstance(state_rows, pd.DataFrame):  # a Spark DataFrame: SparkStateRows
+            raise TypeError(f"commit takes the changed state rows as pandas, got "
+                            f"{type(state_rows).__name__}; commit_changes takes any ChangedState")
         self.commit_changes(checkpoint, StateRows(state_rows))
 
     def commit_changes(self, checkpoint: Checkpoint, changed: ChangedState) -> None:

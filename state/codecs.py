@@ -58,6 +58,8 @@ def encoded_integers(keys: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     >>> encoded_integers(pa.array(["12", "-3"])).tolist(), encoded_integers(pa.array(["12", '"a"']))
     ([12, -3], None)
     >>> encoded_integers(pa.array(["012"]))  # not how an int is written: no two texts meet
+    >>> encoded_integers(pa.array([str(-2**63), "0"])).tolist()
+    [-9223372036854775808, 0]
     """
     if len(keys) == 0:
         return np.zeros(0, np.int64)
@@ -70,13 +72,14 @@ def encoded_integers(keys: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     values = np.asarray(numbers.to_numpy(), dtype=np.int64)
     # each text exactly as long as its number written out: "012" or "+12" would read as 12
     # and meet the key "12" (an int's text is ASCII: bytes are characters)
-    digits = 1 + np.searchsorted(_POWERS_OF_TEN, np.abs(values), side="right")
+    magnitudes = np.abs(values).astype(np.uint64)  # abs(int64 min) wraps; as unsigned it is 2**63
+    digits = 1 + np.searchsorted(_POWERS_OF_TEN, magnitudes, side="right")
     if not np.array_equal(np.asarray(pc.binary_length(keys).to_numpy()), digits + (values < 0)):
         return None
     return values
 
 
-_POWERS_OF_TEN = 10 ** np.arange(1, 19, dtype=np.int64)  # an int64 has at most 19 digits
+_POWERS_OF_TEN = 10 ** np.arange(1, 20, dtype=np.uint64)  # an int64 has at most 19 digits
 
 
 def decode_key(text: str) -> Hashable:

@@ -112,11 +112,11 @@ def storage_environment(path: str, environment: Mapping[str, str] | None = None)
     >>> storage_environment("s3a://lake/wh/p/_state", seen), storage_environment("/tmp/wh", seen)
     ({'AWS_REGION': 'eu-west-1'}, {})
     """
-    if not on_object_store(path):
+    seen = os.environ if environment is None else environment
+    if not on_object_store(path, seen):
         return {}
     prefix = _STORE_VARIABLES[urlparse(path).scheme]
-    return {name: value for name, value in (os.environ if environment is None else environment).items()
-            if name.startswith(prefix) or name == IO_SETTING}
+    return {name: value for name, value in seen.items() if name.startswith(prefix) or name == IO_SETTING}
 
 
 def adopt_storage_environment(settings: Mapping[str, str]) -> None:
@@ -128,10 +128,11 @@ def adopt_storage_environment(settings: Mapping[str, str]) -> None:
             _stamps.clear()
 
 
-def on_object_store(path: str) -> bool:
-    """Whether ``path`` is a URI of an object store this module serves (see :data:`IO_SETTING`)."""
-    return urlparse(path).scheme in OBJECT_STORE_SCHEMES and \
-        os.environ.get(IO_SETTING, "delta-rs") != "spark"
+def on_object_store(path: str, environment: Mapping[str, str] | None = None) -> bool:
+    """Whether ``path`` is a URI of an object store this module serves, as ``environment``
+    (default: this process's) sets :data:`IO_SETTING`."""
+    setting = (os.environ if environment is None else environment).get(IO_SETTING, "delta-rs")
+    return urlparse(path).scheme in OBJECT_STORE_SCHEMES and setting != "spark"
 
 
 def local_path(path: str) -> str | None:
@@ -292,11 +293,12 @@ def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
     files = pyarrow.fs.PyFileSystem(DeltaStorageHandler(_location(path)))
 
     def write() -> int:
-        # encoded whole first: one upload to an object store, and the size without asking it
+        # encoded in memory first: its size is known without asking the store (a HEAD each)
         encoded_file = pa.BufferOutputStream()
         pyarrow.parquet.write_table(rows, encoded_file, compression="snappy", use_dictionary=encoded)
         data = encoded_file.getvalue()
-        # a buffer larger than the file: the store's stream is given it whole, as bytes
+        # through a buffer larger than the file: delta-rs's stream takes bytes, which is what a
+        # buffered stream flushes (an unbuffered one passes an Arrow buffer, which it refuses)
         with files.open_output_stream(name, buffer_size=data.size + 1) as out:
             out.write(data)
         return int(data.size)

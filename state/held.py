@@ -98,10 +98,15 @@ def stored_texts(encoded: pa.Array, stored: pa.Table) -> tuple[np.ndarray, pa.Ar
     >>> holding, texts = stored_texts(pa.array(["a", "c", "b"]), stored)
     >>> holding.tolist(), texts.to_pylist()
     ([True, False, True], ['1', '2'])
+    >>> holding, texts = stored_texts(pa.array(["7", "-2", "9"]), pa.table({"key": ["9", "7"],
+    ...                                                                      "value": ["x", "y"]}))
+    >>> holding.tolist(), texts.to_pylist()
+    ([True, False, True], ['y', 'x'])
     """
-    asked, held = encoded_integers(encoded), encoded_integers(stored["key"])
-    if asked is not None and held is not None:  # int keys: matched as int64s, several times faster
-        positions = pd.Index(held).get_indexer(asked)  # a Loader gives each key once
+    asked = encoded_integers(encoded)
+    held = None if asked is None else encoded_integers(stored["key"])
+    if held is not None and (index := pd.Index(held)).is_unique:  # a Loader gives a key once
+        positions = index.get_indexer(asked)  # int keys: matched as int64s, several times faster
         holding = positions >= 0
         return holding, pc.take(stored["value"], pa.array(positions[holding]))
     found = pc.index_in(encoded, value_set=stored["key"])

@@ -72,9 +72,9 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
 def _newest_of_wanted(rows: pa.Table, wanted: pa.Array | None, keep: np.ndarray) -> pa.Table:
     """:func:`newest_per_key` of the rows ``keep`` marks whose key is one of ``wanted``
     (any key, for ``None``)."""
-    numbers = encoded_integers(rows["key"])
-    asked = None if numbers is None or wanted is None else encoded_integers(wanted)
-    if numbers is not None and (wanted is None or asked is not None):
+    asked = None if wanted is None else encoded_integers(wanted)
+    numbers = encoded_integers(rows["key"]) if wanted is None or asked is not None else None
+    if numbers is not None:
         # every key an int's text (a common case): hashed as int64s, several times faster
         if asked is not None:
             keep = keep & pd.Series(numbers, copy=False).isin(asked).to_numpy()

@@ -675,9 +675,11 @@ def _kept_ordinals(index: pd.Index, ordinals: pd.Series) -> bool:
     (the common case, compared at once), or some of them, each once."""
     if not pd.api.types.is_integer_dtype(index.dtype):
         return False
+    if not index.is_unique:  # a narrow stage's new rows, numbered chunk by chunk, may repeat
+        return False
     if len(index) == len(ordinals) and np.array_equal(index.to_numpy(), ordinals.to_numpy()):
         return True
-    return bool(index.is_unique and index.isin(ordinals.to_numpy()).all())
+    return bool(index.isin(ordinals.to_numpy()).all())
 
 
 def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.DataFrame:

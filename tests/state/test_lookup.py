@@ -2,6 +2,8 @@
 of the same changelog: every checkpoint, deletions, compaction, key-group ranges, and a table
 delta-rs must not read by its files."""
 
+import itertools
+
 import pyarrow as pa
 import pytest
 
@@ -133,13 +135,14 @@ def _held(state):
 
 
 @pytest.mark.parametrize("keys", [
-    [str(n) for n in range(-20, 40)],                    # ints: read as int64s
+    [*map(str, range(-20, 40)), str(2**63 - 1), str(-2**63)],  # ints: read as int64s
     [encode_key(f"user-{n}") for n in range(60)],        # text: read as text
     [*map(str, range(30)), *(encode_key(str(n)) for n in range(30))],  # both, one operator
     ["7", "007", "+7", "70", "-0", "0"],                 # texts an int cast would also take
 ])
 def test_the_newest_row_per_key_up_to_a_checkpoint_whatever_the_keys(tmp_path, keys):
     import random
+
     from deltalake import write_deltalake
     chance = random.Random(len(keys))
     rows = [{"operator": "sums", "key": key, "value": str(chance.randrange(100)),
@@ -148,12 +151,14 @@ def test_the_newest_row_per_key_up_to_a_checkpoint_whatever_the_keys(tmp_path, k
             for checkpoint in (1, 2, 3) for key in keys if chance.random() < 0.6]
     path = str(tmp_path / "_state")
     write_deltalake(path, pa.Table.from_pylist(rows), partition_by=["operator"])
-    for as_of in (1, 2, 3):
-        for wanted in (None, chance.sample(keys, len(keys) // 2) + ["12345", '"never"']):
-            newest = {}
-            for row in rows:  # the oracle: the last row up to as_of of each key
-                if row["checkpoint_id"] <= as_of and (wanted is None or row["key"] in wanted):
-                    newest[row["key"]] = row
-            expected = {key: row["value"] for key, row in newest.items() if not row["deleted"]}
-            found = stored_values(path, "sums", as_of, wanted, 256)
-            assert dict(zip(found["key"].to_pylist(), found["value"].to_pylist())) == expected, (as_of, wanted)
+    some = chance.sample(keys, len(keys) // 2) + ["12345", '"never"']
+    for as_of, wanted, within in itertools.product((1, 2, 3), (None, some), (None, (0, 128))):
+        newest = {}
+        for row in rows:  # the oracle: the last row up to as_of of each key asked for
+            if row["checkpoint_id"] <= as_of and (wanted is None or row["key"] in wanted) and (
+                    within is None or within[0] <= row["key_group"] < within[1]):
+                newest[row["key"]] = row
+        expected = {key: row["value"] for key, row in newest.items() if not row["deleted"]}
+        found = stored_values(path, "sums", as_of, wanted, 256, within)
+        assert dict(zip(found["key"].to_pylist(), found["value"].to_pylist())) == expected, (
+            as_of, wanted, within)
