@@ -55,7 +55,14 @@ import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.dataset
 import pyarrow.fs
 import pyarrow.parquet
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, RemoveAction
@@ -307,6 +314,15 @@ def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
     return json.dumps({"path": name, "size": size, "partition_values": dict(partition),
                        "modification_time": int(time.time() * 1000), "data_change": True,
                        "stats": json.dumps(_file_statistics(rows, statistics))})
+
+
+def _writer_properties(schema: pa.Schema) -> WriterProperties:
+    """How delta-rs writes a data file of ``schema``: as :func:`write_file` does (snappy,
+    dictionaries only where values repeat: 0.16 s against 0.13 s for 1M rows of six int64s)."""
+    return WriterProperties(
+        compression="SNAPPY", default_column_properties=ColumnProperties(dictionary_enabled=False),
+        column_properties={field.name: ColumnProperties(dictionary_enabled=True)
+                           for field in schema if _repeats(field.type)})
 
 
 def _repeats(kind: pa.DataType) -> bool:
@@ -762,7 +778,8 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     properties = _commit_properties(txn, user_metadata)
     if current is not None:
         _calling(path, "appending", lambda: write_deltalake(
-            current, data, mode="append", commit_properties=properties))
+            current, data, mode="append", commit_properties=properties,
+            writer_properties=_writer_properties(data.schema)))
         _remember(path, current)
         _checkpoint_now_and_then(path, current)
         return
@@ -770,7 +787,7 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     _calling(path, "creating the table", lambda: write_deltalake(
         _location(path), data, mode="append", partition_by=list(create.partition_by) or None,
         configuration={**_CREATED_PROPERTIES, **dict(create.properties)},
-        commit_properties=properties))
+        commit_properties=properties, writer_properties=_writer_properties(data.schema)))
     _forget(path)  # opened on the next use, as the table it made
 
 
