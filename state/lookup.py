@@ -84,21 +84,20 @@ def _newest_of_wanted(rows: pa.Table, wanted: pa.Array | None, keep: np.ndarray)
     return newest_per_key(rows.filter(pa.array(keep)))
 
 
-def _newest_where(rows: pa.Table, keep: np.ndarray, numbers: np.ndarray) -> pa.Table:
-    """:func:`newest_per_key` of the rows ``keep`` marks, whose keys are ``numbers``."""
+def _newest_where(rows: pa.Table, keep: np.ndarray, keys: np.ndarray) -> pa.Table:
+    """The row of the highest ``checkpoint_id`` of each key among the rows ``keep`` marks (a
+    checkpoint writes a key at most once), in no particular order; ``keys``: one number per
+    row standing for its key (the int it encodes, or its dictionary code)."""
     chosen = np.flatnonzero(keep)
     if len(chosen) == 0:
         return rows.slice(0, 0)
-    order = chosen[_newest_first(rows["checkpoint_id"].to_numpy()[chosen])]
-    return rows.take(order[~pd.Series(numbers[order]).duplicated().to_numpy()])
-
-
-def _newest_first(checkpoints: np.ndarray) -> np.ndarray:
-    """Positions of ``checkpoints`` by descending id, stable: a key's newest row comes first."""
+    checkpoints = rows["checkpoint_id"].to_numpy()[chosen]
     age = checkpoints.max() - checkpoints  # 0 for the newest
     if age.max() < 2**16:  # checkpoints a run reads span few ids: a radix sort, O(rows)
         age = age.astype(np.uint16)
-    return np.argsort(age, kind="stable")
+    newest_first = chosen[np.argsort(age, kind="stable")]
+    # a key's first row is its newest: found by hashing, not sorting
+    return rows.take(newest_first[~pd.Series(keys[newest_first]).duplicated().to_numpy()])
 
 
 def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
@@ -153,7 +152,5 @@ def newest_per_key(rows: pa.Table) -> pa.Table:
     most once), in no particular order."""
     if rows.num_rows == 0:
         return rows
-    rows = rows.take(_newest_first(rows["checkpoint_id"].to_numpy()))
     codes = pc.dictionary_encode(rows["key"]).combine_chunks().indices.to_numpy()
-    first = np.flatnonzero(~pd.Series(codes).duplicated().to_numpy())  # hashing, not sorting
-    return rows.take(first)
+    return _newest_where(rows, np.ones(rows.num_rows, bool), codes)
