@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ops import Pipeline
 from ops.runtime import DEAD_LETTER_SCHEMA
-from state import tables
+from state import delta_io, tables
 
 
 def sink_rows(spark, pipeline: Pipeline, warehouse: str, sink: str = "sums"):
@@ -25,6 +25,14 @@ def dead_letters(spark, pipeline: Pipeline, warehouse: str):
     if not tables.exists(spark, path):
         return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("position").toPandas()
+
+
+def last_commit(path: str, by: str = "delta-rs") -> list[dict]:
+    """The actions of the Delta table's last commit, which ``by`` made (delta-rs, or Spark)."""
+    actions = delta_io.commit_actions(path, delta_io.latest_version(path))
+    info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
+    assert by in info.get("clientVersion", info.get("engineInfo", "")), info
+    return actions
 
 
 def scraped(url: str) -> dict[tuple[str, tuple], float]:

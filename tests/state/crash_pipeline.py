@@ -110,25 +110,32 @@ def running_sum_vectorized(op, md, data):
     return data.assign(total=running)
 
 
-def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver"):
+def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver", every: int = 2):
     """The running sum vectorized, checkpointing every two batches (so state set in columns
     waits in memory, encoded, for the next checkpoint), on the driver or on executors."""
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
              .map(running_sum_vectorized, state=0, vectorized=True, name="running_sum")
              .write.to_delta("out"))
-            .named(name).checkpoint_every(batches=2).with_mode(mode))
+            .named(name).checkpoint_every(batches=every).with_mode(mode))
 
 
 def build_vectorized_distributed():
     return build_vectorized("crashy_vectorized_distributed", mode="distributed")
 
 
+def build_vectorized_written():
+    """On executors, checkpointing every batch: from the second checkpoint on (``_state``
+    exists), each task writes its changed state as a file and the driver commits the files."""
+    return build_vectorized("crashy_vectorized_written", mode="distributed", every=1)
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
-            "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed}
+            "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
+            "vectorized_written": build_vectorized_written}
 
 
 # Six publishes -> six batches of two keys each.
-INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b}]
+INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b + 1}]
          for b in range(6)]
 
 # The distributed variant takes the first two: each of its batches is a few Spark jobs.

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.state import crash_pipeline as cp
+from tests.helpers import last_commit
 from tests.state.crash_pipeline import outcome
 
 STEPS = [
@@ -189,3 +190,21 @@ def test_vectorized_on_executors_crash_then_recover_matches_oracle(
     of its two batches commits: the recovery redoes both."""
     _crash_and_recover(spark, warehouse, child_env, published, "vectorized_distributed",
                        "before_checkpoint_commit:1", distributed_oracle, batches=2)
+
+
+# Checkpointing every batch on executors, the second checkpoint is the tasks' own `_state`
+# files (each task encodes its columns and writes them; the driver commits the files with the
+# record): killed with the files written and not committed (never to be read, the recovery
+# writes its own), and with them committed but not yet verified.
+WRITTEN_STEPS = ["before_checkpoint_commit:2", "after_checkpoint_commit:2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", WRITTEN_STEPS)
+def test_state_files_written_by_tasks_crash_then_recover_matches_oracle(
+        spark, warehouse, child_env, distributed_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, child_env, published, "vectorized_written", crash_at,
+                       distributed_oracle, batches=2)
+    state = cp.build_vectorized_written().layout(warehouse).state
+    added = [action["add"] for action in last_commit(state) if "add" in action]  # not Spark's
+    assert {add["partitionValues"]["operator"] for add in added} == {"running_sum", "__checkpoint__"}

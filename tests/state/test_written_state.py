@@ -16,6 +16,7 @@ from ops.testing import run_records
 from state import PipelineLayout, StorageError, delta_io, tables, takes_state_files, write_state_files
 from state.checkpoint import STATE_FILE_SCHEMA, STATE_SCHEMA, STATE_TABLE_PROPERTIES
 from state.lookup import stored_values
+from tests.helpers import last_commit
 
 
 def changed(operator, keys, groups):
@@ -56,14 +57,6 @@ def test_files_are_read_only_once_committed_and_committed_once(state_table):
     # a range of groups reads only the file that can hold them
     assert stored_values(state_table, "sums", 3, None, 64, within=(32, 64)).to_pydict() == \
         {"key": ["3"], "value": ["30"]}
-
-
-def last_commit(path, by="delta-rs"):
-    """The actions of the table's last commit, which ``by`` made (delta-rs, or Spark)."""
-    actions = delta_io.commit_actions(path, delta_io.latest_version(path))
-    info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
-    assert by in info.get("clientVersion", info.get("engineInfo", "")), info
-    return actions
 
 
 def test_files_are_not_committed_to_a_table_that_changed_since_they_were_written(tmp_path):
