@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tests.state import crash_pipeline as cp
 from tests.helpers import last_commit
+from tests.state import crash_pipeline as cp
 from tests.state.crash_pipeline import outcome
 
 STEPS = [
