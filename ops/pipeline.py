@@ -355,7 +355,9 @@ class Pipeline:
         return self.name
 
     def checkpoint_every(self, batches: int | None = 1, seconds: float | None = None) -> Pipeline:
-        """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end)."""
+        """Checkpoint every ``batches`` micro-batches and/or ``seconds`` seconds (and at run end).
+        Driver mode only: in distributed mode every batch is checkpointed, since its state lives
+        only in ``_state``, where the next batch's tasks read it."""
         return dataclasses.replace(self, checkpoint=CheckpointPolicy(batches, seconds))
 
     def with_key_groups(self, groups: int) -> Pipeline:

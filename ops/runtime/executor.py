@@ -719,6 +719,10 @@ def _run_distributed(run: _Run, max_batches: int | None) -> None:
     """Distributed mode: each batch is checkpointed as it is written (its state lives only in
     ``_state``, where the next batch's tasks read it), so batches run one after another."""
     ran, run.distributed, live = 0, True, run.continuous
+    policy = run.pipeline.checkpoint
+    if (policy.every_batches, policy.every_seconds) != (1, None):  # not the default's
+        log.info("%s: distributed mode checkpoints every batch (its state lives only in _state); "
+                 "the pipeline's checkpoint_every applies in driver mode", run.pipeline.name)
     if run.metrics is not None:
         run.metrics.forget_state_keys(run.pipeline.id)  # the tasks hold the state now
     while (max_batches is None or ran < max_batches) and not (live and live.stopping()):

@@ -1,5 +1,6 @@
 """Crash at every protocol step (SIGKILL in a child process), recover, and compare to an oracle."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -183,28 +184,22 @@ def test_vectorized_crash_then_recover_matches_oracle(spark, warehouse, child_en
                        vectorized_oracle, batches=6)
 
 
+# On executors (each task's state in columns) every batch is checkpointed, and from the second
+# on (`_state` exists) each task writes its changed state as a file of its own, which the
+# driver commits with the checkpoint's record. Killed before the first checkpoint, with the
+# second's files written and not committed (never to be read: the recovery writes its own),
+# and with them committed but not yet verified.
+EXECUTOR_STEPS = ["before_checkpoint_commit:1", "before_checkpoint_commit:2",
+                  "after_checkpoint_commit:2"]
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("crash_at", EXECUTOR_STEPS)
 def test_vectorized_on_executors_crash_then_recover_matches_oracle(
-        spark, warehouse, child_env, distributed_oracle, published):
-    """The same on executors (each task's state in columns), killed before the checkpoint
-    of its two batches commits: the recovery redoes both."""
-    _crash_and_recover(spark, warehouse, child_env, published, "vectorized_distributed",
-                       "before_checkpoint_commit:1", distributed_oracle, batches=2)
-
-
-# Checkpointing every batch on executors, the second checkpoint is the tasks' own `_state`
-# files (each task encodes its columns and writes them; the driver commits the files with the
-# record): killed with the files written and not committed (never to be read, the recovery
-# writes its own), and with them committed but not yet verified.
-WRITTEN_STEPS = ["before_checkpoint_commit:2", "after_checkpoint_commit:2"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("crash_at", WRITTEN_STEPS)
-def test_state_files_written_by_tasks_crash_then_recover_matches_oracle(
         spark, warehouse, child_env, distributed_oracle, published, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, published, "vectorized_written", crash_at,
-                       distributed_oracle, batches=2)
-    state = cp.build_vectorized_written().layout(warehouse).state
+    _crash_and_recover(spark, warehouse, child_env, published, "vectorized_distributed",
+                       crash_at, distributed_oracle, batches=2)
+    state = cp.build_vectorized_distributed().layout(warehouse).state
     added = [action["add"] for action in last_commit(state) if "add" in action]  # not Spark's
     assert {add["partitionValues"]["operator"] for add in added} == {"running_sum", "__checkpoint__"}
+    assert {json.loads(add["stats"])["minValues"]["checkpoint_id"] for add in added} == {2}

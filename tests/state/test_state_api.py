@@ -171,6 +171,19 @@ def test_checkpoint_every_n_batches_holds_state_in_memory_between(spark, warehou
     assert sp.read_state(spark, pipeline, "add_x", warehouse=warehouse)["value"].tolist() == [15]
 
 
+def test_distributed_mode_checkpoints_every_batch_and_says_so(spark, warehouse, caplog):
+    """Its state lives only in `_state`, where the next batch's tasks read it: the policy,
+    which would hold state in memory between batches, is driver mode's."""
+    pipeline = _keyed("every3_distributed", add_x).checkpoint_every(batches=3).with_mode("distributed")
+    for x in (1, 2):
+        pipeline.publish(spark, [{"k": 1, "x": x}], warehouse)
+    with caplog.at_level("INFO", logger="ops.runtime.executor"):
+        report = pipeline.run_once(spark, warehouse)
+    assert len(report.batches) == 2 and report.checkpoint_id == 2
+    assert "distributed mode checkpoints every batch" in caplog.text
+    assert sp.read_state(spark, pipeline, "add_x", as_of=1, warehouse=warehouse)["value"].tolist() == [1]
+
+
 def test_a_pipelines_tables_are_created_by_their_first_commit(spark, warehouse):
     pipeline = _keyed("first_commits", add_x)
     layout = pipeline.layout(warehouse)
