@@ -720,7 +720,7 @@ def _run_distributed(run: _Run, max_batches: int | None) -> None:
     ``_state``, where the next batch's tasks read it), so batches run one after another."""
     ran, run.distributed, live = 0, True, run.continuous
     policy = run.pipeline.checkpoint
-    if (policy.every_batches, policy.every_seconds) != (1, None):  # not the default's
+    if policy != type(policy)():  # the pipeline asked for another than the default
         log.info("%s: distributed mode checkpoints every batch (its state lives only in _state); "
                  "the pipeline's checkpoint_every applies in driver mode", run.pipeline.name)
     if run.metrics is not None:
