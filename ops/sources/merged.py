@@ -76,7 +76,9 @@ class MergedSource(Source):
             sliced = part.read(ctx, begin, finish)
             good.append(sliced.good.assign(**{SOURCE_COLUMN: part.name}))
             rejected.append(sliced.rejected)
-        return Slice(good=_concat(good),
+        # every part's declared columns, whichever parts this batch holds rows of
+        frame = _concat(good) if good else self.schema.frame([], [])
+        return Slice(good=self.schema.with_fields(with_source(frame)),
                      rejected=pd.concat(rejected, ignore_index=True) if rejected
                      else Slice.no_rejects())
 
@@ -110,12 +112,17 @@ def _merged_schema(parts: tuple[Source, ...]) -> RecordSchema:
     return RecordSchema(fields, key or None)
 
 
+def with_source(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a ``_source`` column (an empty one when it has no rows)."""
+    if SOURCE_COLUMN in frame.columns:
+        return frame
+    return frame.assign(**{SOURCE_COLUMN: pd.Series(dtype=object, index=frame.index)})
+
+
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """The parts' rows, one after the other. A column some parts lack would be filled with NaN,
     turning its integers into floats (``7`` into ``7.0``, and keys that no longer match), so
     such integer and boolean columns become their nullable kinds first."""
-    if not frames:
-        return pd.DataFrame()
     if len(frames) == 1:
         return frames[0]
     everywhere = set.intersection(*(set(frame.columns) for frame in frames))

@@ -155,6 +155,24 @@ class RecordSchema:
         return frame
 
 
+    def with_fields(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with every declared field, those it lacks all null in their nullable
+        dtypes. A merged stream's batch may hold records of some of its sources only; the
+        operators after it still read every source's columns (a join's stream columns in a
+        batch of table updates only), so a batch's columns never depend on what it holds.
+
+        >>> schema = RecordSchema({"id": "long", "name": "string"})
+        >>> schema.with_fields(pd.DataFrame({"id": [1]})).dtypes.astype(str).to_dict()
+        {'id': 'int64', 'name': 'object'}
+        """
+        missing = [name for name in self.fields if name not in frame.columns]
+        if not missing:
+            return frame
+        return frame.assign(**{name: pd.Series(None, index=frame.index,
+                                               dtype=_NULLABLE.get(kind, _DTYPES[kind]))
+                               for name in missing for kind in (self.fields[name],)})
+
+
 def parse_payload(text: str) -> Any:
     """Decode one stored record; ``ValueError`` when it is not JSON."""
     try:

@@ -244,8 +244,8 @@ def _items(parsed: Statement, resolver: _Resolver,
     items: list[tuple[str, exp.Expression]] = []
     for position, item in enumerate(parsed.select.expressions):
         node, alias = (item.this, item.alias) if isinstance(item, exp.Alias) else (item, None)
-        if isinstance(node, exp.Star):
-            items += _star(parsed, item, resolver.scope, star)
+        if isinstance(node, exp.Star) or isinstance(node, exp.Column) and node.is_star:
+            items += _star(parsed, node, resolver.scope, star)
             continue
         resolved = resolver.expression(node, "SELECT")
         items.append((alias or _default_name(resolved, position), resolved))
@@ -255,13 +255,14 @@ def _items(parsed: Statement, resolver: _Resolver,
 
 def _star(parsed: Statement, item: exp.Expression, scope: Scope,
           allowed: bool) -> list[tuple[str, exp.Expression]]:
+    """What ``*`` or ``<source>.*`` stands for: every column of the query's rows, or of the
+    side the qualifier names, each under its own name."""
     if not allowed:
         raise parsed.error(item, "SELECT", "SELECT * is not supported in a table query; "
                            "name the group columns and the aggregates")
-    if scope.names is None:
-        raise parsed.error(item, "SELECT", f"SELECT * needs the columns of {scope.source} to be "
-                           "known (declare its schema)")
-    return [(name, exp.column(name, quoted=True)) for name in scope.names]
+    qualifier = item.table if isinstance(item, exp.Column) else ""
+    names = scope.star(qualifier, parsed.text, item, "SELECT")
+    return [(name, exp.column(name, quoted=True)) for name in names]
 
 
 def _key_names(items: list[tuple[str, exp.Expression]], groups: list[exp.Expression]) -> list[str]:

@@ -132,6 +132,25 @@ class Scope:
         return tuple(dict.fromkeys(side.output(name) for side in self.sides
                                    for name in side.columns.names or ()))
 
+    def star(self, qualifier: str, text: str, node: exp.Expression, clause: str) -> tuple[str, ...]:
+        """The row columns ``*`` stands for (``qualifier`` empty) or ``<qualifier>.*``: every
+        column of the query's rows, or of the side so qualified.
+
+        >>> Scope.of("orders", ("ID", "TITLE"), alias="o").star("o", "", exp.Star(), "SELECT")
+        ('ID', 'TITLE')
+        """
+        sides = self.sides
+        if qualifier:
+            sides = tuple(s for s in self.sides if qualifier.lower() in s.qualifiers)
+            if not sides:
+                raise located(text, node, clause, f"no source {qualifier} in this query "
+                              f"(it reads {self.source})")
+        if any(side.columns.names is None for side in sides):
+            raise located(text, node, clause, f"{qualifier + '.' if qualifier else ''}* needs "
+                          f"the columns of {self.source} to be known (declare its schema)")
+        return tuple(dict.fromkeys(side.output(name) for side in sides
+                                   for name in side.columns.names or ()))
+
     def find(self, name: str) -> str | None:
         """The row column an unqualified, unquoted ``name`` reads, if exactly one does."""
         found = {side.output(hit) for side in self.sides
