@@ -7,6 +7,7 @@ source's order, first source first, and carry the source's name in ``_source``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,19 +69,27 @@ class MergedSource(Source):
         return slices
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        good, rejected = [], []
+        good, rejected = {}, []
         for part in self.parts:
             begin, finish = start.get(part.name), end.get(part.name)
             if finish is None or begin == finish:
                 continue
             sliced = part.read(ctx, begin, finish)
-            good.append(sliced.good.assign(**{SOURCE_COLUMN: part.name}))
+            good[part.name] = sliced.good
             rejected.append(sliced.rejected)
-        # every part's declared columns, whichever parts this batch holds rows of
-        frame = _concat(good) if good else self.schema.frame([], [])
-        return Slice(good=self.schema.with_fields(with_source(frame)),
+        return Slice(good=self.combined(good),
                      rejected=pd.concat(rejected, ignore_index=True) if rejected
                      else Slice.no_rejects())
+
+    def combined(self, frames: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+        """One batch's rows from its parts' rows (part name -> frame, in the parts' order),
+        each row with its part's name in ``_source``, and every part's declared columns
+        whichever parts the batch holds rows of (see :meth:`RecordSchema.with_fields`)."""
+        # a part with no rows adds nothing but columns, which with_fields gives anyway (and
+        # pandas would let its empty columns decide the others' dtypes)
+        tagged = [frame.assign(**{SOURCE_COLUMN: name}) for name, frame in frames.items() if len(frame)]
+        frame = _concat(tagged) if tagged else self.schema.frame([], [])
+        return self.schema.with_fields(with_source(frame))
 
     @property
     def lag_needs_spark(self) -> bool:
