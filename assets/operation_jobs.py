@@ -10,7 +10,7 @@ from pydantic import Field
 
 import ops
 from ops import Migration, Pipeline
-from ops.migrations import apply as apply_migration
+from ops.operating.migrate import apply as apply_migration
 
 from .resources import SparkResource, WarehouseResource
 

@@ -67,14 +67,14 @@ from pyspark.sql import functions as F  # noqa: E402
 from running_sum import anchor_running_sum, drain_pipeline, events, per_key_sum, vectorized_sum  # noqa: E402
 
 import ops as sp  # noqa: E402
-from ops._jars import KAFKA_BROKER_VERSION  # noqa: E402
-from ops.broker import EmbeddedKafka  # noqa: E402
-from ops.kafka import create_topic, read_topic, send_json  # noqa: E402
+from ops.devservers.kafka_broker import EmbeddedKafka  # noqa: E402
+from ops.kafka_client import create_topic, read_topic, send_json  # noqa: E402
 from ops.operators.basic import Map  # noqa: E402
 from ops.runtime.executor import _Run  # noqa: E402  (recovery and planning, timed by phase)
 from ops.sinks.delta import DeltaSink  # noqa: E402
 from ops.sinks.kafka import KafkaSink  # noqa: E402
 from ops.sources.kafka import KafkaSource  # noqa: E402
+from ops.spark.jars import KAFKA_BROKER_VERSION  # noqa: E402
 from state import BatchPlans, CheckpointLog, OperatorState  # noqa: E402
 
 PARTITIONS = 12

@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import print_table, write_results  # noqa: E402
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 import ops as sp  # noqa: E402
-from _common import print_table, write_results  # noqa: E402
 from state import DEFAULT_KEY_GROUPS, key_group_column  # noqa: E402
 
 GROUPS = DEFAULT_KEY_GROUPS

@@ -22,11 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from _common import print_table, write_results
 
 import ops as sp
 from state import BatchPlans, CheckpointLog
-
-from _common import print_table, write_results
 
 SCHEMA = {"k": "long", "round": "long", "x": "double"}
 

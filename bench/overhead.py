@@ -25,12 +25,11 @@ from pathlib import Path
 from statistics import median
 
 import dagster as dg
+from _common import peak_memory
 
 from assets import SparkResource, WarehouseResource
 from dagster_project import defs
 from dagster_project.pipelines import SEED_ROWS, running_sum_keyed
-
-from _common import peak_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = f"run_{running_sum_keyed.name}"

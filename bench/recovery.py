@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-import ops as sp
-
 from _common import peak_memory
 from running_sum import changed_keys, seed_state, summing_pipeline, write_batches
+
+import ops as sp
 
 CRASH_STEP = "before_checkpoint_commit"
 PIPELINE = "recovering"

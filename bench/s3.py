@@ -1,6 +1,6 @@
 """A warehouse on S3 against one on the local disk, side by side in one run. Never part of CI.
 
-Starts the local S3 server (``ops.objectstore``, moto) before Spark, then:
+Starts the local S3 server (``ops.devservers.s3_server``, moto) before Spark, then:
 
 1. **Running sum** (vectorized, ``--keys`` keys, ``--batches`` × ``--batch`` events, one commit
    per batch): the source table and the warehouse on the local disk; both on S3 with delta-rs
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from _common import per_batch, phase_times, print_table, write_results
 
-from ops.objectstore import LocalS3
+from ops.devservers.s3_server import LocalS3
 
 BUCKET = "bench"
 

@@ -47,9 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import ops as sp  # noqa: E402
 from _common import peak_memory, peak_rss_mb, print_table, write_results  # noqa: E402
 from running_sum import per_key_sum, vectorized_sum  # noqa: E402
+
+import ops as sp  # noqa: E402
 
 WORKLOADS = ("vectorized", "per_key")
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # run from anywhere
 
-import ops as sp  # noqa: E402
-
 from _common import print_table, write_results  # noqa: E402
+
+import ops as sp  # noqa: E402
 
 WORKLOADS = ("running_sum", "windowed", "checkpoint", "recovery", "overhead", "kafka", "peers")
 TARGETS = {"running_sum": "vectorized >= 10x anchor at 100k keys", "windowed": ">= 1x anchor",

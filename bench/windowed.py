@@ -11,12 +11,11 @@ import statistics
 
 import numpy as np
 import pandas as pd
+from _common import drain_query
 from pyspark.sql import functions as F
+from running_sum import ROCKSDB, drain_pipeline, write_batches
 
 import ops as sp
-
-from _common import drain_query
-from running_sum import ROCKSDB, drain_pipeline, write_batches
 
 START = pd.Timestamp("2026-01-01", tz="UTC")
 

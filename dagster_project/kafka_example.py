@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import ops as sp
-from ops.broker import EmbeddedKafka
-from ops.kafka import connection, create_topic, send_json
+from ops.devservers.kafka_broker import EmbeddedKafka
+from ops.kafka_client import connection, create_topic, send_json
 
 from .pipelines import BOOTSTRAP, ORDERS, TOPIC, item_totals
 

@@ -41,7 +41,7 @@ from .errors import (
     SourceError,
     SqlError,
 )
-from .inspection import (
+from .operating.inspection import (
     PipelineStatus,
     changed_keys,
     checkpoint_problems,
@@ -52,8 +52,8 @@ from .inspection import (
     read_state,
     source_lag,
 )
-from .migrations import Migration, MigrationReport, migrate
-from .operations import (
+from .operating.migrate import Migration, MigrationReport, migrate
+from .operating.operations import (
     DEFAULT_RETENTION_HOURS,
     compact,
     discard_plans,
@@ -62,6 +62,7 @@ from .operations import (
     reset_to_checkpoint,
     vacuum,
 )
+from .operating.state_io import bootstrap_state, export_state, import_state
 from .operators import (
     Agg,
     GroupAggregate,
@@ -125,7 +126,6 @@ from .sources import (
 )
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import Catalog, TableQuery, compile_query, query, register, sql
-from .state_io import bootstrap_state, export_state, import_state
 
 __all__ = [
     # the state API and pipeline builder

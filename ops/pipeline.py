@@ -28,7 +28,7 @@ from state import (
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
-from .kafka import DEFAULT_TIMEOUT, connection
+from .kafka_client import DEFAULT_TIMEOUT, connection
 from .operators import (
     STATELESS,
     Agg,

@@ -8,7 +8,7 @@ from typing import Any
 
 from .columns import KAFKA_KEY
 from .errors import PipelineDefinitionError
-from .kafka import DEFAULT_TIMEOUT, connection, part_id
+from .kafka_client import DEFAULT_TIMEOUT, connection, part_id
 from .pipeline import Stream
 from .sources import CallbackSource, DeltaTableSource, FileSource, KafkaSource, RecordSchema, kafka_schema
 

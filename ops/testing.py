@@ -43,7 +43,7 @@ from state.faults import InjectedCrash, crash_at
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
-from .inspection import read_state
+from .operating.inspection import read_state
 from .pipeline import Pipeline
 from .runtime import DEAD_LETTER_SCHEMA, RunReport
 from .sinks import StoredSink

@@ -216,7 +216,7 @@ class Checkpoint:
     # What the state means: per state name, the operator keeping it, its keys, codec and value
     # shape (``ops.runtime.meaning``). ``None`` in records written before it was recorded.
     operators: dict[str, Any] | None = None
-    # The migration this checkpoint made (``ops.migrations``), ``None`` for a batch's.
+    # The migration this checkpoint made (``ops.operating.migrate``), ``None`` for a batch's.
     migration: str | None = None
 
     @property

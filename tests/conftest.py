@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
-    """One local S3 server for the test session (``ops.objectstore``), with bucket ``lake``.
+    """One local S3 server for the test session (``ops.devservers.s3_server``), with bucket ``lake``.
     Its standard AWS environment is set for the whole session, before Spark starts, so the
     Spark session, delta-rs and child processes all reach it as they would reach AWS."""
-    from ops.objectstore import LocalS3
+    from ops.devservers.s3_server import LocalS3
 
     server = LocalS3.start(tmp_path_factory.mktemp("s3"))
     server.create_bucket(S3_BUCKET)

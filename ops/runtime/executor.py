@@ -51,11 +51,11 @@ from state.migration import dropped
 from ..clock import SYSTEM_CLOCK, Clock
 from ..columns import ORDER_COLUMN, ROW_COLUMN
 from ..context import BatchScope, RunContext
-from ..heartbeat import Heartbeat
 from ..operators import StateKind
 from ..operators.timing import wake_at
 from ..sinks import FileSink
 from ..sources import FrameSlice, Slice
+from ..spark.heartbeat import Heartbeat
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
 from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of, writes_state_files

@@ -11,7 +11,7 @@ checkpoint before anything else (:func:`differences`):
 - state the checkpoint holds that no operator keeps now (removed or renamed), or that would be
   read under other keys, with another codec, or as values of another shape, stops the run
   with :class:`state.PipelineChangedError` listing each difference and the ways forward
-  (``sp.migrate``, see :mod:`ops.migrations`);
+  (``sp.migrate``, see :mod:`ops.operating.migrate`);
 - a new stateful operator, a changed clock setting (event-time column, delay, TTL) or any
   stateless change cannot misread what is stored: it passes, with an INFO line.
 

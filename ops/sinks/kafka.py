@@ -37,7 +37,7 @@ from state import fault_point
 from ..columns import KAFKA_COLUMNS, ORDER_COLUMN, ROW_COLUMN, WRITTEN_COLUMNS
 from ..context import RunContext
 from ..errors import PipelineDefinitionError, SinkError
-from ..kafka import KafkaConnection, call_within
+from ..kafka_client import KafkaConnection, call_within
 from .base import Sink
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from state import PipelineLayout
 from ..columns import FIRST_ORDINAL, KAFKA_COLUMNS, KAFKA_KEY, ORDER_COLUMN
 from ..context import RunContext
 from ..errors import PipelineDefinitionError, SourceError
-from ..kafka import KafkaConnection, parse_part, part_id
+from ..kafka_client import KafkaConnection, parse_part, part_id
 from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source
 from .records import RecordSchema, parse_payload
 

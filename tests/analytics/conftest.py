@@ -9,7 +9,7 @@ import uvicorn
 
 from analytics import QueryManager, QueryServer
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
-from ops.broker import free_port
+from ops.devservers.kafka_broker import free_port
 
 TOKENS = {"t-ann": "ann", "t-bob": "bob"}
 SERVER_DEFAULTS = {"poll_seconds": 0.05, "queue_size": 2, "grace_seconds": 0.5}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyspark
 
-from ops.broker import free_port
+from ops.devservers.kafka_broker import free_port
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 _DEPLOY = "org.apache.spark.deploy"

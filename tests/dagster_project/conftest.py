@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.broker import free_port
+from ops.devservers.kafka_broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WARNINGS = ("DeprecationWarning", "SupersessionWarning", "PreviewWarning", "BetaWarning")

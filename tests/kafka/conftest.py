@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from ops.broker import EmbeddedKafka
+from ops.devservers.kafka_broker import EmbeddedKafka
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import dagster as dg
 
 import ops as sp
 from assets import PIPELINE_TAG, SparkResource, WarehouseResource, make_pipeline_asset, make_pipeline_sensor
-from ops.kafka import create_topic, send_json
+from ops.kafka_client import create_topic, send_json
 from tests.dagster_project.sensing import placeholder_job, tick
 
 

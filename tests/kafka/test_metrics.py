@@ -4,7 +4,7 @@ import threading
 import time
 
 import ops as sp
-from ops.kafka import create_topic, send_json
+from ops.kafka_client import create_topic, send_json
 from tests.helpers import scraped
 
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 import ops as sp
-from ops.broker import EmbeddedKafka
-from ops.kafka import create_topic, read_topic, send_json
+from ops.devservers.kafka_broker import EmbeddedKafka
+from ops.kafka_client import create_topic, read_topic, send_json
 from tests.kafka import crash_child
 
 RECORDS = [{"k": k, "x": x} for x, k in enumerate("abcabcaabbcc", start=1)]

@@ -10,8 +10,8 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 import ops as sp
-from ops.broker import free_port
-from ops.kafka import create_topic, send_json
+from ops.devservers.kafka_broker import free_port
+from ops.kafka_client import create_topic, send_json
 from ops.sources import kafka as kafka_source
 from state import tables
 from tests.helpers import dead_letters

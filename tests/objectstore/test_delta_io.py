@@ -151,7 +151,7 @@ def test_a_table_delta_rs_made_is_appended_merged_and_vacuumed_by_spark_then_by_
 
 
 def test_the_server_starts_and_stops_from_the_shell(tmp_path):
-    command = [sys.executable, "-m", "ops.objectstore"]
+    command = [sys.executable, "-m", "ops.devservers.s3_server"]
     folder = ["--dir", str(tmp_path / "s3"), "--port", "0"]
     started = subprocess.run([*command, "start", *folder[:2], "--bucket", "lake"],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from ops.migrations import Migration, plan
+from ops.operating.migrate import Migration, plan
 from ops.runtime.meaning import Remedy, describe, differences, refusal
 from state import WATERMARK, Checkpoint, MigrationError
 from state.migration import _edited

@@ -31,8 +31,8 @@ from pyspark.sql import SparkSession
 
 from state import Checkpoint, CheckpointLog, MigrationError, StateEdit, migrate_state
 
-from .pipeline import Pipeline
-from .runtime.meaning import EXPIRY, TIMERS, VALUES, Remedy, describe, differences, state_name
+from ..pipeline import Pipeline
+from ..runtime.meaning import EXPIRY, TIMERS, VALUES, Remedy, describe, differences, state_name
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@ Kafka jars on Maven Central (fetched once into ``.jars/``), listening on loopbac
 storage is formatted with Kafka's own storage tool the first time a folder is used, so a broker
 started again on the same folder keeps its topics.
 
->>> from ops.broker import EmbeddedKafka
+>>> from ops.devservers.kafka_broker import EmbeddedKafka
 >>> with EmbeddedKafka.start("/tmp/kafka-doc") as kafka:      # doctest: +SKIP
 ...     print(kafka.bootstrap)
 127.0.0.1:...
 
-From a shell: ``python -m ops.broker start [--dir .kafka] [--port 9092]`` starts one in the
-background and prints its address; ``python -m ops.broker stop [--dir .kafka]`` stops it by
+From a shell: ``python -m ops.devservers.kafka_broker start [--dir .kafka] [--port 9092]`` starts one in the
+background and prints its address; ``python -m ops.devservers.kafka_broker stop [--dir .kafka]`` stops it by
 the pid it recorded.
 """
 
@@ -23,9 +23,9 @@ import time
 import uuid
 from pathlib import Path
 
-from ._jars import kafka_broker_bundle
-from ._process import LocalServer, free_port, listening
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..spark.jars import kafka_broker_bundle
+from .process import LocalServer, free_port, listening
 
 _READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
 _PROPERTIES = """\
@@ -148,8 +148,9 @@ def _run_storage_tool(classpath: str, properties: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m ops.broker start|stop|status [--dir DIR] [--port N]``."""
-    parser = argparse.ArgumentParser(prog="python -m ops.broker", description=__doc__.split("\n")[0])
+    """``python -m ops.devservers.kafka_broker start|stop|status [--dir DIR] [--port N]``."""
+    parser = argparse.ArgumentParser(prog="python -m ops.devservers.kafka_broker",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("--dir", default=".kafka", help="its data, log and pid (default .kafka)")
     parser.add_argument("--port", type=int, default=9092, help="the client port (default 9092)")

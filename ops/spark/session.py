@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from ._jars import spark_jar_conf
-from .errors import ConfigError
+from ..errors import ConfigError
 from .heartbeat import reporting
+from .jars import spark_jar_conf
 
 log = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ Clients reach it as they reach AWS, through the standard environment (:meth:`Loc
 ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, which
 delta-rs reads directly and lakestream's Spark session turns into ``fs.s3a.*`` settings.
 
->>> from ops.objectstore import LocalS3
+>>> from ops.devservers.s3_server import LocalS3
 >>> with LocalS3.start(".s3") as s3:                       # doctest: +SKIP
 ...     s3.create_bucket("lake")
 ...     print(s3.endpoint)
 http://127.0.0.1:...
 
-From a shell: ``python -m ops.objectstore start [--dir .s3] [--port 9000] [--bucket lake]``
+From a shell: ``python -m ops.devservers.s3_server start [--dir .s3] [--port 9000] [--bucket lake]``
 starts one in the background and prints the environment to use it;
-``python -m ops.objectstore stop [--dir .s3]`` stops it by the pid it recorded.
+``python -m ops.devservers.s3_server stop [--dir .s3]`` stops it by the pid it recorded.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ._process import LocalServer, free_port, listening
-from .errors import ConfigError
+from ..errors import ConfigError
+from .process import LocalServer, free_port, listening
 
 __all__ = ["LocalS3", "main"]
 
@@ -106,8 +106,8 @@ class LocalS3(LocalServer):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m ops.objectstore start|stop|status [--dir DIR] [--port N] [--bucket NAME]``."""
-    parser = argparse.ArgumentParser(prog="python -m ops.objectstore",
+    """``python -m ops.devservers.s3_server start|stop|status [--dir DIR] [--port N] [--bucket NAME]``."""
+    parser = argparse.ArgumentParser(prog="python -m ops.devservers.s3_server",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("--dir", default=".s3", help="its pid file and log (default .s3)")

@@ -2,7 +2,7 @@
 vacuum.
 
 Each is what the Dagster operations jobs call; all are safe to repeat. Reading a pipeline's
-status and state is in :mod:`ops.inspection`.
+status and state is in :mod:`ops.operating.inspection`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 import state
 from state import tables
 
-from .pipeline import Pipeline
-from .runtime import RunReport, run_pipeline
-from .sinks import StoredSink
+from ..pipeline import Pipeline
+from ..runtime import RunReport, run_pipeline
+from ..sinks import StoredSink
 
 log = logging.getLogger(__name__)
 

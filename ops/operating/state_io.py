@@ -42,10 +42,10 @@ from state.global_tables import CHECKPOINT_COLUMN, RUN_COLUMN
 from state.queries import changelog_as_of
 from state.store import latest_per_key
 
-from .operators import Operator, StateKind
-from .operators.aggregates import to_python
-from .pipeline import Pipeline
-from .runtime.meaning import describe
+from ..operators import Operator, StateKind
+from ..operators.aggregates import to_python
+from ..pipeline import Pipeline
+from ..runtime.meaning import describe
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from pyspark.sql import functions as F
 import state
 from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout, tables
 
-from .context import RunContext
-from .errors import PipelineDefinitionError
-from .operators import GLOBAL_STATE
-from .pipeline import Pipeline
-from .runtime.meaning import describe as describe_state
-from .runtime.meaning import differences
-from .sinks import StoredSink
+from ..context import RunContext
+from ..errors import PipelineDefinitionError
+from ..operators import GLOBAL_STATE
+from ..pipeline import Pipeline
+from ..runtime.meaning import describe as describe_state
+from ..runtime.meaning import differences
+from ..sinks import StoredSink
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 The ``delta-spark`` wheel carries Python code only, and PySpark ships no Kafka connector. Rather
 than resolving jars through Ivy at every session start, each :class:`JarBundle` is fetched once
 with Maven into its own folder under ``.jars/`` and handed to Spark through ``spark.jars`` (the
-broker's bundle is a classpath of its own: see :mod:`ops.broker`). Without Maven on the machine,
-Spark's jars fall back to ``spark.jars.packages``.
+broker's bundle is a classpath of its own: see :mod:`ops.devservers.kafka_broker`). Without
+Maven on the machine, Spark's jars fall back to ``spark.jars.packages``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pyspark
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .heartbeat import reporting
 
 log = logging.getLogger(__name__)
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>lakestream</groupId><artifactId>{name}-jars</artifactId><version>1</version>

@@ -1,0 +1,16 @@
+"""The Kafka client lakestream's source, sink and readers share (``connection``: settings,
+offsets and partitions, calls bounded in time), and topic helpers for examples and tests
+(``topics``). The only package that talks to Kafka's admin and producer APIs directly."""
+
+from .connection import (
+    DEFAULT_TIMEOUT,
+    KafkaConnection,
+    call_within,
+    connection,
+    parse_part,
+    part_id,
+)
+from .topics import create_topic, read_topic, send_json
+
+__all__ = ["DEFAULT_TIMEOUT", "KafkaConnection", "call_within", "connection", "create_topic",
+           "parse_part", "part_id", "read_topic", "send_json"]
