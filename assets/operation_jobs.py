@@ -4,6 +4,7 @@
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -92,7 +93,13 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
     ``describe`` over ``pipelines``, each a one-op job with typed config. ``migrations``: the
     migrations ``migrate_state`` may apply by name, besides the renames and drops its config
     gives."""
-    declared = dict(migrations or {})
+    ops_ = (*_recovery_ops(pipelines), *_state_ops(pipelines, dict(migrations or {})),
+            *_maintenance_ops(pipelines))
+    return [_job(op) for op in ops_]
+
+
+def _recovery_ops(pipelines: Sequence[Pipeline]) -> tuple[dg.OpDefinition, ...]:
+    """``recover``, ``reset_to_checkpoint``, ``replay`` and ``discard_plans``."""
 
     @dg.op(name="recover_op",
            description="Recovery only: restore the last checkpoint, truncate global tables.")
@@ -131,6 +138,13 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
             report = ops.discard_plans(spark.session(), pipeline, warehouse.root)
         context.log.info(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
                          f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
+
+    return recover, reset_to_checkpoint, replay, discard_plans
+
+
+def _state_ops(pipelines: Sequence[Pipeline],
+               declared: Mapping[str, Migration]) -> tuple[dg.OpDefinition, ...]:
+    """``migrate_state``, ``bootstrap_state``, ``export_state`` and ``import_state``."""
 
     @dg.op(name="migrate_state_op",
            description="Migrate a changed pipeline's state: rename, drop, re-key, transform "
@@ -178,15 +192,17 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
     def import_state(context: dg.OpExecutionContext, config: ImportChoice,
                      spark: SparkResource, warehouse: WarehouseResource) -> None:
         (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        try:
-            positions = json.loads(config.positions) if config.positions else None
-        except json.JSONDecodeError as exc:
-            raise dg.Failure(f"positions is not a JSON object: {exc}") from exc
         with _failing_on_refusal():
-            done = ops.import_state(spark.session(), pipeline, config.path, offsets=positions,
-                                    warehouse=warehouse.root)
+            done = ops.import_state(spark.session(), pipeline, config.path,
+                                    offsets=_positions(config), warehouse=warehouse.root)
         context.log.info(f"{pipeline.name}: imported {config.path} as checkpoint 1; source "
                          f"positions {done.offsets}")
+
+    return migrate_state, bootstrap_state, export_state, import_state
+
+
+def _maintenance_ops(pipelines: Sequence[Pipeline]) -> tuple[dg.OpDefinition, ...]:
+    """``compact``, ``vacuum`` and ``describe``."""
 
     @dg.op(name="compact_op",
            description="Rewrite state changelogs to the latest value per key.")
@@ -215,9 +231,15 @@ def make_operation_jobs(pipelines: Sequence[Pipeline],
                 print(line, flush=True)
             context.log.info("\n".join(lines))
 
-    return [_job(op) for op in (recover, reset_to_checkpoint, replay, discard_plans, migrate_state,
-                                 bootstrap_state, export_state, import_state, compact, vacuum,
-                                 describe)]
+    return compact, vacuum, describe
+
+
+def _positions(config: ImportChoice) -> Any:
+    """The source positions an import's config rewrites (``None``: keep the export's)."""
+    try:
+        return json.loads(config.positions) if config.positions else None
+    except json.JSONDecodeError as exc:
+        raise dg.Failure(f"positions is not a JSON object: {exc}") from exc
 
 
 def _migration(declared: Mapping[str, Migration], config: MigrationChoice) -> Migration:
