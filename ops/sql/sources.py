@@ -4,6 +4,7 @@ its expressions may name."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ _UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
 # the join kinds each join takes, by sqlglot's side or kind of the JOIN
 _STREAM_TABLE_JOINS = {"": "inner", "INNER": "inner", "LEFT": "left"}
 _TWO_SIDED_JOINS = {**_STREAM_TABLE_JOINS, "FULL": "outer"}
+#: ksqlDB runs ``a RIGHT JOIN b`` (streams) as ``b LEFT JOIN a``
+_STREAM_STREAM_JOINS = {**_TWO_SIDED_JOINS, "RIGHT": "right"}
 
 
 @dataclass(frozen=True)
@@ -272,16 +275,19 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
 
 
 def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join) -> Input:
-    """``a [LEFT|FULL OUTER] JOIN b WITHIN … ON a.k = b.k``: records of the two streams with
-    the same key and close event times (see :class:`StreamStreamJoin`). The key is emitted
-    under the left stream's name for it; a right column the left also has gets the right
-    stream's name as a suffix."""
-    how = _how(parsed, join, _TWO_SIDED_JOINS,
-               "a stream–stream join is JOIN, LEFT JOIN or FULL OUTER JOIN")
+    """``a [LEFT|RIGHT|FULL OUTER] JOIN b WITHIN … ON a.k = b.k``: records of the two streams
+    with the same key and close event times (see :class:`StreamStreamJoin`). The key is
+    emitted under the left stream's name for it; a right column the left also has gets the
+    right stream's name as a suffix. ``a RIGHT JOIN b`` is ``b LEFT JOIN a``, as in ksqlDB."""
+    how = _how(parsed, join, _STREAM_STREAM_JOINS,
+               "a stream–stream join is JOIN, LEFT JOIN, RIGHT JOIN or FULL OUTER JOIN")
     if parsed.within is None:
         raise parsed.error(join, "JOIN", "a stream–stream join needs a time bound: JOIN "
                            f"{right.name} WITHIN 1 HOUR ON … (or WITHIN (before, after))")
     within = within_of(parsed.within)
+    if how == "right":  # b within (before, after) of a is a within (after, before) of b
+        how, left, right = "left", right, left
+        within = dataclasses.replace(within, before=within.after, after=within.before)
     on, right_key = _join_columns(parsed, join, left, right)
     columns, times = [], []
     for side in (left, right):
