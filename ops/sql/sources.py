@@ -289,14 +289,14 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
         how, left, right = "left", right, left
         within = dataclasses.replace(within, before=within.after, after=within.before)
     on, right_key = _join_columns(parsed, join, left, right)
-    columns, times = [], []
+    columns, times, timed = [], [], []
     for side in (left, right):
         names = _reader_columns(side, "a stream–stream join keeps both streams' records")
-        if not side.timestamp:
-            raise SqlError(f"JOIN {side.name}: a stream–stream join needs each stream's event "
-                           f"time: sp.register({side.name!r}, …, timestamp='ts')")
+        side, time = _timed(side)
         columns.append(names)
-        times.append(side.columns().find(side.timestamp) or side.timestamp)
+        times.append(side.columns().find(time) or time)
+        timed.append(side)
+    left, right = timed
     assert left.stream is not None and right.stream is not None
     events = _merged(join, left.stream, right.stream)
     if right_key != on:
@@ -319,7 +319,25 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
     except PipelineDefinitionError as exc:  # a bound pandas cannot hold, say
         raise SqlError(f"WITHIN {' '.join(t.text for t in parsed.within)}: {exc}") from None
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
-    return Input(joined, times[0], scope, kinds=kinds)
+    # a ROWTIME is the join's event time, not one of its columns
+    return Input(joined, times[0] if times[0] in columns[0] else None, scope, kinds=kinds)
+
+
+def _timed(named: _Named) -> tuple[_Named, str]:
+    """``named`` and its event-time column: its registered one, else its records' own
+    (ksqlDB's ``ROWTIME``: a Kafka record's timestamp, a publish's or a file's time)."""
+    if named.timestamp:
+        return named, named.timestamp
+    assert named.stream is not None
+    source = named.stream.source
+    found = source.with_rowtime()
+    if found is None:
+        raise SqlError(f"JOIN {named.name}: a stream–stream join needs each stream's event "
+                       f"time, and {source.name}'s records have none of their own (no ROWTIME): "
+                       f"sp.register({named.name!r}, …, timestamp='ts')")
+    timed, column = found
+    return dataclasses.replace(named, stream=dataclasses.replace(named.stream, source=timed),
+                               timestamp=column), column
 
 
 def _joined_kinds(left: _Named, right: _Named,

@@ -11,6 +11,7 @@ import pytest
 
 import ops as sp
 from ops import SqlError
+from ops.sources.callback import CallbackSource
 from tests.ops.sql.test_ksql_semantics import Run, values
 
 ORDERS = {"order_id": "string", "user_id": "string", "amount": "long", "ts": "timestamp"}
@@ -282,10 +283,39 @@ def test_stream_stream_joins_refuse(statement, message):
     found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
     with pytest.raises(SqlError, match=message):
         sp.sql(statement, catalog=found)
-    found.register("views", sp.read.from_callback("views", schema=VIEWS))
-    with pytest.raises(SqlError, match="needs each stream's event time"):
+    # a stream registered without timestamp= joins on its records' own time (ROWTIME), unless
+    # its source's records have none
+    untimed = sp.read.from_callback("views", schema=VIEWS)
+    found.register("views", sp.Stream(_Untimed(**vars(untimed.source))))
+    with pytest.raises(SqlError, match="needs each stream's event time, and views's records "
+                                       "have none of their own"):
         sp.sql("CREATE STREAM s AS SELECT * FROM clicks c JOIN views v WITHIN 1 SECOND "
                "ON c.uid = v.uid", catalog=found)
+
+
+class _Untimed(CallbackSource):
+    """A source whose records have no time of their own."""
+
+    def with_rowtime(self):
+        return None
+
+
+def test_streams_registered_without_event_times_join_on_their_rowtime():
+    """ksqlDB's ROWTIME: a callback stream registered without ``timestamp=`` joins on the time
+    its records were published (here given as the ``ROWTIME`` the source adds to each row)."""
+    found = sp.Catalog()
+    found.register("clicks", sp.read.from_callback("clicks", schema=CLICKS))
+    found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
+    pipeline = sp.sql("CREATE STREAM s AS SELECT c.uid, c.page, v.ad FROM clicks c JOIN views v "
+                      "WITHIN 10 SECONDS ON c.uid = v.uid", catalog=found)
+    join = pipeline.stream.operators[-2]
+    assert (join.left.time, join.right.time) == ("ROWTIME", "ts")
+    assert pipeline.stream.source.parts[0].rowtime  # the clicks' source adds it
+    run = Run(pipeline)
+    published = [{**click("u1", "a", 100), "ROWTIME": T0 + pd.Timedelta(seconds=second)}
+                 for second in (0, 30)]
+    out = run.feed(published[0], published[1], view("u1", "x", 5))
+    assert values(out, "uid", "page", "ad") == [("u1", "a", "x")]  # the ts of 100 is not its time
 
 
 # -- found in review --------------------------------------------------------------------
