@@ -1,6 +1,8 @@
-"""ksqlDB's ROWTIME, end to end: a stream registered without ``timestamp=`` joins WITHIN on its
-records' own time, which its source gives (a publish's time for a callback, a file's
-modification time for files; a Kafka record's timestamp is checked with the broker tests)."""
+"""Stream–stream joins end to end (Spark, Delta state, both modes): each side's own stream
+time and a kept side's late records across a crash, and ksqlDB's ROWTIME: a stream registered
+without ``timestamp=`` joins WITHIN on its records' own time, which its source gives (a
+publish's time for a callback, a file's modification time for files; a Kafka record's
+timestamp is not run here: it needs a broker)."""
 
 import json
 import os
@@ -60,3 +62,32 @@ def test_file_streams_join_on_their_files_modification_times(spark, tmp_path):
     warehouse = str(tmp_path / "warehouse")
     pipeline.run_once(spark, warehouse)
     assert _pairs(pipeline.read_sink(spark, "clicked", warehouse)) == [("u1", "a", "newer")]
+
+
+def _t(second):
+    return (pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(seconds=second)).isoformat()
+
+
+@pytest.mark.parametrize("mode, step", [("driver", "before_checkpoint_commit"),
+                                        ("distributed", "after_sink_write")])
+def test_each_sides_time_and_late_records_survive_a_crash(spark, mode, step):
+    """The views run ahead to 100, yet the click at 0 waits for the clicks' time and pairs with
+    a view at 3; the clicks' time then passes 10 (u3's click, alone) and a click at 5 is late for
+    it, so it is emitted at once with no view. Each side's time comes back from the checkpoint."""
+    catalog = sp.Catalog()
+    for name, schema in (("clicks", CLICKS), ("views", VIEWS)):
+        catalog.register(name, sp.read.from_callback(
+            name, schema={**schema, "ts": "timestamp"}, max_versions=1), timestamp="ts")
+    pipeline = sp.sql("CREATE STREAM clicked AS SELECT c.uid, c.page, v.ad FROM clicks c LEFT "
+                      "JOIN views v WITHIN 10 SECONDS GRACE PERIOD 0 SECONDS ON c.uid = v.uid",
+                      catalog=catalog).with_mode(mode)
+    result = run_records(
+        pipeline,
+        {"clicks": [{"uid": "u1", "page": "a", "ts": _t(0)}],
+         "views": [{"uid": "u9", "ad": "q", "ts": _t(100)}]},
+        {"views": [{"uid": "u1", "ad": "x", "ts": _t(3)}]},
+        {"clicks": [{"uid": "u2", "page": "b", "ts": _t(50)}, {"uid": "u3", "page": "c", "ts": _t(10)}]},
+        {"clicks": [{"uid": "u4", "page": "d", "ts": _t(5)}]},
+        spark=spark, crash_at_step=step, crash=2)
+    assert [(u, p, None if pd.isna(a) else a) for u, p, a in _pairs(result.outputs["clicked"])] == [
+        ("u1", "a", "x"), ("u3", "c", None), ("u4", "d", None)]
