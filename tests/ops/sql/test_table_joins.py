@@ -316,6 +316,13 @@ def test_streams_registered_without_event_times_join_on_their_rowtime():
                  for second in (0, 30)]
     out = run.feed(published[0], published[1], view("u1", "x", 5))
     assert values(out, "uid", "page", "ad") == [("u1", "a", "x")]  # the ts of 100 is not its time
+    # a Kafka record's ROWTIME is its timestamp, a column every Kafka row has (no broker here:
+    # the statement is only compiled)
+    found.register("clicks", sp.read.from_kafka("clicks", bootstrap="localhost:1",
+                                                schema={"uid": "string", "page": "string"}))
+    join = sp.sql("CREATE STREAM s AS SELECT c.uid, c.page, v.ad FROM clicks c JOIN views v "
+                  "WITHIN 10 SECONDS ON c.uid = v.uid", catalog=found).stream.operators[-2]
+    assert join.left.time == "_timestamp"
 
 
 # -- found in review --------------------------------------------------------------------
