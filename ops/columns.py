@@ -16,6 +16,10 @@ OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelo
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
 
+#: ksqlDB's ROWTIME: the record's own time, given to a stream registered without an event-time
+#: column where its source has one (a Kafka record's timestamp, a publish's or file's time).
+ROWTIME = "ROWTIME"
+
 #: What every row read from Kafka carries besides its value's fields; ``_key`` (the record's
 #: key as text) keys the stream unless the source names other key fields.
 KAFKA_KEY = "_key"

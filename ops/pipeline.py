@@ -219,8 +219,9 @@ class Stream:
         """Join two streams' records of the same key (in column ``on``) whose event times are
         close, given a merged stream of both: a right record from ``before`` earlier to
         ``after`` later than a left one (ksqlDB's ``WITHIN``). ``how``: ``inner``, ``left`` or
-        ``outer`` (unmatched records emitted once no on-time record can match them); records
-        later than ``grace`` are dropped. See :class:`StreamStreamJoin`."""
+        ``outer`` (unmatched records emitted once no record can match them). Each side keeps a
+        record until its own stream time passes the record's time + before + after + ``grace``;
+        one arriving after that is late and kept no longer. See :class:`StreamStreamJoin`."""
         named = self._name_for(name, "stream_join")
         op = StreamStreamJoin(name=named, on=on, left=left, right=right,
                               before_ms=_duration(named, "before", before),

@@ -529,6 +529,20 @@ def metadata_at(path: str, version: int) -> dict[str, Any] | None:
             "schemaString": found.schema().to_json()}
 
 
+def commit_times(path: str, first: int, last: int) -> dict[int, int]:
+    """The time (epoch ms) each of commits ``first..last`` of the table at ``path`` was made,
+    from its ``commitInfo`` (a publish's time, for a callback source's inbox); a commit the
+    log no longer holds (cleaned up by log retention) is left out."""
+    found = table(path)
+    if found is None or last < first:
+        return {}
+    newest = int(found.version())
+    entries = _calling(path, "reading the history of",
+                       lambda: found.history(max(newest - first + 1, 1)))
+    return {int(entry["version"]): int(entry["timestamp"]) for entry in entries
+            if "version" in entry and "timestamp" in entry and first <= int(entry["version"]) <= last}
+
+
 def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
     """The actions of commit ``version`` of the local table at ``path``, from its JSON file;
     ``None`` when that file is gone (cleaned up by log retention) or the table is not local.

@@ -106,6 +106,11 @@ class Source(ABC):
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         """Exactly the records of ``(start, end]``, in order, validated."""
 
+    def with_rowtime(self) -> tuple[Source, str] | None:
+        """This source with its records' own time in a column (ksqlDB's ``ROWTIME``), and that
+        column's name; ``None`` when its records have no time of their own."""
+        return None
+
     def read_frame(self, ctx: RunContext, start: Any, end: Any) -> FrameSlice:
         """:meth:`read` for distributed mode, as a Spark DataFrame. This default reads on the
         driver and hands the rows to Spark; sources that Spark can read directly override it."""

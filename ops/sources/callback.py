@@ -3,6 +3,7 @@ the pipeline's inbox table before any batch reads them."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -12,8 +13,9 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from state import PipelineLayout, appended, tables
+from state import PipelineLayout, appended, delta_io, tables
 
+from ..columns import ROWTIME
 from ..context import RunContext
 from .base import REJECTED_COLUMNS, Slice, Source, version_slices
 from .records import RecordSchema, encode_record, parse_payload
@@ -46,6 +48,8 @@ class CallbackSource(Source):
     name: str
     schema: RecordSchema
     max_versions: int | None = None
+    #: add ``ROWTIME``: the time of the publish that stored each record (see with_rowtime)
+    rowtime: bool = False
 
     def tables(self, layout: PipelineLayout) -> list[str]:
         return [layout.inbox(self.name)]
@@ -59,9 +63,20 @@ class CallbackSource(Source):
         return version_slices(start, latest, self.max_versions, limit)
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
-        rows = appended.inserted_rows(ctx.spark, ctx.layout.inbox(self.name), int(start) + 1,
-                                      int(end), order_by=("seq",))
-        return _validate(self.schema, rows[[appended.VERSION, "seq", "payload"]])
+        path = ctx.layout.inbox(self.name)
+        rows = appended.inserted_rows(ctx.spark, path, int(start) + 1, int(end), order_by=("seq",))
+        sliced = _validate(self.schema, rows[[appended.VERSION, "seq", "payload"]])
+        if self.rowtime:  # each good row's publish: the commit that stored it
+            published = delta_io.commit_times(path, int(start) + 1, int(end))
+            versions = rows[appended.VERSION].to_numpy()[sliced.good.index]
+            sliced.good[ROWTIME] = pd.to_datetime(
+                pd.Series([published.get(int(v)) for v in versions], index=sliced.good.index,
+                          dtype="Int64"), unit="ms", utc=True)
+        return sliced
+
+    def with_rowtime(self) -> tuple[Source, str]:
+        """ROWTIME is the time of the publish that stored the record (its commit's time)."""
+        return dataclasses.replace(self, rowtime=True), ROWTIME
 
     def lag(self, ctx: RunContext, after: Any) -> int:
         path = ctx.layout.inbox(self.name)

@@ -8,6 +8,7 @@ into the directory); names starting with ``.`` or ``_`` are ignored.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from pyspark.sql.types import (
 
 from state import PipelineLayout, tables
 
+from ..columns import ROWTIME
 from ..context import RunContext
 from ..errors import ConfigError, PipelineDefinitionError
 from .base import REJECTED_COLUMNS, Slice, Source
@@ -73,6 +75,8 @@ class FileSource(Source):
     schema: RecordSchema
     max_files: int | None = None
     options: tuple[tuple[str, str], ...] = ()
+    #: add ``ROWTIME``: the modification time of the file each record is in (see with_rowtime)
+    rowtime: bool = False
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -157,9 +161,9 @@ class FileSource(Source):
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         manifest = tables.read(ctx.spark, ctx.layout.manifest(self.name))
-        files = [row["path"] for row in manifest.where((F.col("seq") > int(start))
-                                                       & (F.col("seq") <= int(end)))
-                 .orderBy("seq").select("path").collect()]
+        entries = (manifest.where((F.col("seq") > int(start)) & (F.col("seq") <= int(end)))
+                   .orderBy("seq").select("path", "modified_ms").collect())
+        files = [row["path"] for row in entries]
         unreadable = []
         try:
             rows = self._load(ctx.spark, files)
@@ -172,12 +176,20 @@ class FileSource(Source):
                 except Exception as exc:
                     unreadable.append((path, str(exc).splitlines()[0][:300]))
             rows = self._load(ctx.spark, readable) if readable else pd.DataFrame()
+        if self.rowtime and not rows.empty:  # the time the manifest numbered the file by
+            modified = {_plain(row["path"]): row["modified_ms"] for row in entries}
+            rows[ROWTIME] = pd.to_datetime(rows["_path"].map(lambda p: modified[_plain(p)]),
+                                           unit="ms", utc=True)
         good, rejected = self._split(rows)
         rejected = pd.concat([rejected, pd.DataFrame(
             {"position": [p for p, _ in unreadable], "raw": [None] * len(unreadable),
              "reason": [f"unreadable {self.format} file: {m}" for _, m in unreadable]})],
             ignore_index=True)
         return Slice(good=good, rejected=rejected[REJECTED_COLUMNS])
+
+    def with_rowtime(self) -> tuple[Source, str]:
+        """ROWTIME is the modification time of the file the record is in."""
+        return dataclasses.replace(self, rowtime=True), ROWTIME
 
     def _load(self, spark: SparkSession, paths: list[str]) -> pd.DataFrame:
         """Rows of ``paths`` in manifest order then file order, with ``_path`` and ``_line``."""

@@ -166,6 +166,10 @@ class KafkaSource(Source):
                 budget -= step
         return end
 
+    def with_rowtime(self) -> tuple[Source, str]:
+        """ROWTIME is the record's Kafka timestamp, which every row carries as ``_timestamp``."""
+        return self, "_timestamp"
+
     def lag(self, ctx: RunContext, after: Any) -> int:
         return sum(self.lag_by_part(ctx, after).values())
 

@@ -4,6 +4,7 @@ its expressions may name."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ _UNSUPPORTED_CLAUSES = {"order": "ORDER BY", "limit": "LIMIT",
 # the join kinds each join takes, by sqlglot's side or kind of the JOIN
 _STREAM_TABLE_JOINS = {"": "inner", "INNER": "inner", "LEFT": "left"}
 _TWO_SIDED_JOINS = {**_STREAM_TABLE_JOINS, "FULL": "outer"}
+#: ksqlDB runs ``a RIGHT JOIN b`` (streams) as ``b LEFT JOIN a``
+_STREAM_STREAM_JOINS = {**_TWO_SIDED_JOINS, "RIGHT": "right"}
 
 
 @dataclass(frozen=True)
@@ -272,25 +275,28 @@ def _stream_kept_table_join(parsed: Statement, left: _Named, right: _Named,
 
 
 def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: exp.Join) -> Input:
-    """``a [LEFT|FULL OUTER] JOIN b WITHIN … ON a.k = b.k``: records of the two streams with
-    the same key and close event times (see :class:`StreamStreamJoin`). The key is emitted
-    under the left stream's name for it; a right column the left also has gets the right
-    stream's name as a suffix."""
-    how = _how(parsed, join, _TWO_SIDED_JOINS,
-               "a stream–stream join is JOIN, LEFT JOIN or FULL OUTER JOIN")
+    """``a [LEFT|RIGHT|FULL OUTER] JOIN b WITHIN … ON a.k = b.k``: records of the two streams
+    with the same key and close event times (see :class:`StreamStreamJoin`). The key is
+    emitted under the left stream's name for it; a right column the left also has gets the
+    right stream's name as a suffix. ``a RIGHT JOIN b`` is ``b LEFT JOIN a``, as in ksqlDB."""
+    how = _how(parsed, join, _STREAM_STREAM_JOINS,
+               "a stream–stream join is JOIN, LEFT JOIN, RIGHT JOIN or FULL OUTER JOIN")
     if parsed.within is None:
         raise parsed.error(join, "JOIN", "a stream–stream join needs a time bound: JOIN "
                            f"{right.name} WITHIN 1 HOUR ON … (or WITHIN (before, after))")
     within = within_of(parsed.within)
+    if how == "right":  # b within (before, after) of a is a within (after, before) of b
+        how, left, right = "left", right, left
+        within = dataclasses.replace(within, before=within.after, after=within.before)
     on, right_key = _join_columns(parsed, join, left, right)
-    columns, times = [], []
+    columns, times, timed = [], [], []
     for side in (left, right):
         names = _reader_columns(side, "a stream–stream join keeps both streams' records")
-        if not side.timestamp:
-            raise SqlError(f"JOIN {side.name}: a stream–stream join needs each stream's event "
-                           f"time: sp.register({side.name!r}, …, timestamp='ts')")
+        side, time = _timed(side)
         columns.append(names)
-        times.append(side.columns().find(side.timestamp) or side.timestamp)
+        times.append(side.columns().find(time) or time)
+        timed.append(side)
+    left, right = timed
     assert left.stream is not None and right.stream is not None
     events = _merged(join, left.stream, right.stream)
     if right_key != on:
@@ -313,7 +319,25 @@ def _stream_stream_join(parsed: Statement, left: _Named, right: _Named, join: ex
     except PipelineDefinitionError as exc:  # a bound pandas cannot hold, say
         raise SqlError(f"WITHIN {' '.join(t.text for t in parsed.within)}: {exc}") from None
     scope = Scope((*left.scope().sides, *right.scope(renamed).sides))
-    return Input(joined, times[0], scope, kinds=kinds)
+    # a ROWTIME is the join's event time, not one of its columns
+    return Input(joined, times[0] if times[0] in columns[0] else None, scope, kinds=kinds)
+
+
+def _timed(named: _Named) -> tuple[_Named, str]:
+    """``named`` and its event-time column: its registered one, else its records' own
+    (ksqlDB's ``ROWTIME``: a Kafka record's timestamp, a publish's or a file's time)."""
+    if named.timestamp:
+        return named, named.timestamp
+    assert named.stream is not None
+    source = named.stream.source
+    found = source.with_rowtime()
+    if found is None:
+        raise SqlError(f"JOIN {named.name}: a stream–stream join needs each stream's event "
+                       f"time, and {source.name}'s records have none of their own (no ROWTIME): "
+                       f"sp.register({named.name!r}, …, timestamp='ts')")
+    timed, column = found
+    return dataclasses.replace(named, stream=dataclasses.replace(named.stream, source=timed),
+                               timestamp=column), column
 
 
 def _joined_kinds(left: _Named, right: _Named,

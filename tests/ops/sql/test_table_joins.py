@@ -4,11 +4,14 @@ the table, and two tables joined. Checked batch by batch against hand-computed r
 restart through the encoded state in the middle (the Spark test in ``test_state_tables`` runs
 them end to end)."""
 
+import json
+
 import pandas as pd
 import pytest
 
 import ops as sp
 from ops import SqlError
+from ops.sources.callback import CallbackSource
 from tests.ops.sql.test_ksql_semantics import Run, values
 
 ORDERS = {"order_id": "string", "user_id": "string", "amount": "long", "ts": "timestamp"}
@@ -165,9 +168,9 @@ def test_an_inner_join_within_pairs_close_records_whichever_comes_second_and_dro
     second = run.feed(click("u1", "b", 14), click("u2", "c", 20))
     assert values(second, "uid", "page", "ad") == [("u1", "b", "x")]
     run.restart()
-    # stream time is 20: a click at 4 is late (4 + 10 + 5 < 20) though its view at 5 is kept;
-    # a view at 12 is not (12 + 10 + 5 >= 20) and meets the click at 14 (the one at 0 is 12 s off)
-    third = run.feed(click("u1", "late", 4), view("u1", "z", 12))
+    # the clicks' time is 20: a click at -6 is late (-6 + 10 + 10 + 5 < 20) and 11 s from the
+    # view at 5, so it is dropped; a view at 12 meets the click at 14 (the one at 0 is 12 s off)
+    third = run.feed(click("u1", "late", -6), view("u1", "z", 12))
     assert values(third, "uid", "page", "ad") == [("u1", "b", "z")]
 
 
@@ -176,9 +179,12 @@ def test_a_left_join_emits_an_unmatched_left_record_once_nothing_can_match_it():
     assert values(run.feed(click("u1", "a", 0), click("u3", "d", 1), view("u1", "x", 5)),
                   "uid", "page", "ad") == [("u1", "a", "x")]
     run.restart()
-    # stream time 30: records up to 30 - (10 + 10 + 5) are out of reach; u3's click matched
+    # the views moving on does not end a click's wait: a view as late as 6 still pairs with it
+    assert values(run.feed(view("u9", "q", 30)), "uid", "page", "ad") == []
+    # the clicks' time 30: clicks up to 30 - (10 + 10 + 5) are out of reach; u3's matched
     # nothing (u1's did), so it is emitted with no ad; the view at 5 is kept until 30 is passed
-    assert values(run.feed(view("u9", "q", 30)), "uid", "page", "ad") == [("u3", "d", None)]
+    assert values(run.feed(click("u9", "p", 30)), "uid", "page", "ad") == [
+        ("u9", "p", "q"), ("u3", "d", None)]
     assert values(run.feed(click("u1", "e", 31)), "uid", "page", "ad") == []
 
 
@@ -187,7 +193,8 @@ def test_a_full_outer_join_emits_both_sides_unmatched_records_and_the_key_of_eit
     run.feed(click("u1", "a", 0), view("u1", "x", 5))
     run.restart()
     run.feed(view("u9", "q", 30), click("u1", "e", 31))
-    out = run.feed(view("u5", "w", 60))  # 31 + 25 < 60 and 30 + 25 < 60: both out of reach
+    # each side's time 60: 31 + 25 < 60 and 30 + 25 < 60, both out of reach
+    out = run.feed(view("u5", "w", 60), click("u7", "f", 60))
     assert sorted(values(out, "uid", "page", "ad"), key=str) == [("u1", "e", None), ("u9", None, "q")]
 
 
@@ -198,6 +205,68 @@ def test_within_before_and_after_bounds_a_right_record_on_each_side():
     assert values(out, "page", "ad") == [("a", "same"), ("a", "later")]
 
 
+
+def test_a_late_record_of_a_kept_side_is_emitted_at_once_with_nulls():
+    """ksqlDB: a record too late to be kept is still a record of its stream; a LEFT join
+    emits it with nulls unless a record the other side keeps pairs with it."""
+    run = within("LEFT JOIN")
+    assert values(run.feed(click("u1", "a", 100), view("u2", "x", 55)), "uid", "page", "ad") == []
+    run.restart()
+    # the clicks' time is 100: clicks at 50 and 40 are late (50 + 25 < 100), but the views have
+    # not passed 55: the first pairs with it, the second has no view and is emitted alone
+    late = run.feed(click("u2", "b", 50), click("u3", "c", 40))
+    assert values(late, "uid", "page", "ad") == [("u3", "c", None), ("u2", "b", "x")]
+    run.restart()
+    assert values(run.feed(click("u3", "d", 101)), "uid", "page", "ad") == []  # none was kept
+    outer = within("FULL OUTER JOIN")
+    outer.feed(view("u1", "x", 100))
+    assert values(outer.feed(view("u4", "y", 50)), "uid", "page", "ad") == [("u4", None, "y")]
+    inner = within("JOIN")
+    inner.feed(click("u1", "a", 100))
+    assert values(inner.feed(click("u4", "b", 50)), "uid", "page", "ad") == []
+
+
+def test_a_record_pairs_with_the_other_sides_records_until_that_side_moves_past_them():
+    """Each side keeps its own time (ksqlDB): the views running ahead to 100 do not end the
+    click at 0, which the clicks have not moved past; a view at 3, late for the views, still
+    pairs with it."""
+    run = within("JOIN")
+    assert values(run.feed(click("u1", "a", 0), view("u9", "q", 100)), "uid", "page", "ad") == []
+    run.restart()
+    assert values(run.feed(view("u1", "x", 3)), "uid", "page", "ad") == [("u1", "a", "x")]
+    # the view at 3 was too late to be kept: a click after it does not meet it
+    assert values(run.feed(click("u1", "b", 4)), "uid", "page", "ad") == []
+
+
+def test_a_checkpoint_with_one_stream_time_gives_it_to_both_sides():
+    """State written before each side kept its own time holds one stream time: both sides
+    start from it (the click at 0 is then out of reach and a LEFT join emits it)."""
+    run = within("LEFT JOIN")
+    run.feed(click("u1", "a", 0), view("u2", "x", 40))
+    run.restart()
+    clock = next(key for key in run.saved if key[1] == '"__clock__"')
+    assert set(json.loads(run.saved[clock])) == {"time", "late", "l", "r"}
+    run.saved[clock] = json.dumps({"time": json.loads(run.saved[clock])["time"], "late": 0})
+    run.restart()
+    assert values(run.feed(view("u7", "y", 41)), "uid", "page", "ad") == [("u1", "a", None)]
+
+
+def test_a_right_join_is_a_left_join_with_the_sides_swapped():
+    """ksqlDB runs ``a RIGHT JOIN b`` as ``b LEFT JOIN a``: every view is emitted, with its
+    clicks or alone once nothing can match it; an unmatched click never is."""
+    run = within("RIGHT JOIN")
+    first = run.feed(view("u1", "x", 0), click("u1", "a", 5), view("u2", "y", 1), click("u8", "b", 2))
+    assert values(first, "uid", "page", "ad") == [("u1", "a", "x")]
+    run.restart()
+    assert values(run.feed(view("u9", "z", 30)), "uid", "page", "ad") == [("u2", None, "y")]
+    assert values(run.feed(click("u7", "c", 40)), "uid", "page", "ad") == []
+    # WITHIN (before, after) bounds a view around a click, whichever side is kept
+    bounded = within("RIGHT JOIN", "(0 SECONDS, 10 SECONDS) GRACE PERIOD 0 SECONDS")
+    out = bounded.feed(view("u1", "early", 1), click("u1", "a", 2), view("u1", "same", 2),
+                       view("u1", "later", 12), view("u1", "too_late", 13))
+    # (the view at 1, never matched, is out of reach once the views reach 13: it is emitted)
+    assert values(out, "page", "ad") == [("a", "same"), ("a", "later"), (None, "early")]
+
 @pytest.mark.parametrize("statement, message", [
     ("CREATE STREAM s AS SELECT * FROM clicks c JOIN views v ON c.uid = v.uid",
      "a stream–stream join needs a time bound"),
@@ -205,8 +274,8 @@ def test_within_before_and_after_bounds_a_right_record_on_each_side():
      "5 PARSECS is not a duration"),
     ("CREATE STREAM s AS SELECT * FROM clicks c JOIN views v WITHIN ON c.uid = v.uid",
      "WITHIN needs a time bound"),
-    ("CREATE STREAM s AS SELECT * FROM clicks c RIGHT JOIN views v WITHIN 5 SECONDS ON c.uid = v.uid",
-     "JOIN, LEFT JOIN or FULL OUTER JOIN, not RIGHT JOIN"),
+    ("CREATE STREAM s AS SELECT * FROM clicks c CROSS JOIN views v WITHIN 5 SECONDS ON c.uid = v.uid",
+     "JOIN, LEFT JOIN, RIGHT JOIN or FULL OUTER JOIN, not CROSS JOIN"),
 ])
 def test_stream_stream_joins_refuse(statement, message):
     found = sp.Catalog()
@@ -214,10 +283,46 @@ def test_stream_stream_joins_refuse(statement, message):
     found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
     with pytest.raises(SqlError, match=message):
         sp.sql(statement, catalog=found)
-    found.register("views", sp.read.from_callback("views", schema=VIEWS))
-    with pytest.raises(SqlError, match="needs each stream's event time"):
+    # a stream registered without timestamp= joins on its records' own time (ROWTIME), unless
+    # its source's records have none
+    untimed = sp.read.from_callback("views", schema=VIEWS)
+    found.register("views", sp.Stream(_Untimed(**vars(untimed.source))))
+    with pytest.raises(SqlError, match="needs each stream's event time, and views's records "
+                                       "have none of their own"):
         sp.sql("CREATE STREAM s AS SELECT * FROM clicks c JOIN views v WITHIN 1 SECOND "
                "ON c.uid = v.uid", catalog=found)
+
+
+class _Untimed(CallbackSource):
+    """A source whose records have no time of their own."""
+
+    def with_rowtime(self):
+        return None
+
+
+def test_streams_registered_without_event_times_join_on_their_rowtime():
+    """ksqlDB's ROWTIME: a callback stream registered without ``timestamp=`` joins on the time
+    its records were published (here given as the ``ROWTIME`` the source adds to each row)."""
+    found = sp.Catalog()
+    found.register("clicks", sp.read.from_callback("clicks", schema=CLICKS))
+    found.register("views", sp.read.from_callback("views", schema=VIEWS), timestamp="ts")
+    pipeline = sp.sql("CREATE STREAM s AS SELECT c.uid, c.page, v.ad FROM clicks c JOIN views v "
+                      "WITHIN 10 SECONDS ON c.uid = v.uid", catalog=found)
+    join = pipeline.stream.operators[-2]
+    assert (join.left.time, join.right.time) == ("ROWTIME", "ts")
+    assert pipeline.stream.source.parts[0].rowtime  # the clicks' source adds it
+    run = Run(pipeline)
+    published = [{**click("u1", "a", 100), "ROWTIME": T0 + pd.Timedelta(seconds=second)}
+                 for second in (0, 30)]
+    out = run.feed(published[0], published[1], view("u1", "x", 5))
+    assert values(out, "uid", "page", "ad") == [("u1", "a", "x")]  # the ts of 100 is not its time
+    # a Kafka record's ROWTIME is its timestamp, a column every Kafka row has (no broker here:
+    # the statement is only compiled)
+    found.register("clicks", sp.read.from_kafka("clicks", bootstrap="localhost:1",
+                                                schema={"uid": "string", "page": "string"}))
+    join = sp.sql("CREATE STREAM s AS SELECT c.uid, c.page, v.ad FROM clicks c JOIN views v "
+                  "WITHIN 10 SECONDS ON c.uid = v.uid", catalog=found).stream.operators[-2]
+    assert join.left.time == "_timestamp"
 
 
 # -- found in review --------------------------------------------------------------------
