@@ -3,7 +3,7 @@ and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it m
 
 ``catalog`` holds the names ``FROM`` reads; ``statement`` parses a statement and
 ``clauses`` reads ksqlDB's WINDOW and EMIT; ``names`` resolves columns and points errors at
-the text; ``sources`` turns ``FROM``/``JOIN`` into a stream; ``engine`` evaluates expressions
+the text; ``inputs`` turns ``FROM``/``JOIN`` into a stream; ``engine`` evaluates expressions
 with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull and
 push queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
 another.

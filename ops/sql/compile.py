@@ -12,7 +12,7 @@ The pipeline is: WHERE (a filter), the columns GROUP BY and the aggregates' argu
 what the table shows), and the SELECT list over the aggregates (:class:`TableProjection`, only
 when it is more than the keys and the aggregates). Every expression is evaluated by DuckDB
 (:mod:`ops.sql.engine`); columns are resolved case-insensitively (:mod:`ops.sql.names`);
-:mod:`ops.sql.statement` reads the text and :mod:`ops.sql.sources` what ``FROM`` and ``JOIN``
+:mod:`ops.sql.statement` reads the text and :mod:`ops.sql.inputs` what ``FROM`` and ``JOIN``
 name.
 """
 
@@ -33,8 +33,8 @@ from ..sources.records import RecordSchema
 from .catalog import Catalog
 from .clauses import window_of
 from .engine import Expressions, known_function
+from .inputs import Input, read_from
 from .names import Scope, snippet
-from .sources import Input, read_from
 from .statement import Statement, parse
 
 _AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
