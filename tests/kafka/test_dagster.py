@@ -6,7 +6,7 @@ import dagster as dg
 import ops as sp
 from assets import PIPELINE_TAG, SparkResource, WarehouseResource, make_pipeline_asset, make_pipeline_sensor
 from ops.kafka_client import create_topic, send_json
-from tests.dagster_project.sensing import placeholder_job, tick
+from tests.assets.sensing import placeholder_job, tick
 
 
 def test_sensor_on_offsets_and_lag_per_partition_in_the_asset(spark, warehouse, kafka, topic):

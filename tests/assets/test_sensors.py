@@ -9,7 +9,7 @@ import pandas as pd
 
 import ops as sp
 from assets import PIPELINE_TAG, make_pipeline_sensor
-from tests.dagster_project.sensing import placeholder_job, tick
+from tests.assets.sensing import placeholder_job, tick
 
 
 def _in_flight_run(instance, pipeline_name):
