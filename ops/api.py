@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import numpy as np
 import pandas as pd
@@ -309,7 +309,7 @@ def _epoch_ms(at: Any, operator: str) -> int:
         if not math.isfinite(at):
             raise ValueError(f"operator {operator!r}: set_timer(at={at!r}): a deadline must be "
                              "a finite number of epoch ms")
-        return int(at)
+        return int(cast(SupportsInt, at))
     if isinstance(at, (pd.Timestamp, date, np.datetime64)) or (
             isinstance(at, str) and not _numeric_text(at)):
         try:
@@ -336,7 +336,7 @@ def _duration_ms(duration: Any, operator: str) -> int:
         if not math.isfinite(duration):
             raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}): a duration "
                              "must be a finite number of ms")
-        ms = int(duration)
+        ms = int(cast(SupportsInt, duration))
     elif isinstance(duration, str) and not _numeric_text(duration):
         try:
             ms = int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
@@ -344,9 +344,9 @@ def _duration_ms(duration: Any, operator: str) -> int:
             raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}) is not a "
                              f"duration ({exc}); write it as '30s', '10min', '1h'") from None
     else:
+        kind = "a string without a unit" if isinstance(duration, str) else type(duration).__name__
         raise TypeError(f"operator {operator!r}: set_timer(after={duration!r}) takes a duration: "
-                        "a string with a unit ('30s'), a timedelta or a number of ms, not "
-                        f"{'a string without a unit' if isinstance(duration, str) else type(duration).__name__}")
+                        f"a string with a unit ('30s'), a timedelta or a number of ms, not {kind}")
     if ms < 0:
         raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}) is negative; "
                          "a timer falls due after the batch's time")

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
+from ops.testing import ManualClock
 from state import CheckpointLog, wake_time
 
 from . import timer_child as tc
@@ -149,3 +150,25 @@ def test_ttl_deletes_expired_keys_with_tombstones_in_state(spark, warehouse, mod
     rows = (spark.read.format("delta").load(pipeline.layout(warehouse).state)
             .where("operator = 'quiet' AND deleted").select("key").toPandas())
     assert sorted(rows["key"]) == ["1", "2", "3"]  # 1: expired and set again in batch 2, then expired
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_a_deadline_equal_to_the_clock_starts_no_batch_and_fires_one_ms_later(spark, warehouse, mode):
+    def remind(op, md, data):
+        if md.timer is not None:
+            return pd.DataFrame({"k": [md.key], "fired": [md.timer]})
+        sp.set_timer(op, md, after=60_000)  # a number: ms
+        return None
+
+    pipeline = (sp.read.from_callback("events", key="k", schema=tc.SCHEMA)
+                .map(remind, state=0, name="quiet", timers=True).write.to_delta("out")
+                .named("on_time").with_mode(mode))
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    pipeline.publish(spark, [{"k": 1, "x": 0}], warehouse)
+    assert len(pipeline.run_once(spark, warehouse, clock=clock).batches) == 1
+    clock.advance(60)  # the clock is at the deadline: a batch now would fire nothing
+    assert pipeline.run_once(spark, warehouse, clock=clock).batches == []
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 1
+    clock.advance(1)
+    assert [b.rows_in for b in pipeline.run_once(spark, warehouse, clock=clock).batches] == [0]
+    assert pipeline.read_sink(spark, "out", warehouse)["fired"].tolist() == [1_767_225_660_000]
