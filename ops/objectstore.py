@@ -121,7 +121,7 @@ def check_bucket_name(bucket: str) -> None:
     >>> check_bucket_name("rk")
     Traceback (most recent call last):
     ...
-    ops.errors.ConfigError: bucket name 'rk' is refused by S3: 3 to 63 characters (it has 2)
+    state.errors.ConfigError: bucket name 'rk' is refused by S3: 3 to 63 characters (it has 2)
     """
     broken = None
     if not 3 <= len(bucket) <= 63:
