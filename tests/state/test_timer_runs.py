@@ -172,3 +172,20 @@ def test_a_deadline_equal_to_the_clock_starts_no_batch_and_fires_one_ms_later(sp
     clock.advance(1)
     assert [b.rows_in for b in pipeline.run_once(spark, warehouse, clock=clock).batches] == [0]
     assert pipeline.read_sink(spark, "out", warehouse)["fired"].tolist() == [1_767_225_660_000]
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_md_watermark_is_the_watermark_the_batch_started_with(spark, warehouse, mode):
+    def stamp(op, md, data):
+        return data.assign(watermark=-1 if md.watermark is None else md.watermark)  # one type
+
+    pipeline = (sp.read.from_callback("events", key="k", schema={"k": "long", "ts": "timestamp"},
+                                      max_versions=1)
+                .map(stamp, state=0, name="quiet", event_time="ts", delay="1s")
+                .write.to_delta("out").named("watermarks").with_mode(mode))
+    for seconds in (10, 30):
+        pipeline.publish(spark, [{"k": 1, "ts": pd.Timestamp(seconds, unit="s", tz="UTC")}], warehouse)
+    pipeline.run_once(spark, warehouse)
+
+    seen = pipeline.read_sink(spark, "out", warehouse).sort_values("_batch_id")["watermark"]
+    assert seen.tolist() == [-1, 9_000]  # none before the first event; then 10 s less 1 s
