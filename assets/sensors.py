@@ -46,8 +46,9 @@ def make_pipeline_sensor(pipeline: Pipeline, job: Any,
                          default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                          ) -> dg.SensorDefinition:
     """A sensor that requests ``job`` (a job or asset job) when ``pipeline``'s source shows new
-    input, or when its last checkpoint's ``wake_at`` (the earliest timer or TTL deadline) has
-    passed with no new input: that run is one batch with no input, which fires the timers.
+    input, or when its last checkpoint's ``wake_at`` (the ms after the earliest timer or TTL
+    deadline: the first time a batch fires it) has come with no new input: that run is one
+    batch with no input, which fires the timers.
 
     The run key is the source position (or the deadline), so one position is requested once;
     the cursor moves only to a position that was requested; and while a run of the pipeline is

@@ -29,7 +29,7 @@ from state import (
     track,
 )
 
-from .api import Metadata, Op, clear_timer, get, set, set_timer  # noqa: A004 - KX's names
+from .api import Metadata, Op, clear_timer, get, remove, set, set_timer  # noqa: A004 - KX's names
 from .columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, SOURCE_COLUMN
 from .context import BatchScope, RunContext
 from .errors import (
@@ -129,7 +129,7 @@ from .sql import Catalog, TableQuery, compile_query, query, register, sql
 
 __all__ = [
     # the state API and pipeline builder
-    "Metadata", "Op", "get", "set", "set_timer", "clear_timer", "read", "Stream", "GroupedStream",
+    "Metadata", "Op", "get", "set", "remove", "set_timer", "clear_timer", "read", "Stream", "GroupedStream",
     "WindowedStream", "Writer",
     "Pipeline", "CheckpointPolicy", "Tracked", "track", "Hooks", "HookContext", "GlobalTable",
     "global_table",

@@ -1,5 +1,6 @@
-"""The state API user functions call, KX-shaped: ``get(op, md)``, ``set(op, md, value)``, and
-timers (``set_timer`` / ``clear_timer``).
+"""The state API user functions call, KX-shaped: ``get(op, md)``, ``set(op, md, value)``,
+``remove(op, md)`` (Spark's ``state.remove()``: the key holds nothing again), and timers
+(``set_timer`` / ``clear_timer``).
 
 ``op`` is the handle a stateful function is called with, or its operator's name, or ``None``
 for the pipeline's global storage. ``md`` is the :class:`Metadata` the function was called
@@ -14,12 +15,16 @@ or the next.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from datetime import date, timedelta
+from typing import Any, SupportsInt, cast
 
+import numpy as np
 import pandas as pd
 
 from state import OperatorState, Timers
@@ -37,7 +42,10 @@ class Metadata:
     ``batch_time`` is the batch's processing time (epoch ms, the same on a replay). ``timer``
     says which timer fired: its deadline (epoch ms) when the call is for a due timer (per-key
     mode: the rows are empty), else ``None``; vectorized, a Series of deadlines indexed by the
-    keys whose timers fired (those keys are in ``md.key`` too).
+    keys whose timers fired (those keys are in ``md.key`` too). ``watermark`` is the operator's
+    watermark at the batch's start (epoch ms: the largest event time of the batches before, less
+    its ``delay``; Spark's ``getCurrentWatermarkMs``) for a map with an ``event_time`` column,
+    ``None`` before its first event and for a map without one.
     """
 
     key: Hashable | pd.Index | None
@@ -47,6 +55,7 @@ class Metadata:
     vectorized: bool = False
     batch_time: int = 0
     timer: Any = None
+    watermark: int | None = None
 
     @property
     def seed(self) -> int:
@@ -57,13 +66,15 @@ class Op:
     """Handle to a running operator, passed as ``op`` to stateful functions."""
 
     def __init__(self, name: str, state: OperatorState, pipeline: str,
-                 timers: Timers | None = None, event_time: bool = False, batch_time: int = 0):
+                 timers: Timers | None = None, event_time: bool = False, batch_time: int = 0,
+                 watermark: int | None = None):
         self.name = name
         self.pipeline = pipeline
         self._state = state
         self._timers = timers
         self._event_time = event_time
         self._batch_time = batch_time
+        self._watermark = watermark  # event time: the watermark the batch started with
 
     def __repr__(self) -> str:
         return f"Op({self.pipeline}.{self.name})"
@@ -142,11 +153,41 @@ def set(op: Op | str | None, md: Metadata | Mapping[str, Any] | None, value: Any
     return stored
 
 
+def remove(op: Op | str | None, md: Metadata | Mapping[str, Any] | None, keys: Any = None) -> None:
+    """Delete the state of ``op`` for the key in ``md`` (Spark's ``state.remove()``): the key
+    holds no value any more, ``get`` reads the initial state again, and the next checkpoint
+    writes a tombstone, so ``read_state`` no longer lists the key (``set(op, md, None)`` stores
+    ``None`` as a value instead). The key's timer is not touched (``clear_timer`` removes it).
+
+    Vectorized, ``keys`` (any of ``md.key``: a list, an Index, a Series' index) are removed,
+    every key of ``md.key`` when omitted; a key not in the batch is an error.
+
+    >>> from state import StateStore
+    >>> store = StateStore.of_rows(pd.DataFrame({"operator": [], "key": [], "value": []}))
+    >>> op, md = Op("sum", store.operator("sum", 0), "p"), Metadata("a", 1, "p", "sum")
+    >>> _ = set(op, md, 5); remove(op, md); get(op, md), store.operator("sum").held_keys()
+    (0, [])
+    """
+    state = _state_of(op, md)
+    if isinstance(md, Metadata) and md.vectorized:
+        chosen = _keys(md) if keys is None else pd.Index(list(keys), tupleize_cols=False)
+        _within_batch(md, pd.Series(0, index=chosen), "remove()")
+        state.delete_many(chosen.tolist())
+    elif keys is not None:
+        raise TypeError("remove(op, md, keys) takes keys in vectorized mode only; per key, md "
+                        "names the key")
+    else:
+        state.delete(_key_of(md))
+
+
 def set_timer(op: Op | str, md: Metadata, at: Any = None, *, after: Any = None) -> None:
     """Give ``md``'s key a timer (replacing the one it had): the operator's function is called
     for the key when it falls due, in a batch after the one setting it, even one with no data
-    for the key (``md.timer`` then holds the deadline). ``at`` is the deadline: epoch ms, or a
-    timestamp; ``after`` a duration from the batch's time (``"30s"``, processing time only).
+    for the key (``md.timer`` then holds the deadline). ``at`` is the deadline: epoch ms (an int
+    or a float, NumPy's too), or a timestamp (``pd.Timestamp``, ``datetime``, ``np.datetime64``
+    or an ISO string; naive ones are UTC); ``after`` a duration from the batch's time (processing
+    time only): a string with a unit (``"30s"``), a ``timedelta`` or a number of milliseconds.
+    Anything else is refused, naming the operator and the value.
     Timers are processing time, or event time when the operator has an ``event_time`` column.
     Vectorized, ``at`` may be a Series indexed by some of ``md.key``.
 
@@ -164,15 +205,16 @@ def set_timer(op: Op | str, md: Metadata, at: Any = None, *, after: Any = None) 
         if handle._event_time:
             raise ValueError(f"operator {handle.name!r} keeps event-time timers: give at= (an "
                              "event time), not after=")
-        at = handle._batch_time + _duration_ms(after)
+        at = handle._batch_time + _duration_ms(after, handle.name)
     if md.vectorized and isinstance(at, pd.Series):
         for key, deadline in _within_batch(md, at, "set_timer()").items():
-            timers.set(key, _epoch_ms(deadline))
+            timers.set(key, _epoch_ms(deadline, handle.name))
     elif md.vectorized:
+        deadline = _epoch_ms(at, handle.name)
         for key in _keys(md):
-            timers.set(key, _epoch_ms(at))
+            timers.set(key, deadline)
     else:
-        timers.set(md.key, _epoch_ms(at))
+        timers.set(md.key, _epoch_ms(at, handle.name))
 
 
 def clear_timer(op: Op | str, md: Metadata) -> None:
@@ -259,16 +301,62 @@ def _within_batch(md: Metadata, value: Any, call: str) -> pd.Series:
     return value
 
 
-def _epoch_ms(at: Any) -> int:
-    """A deadline as epoch ms: ints are taken as ms; timestamps (naive ones are UTC)."""
-    if isinstance(at, (int,)) and not isinstance(at, bool):
-        return at
-    if hasattr(at, "item") and isinstance(at.item(), int):  # numpy ints
-        return int(at.item())
-    stamp = pd.Timestamp(at)
-    stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp
-    return int(stamp.value // 1_000_000)
+def _epoch_ms(at: Any, operator: str) -> int:
+    """A deadline as epoch ms: a number is taken as ms (a float too: ``20000.0`` is 20 s after
+    the epoch, not its start); a timestamp (naive ones are UTC). Else a ``TypeError`` naming
+    ``operator`` and the value."""
+    if isinstance(at, numbers.Real) and not isinstance(at, (bool, np.bool_, np.timedelta64)):
+        if not math.isfinite(at):
+            raise ValueError(f"operator {operator!r}: set_timer(at={at!r}): a deadline must be "
+                             "a finite number of epoch ms")
+        return int(cast(SupportsInt, at))
+    if isinstance(at, (pd.Timestamp, date, np.datetime64)) or (
+            isinstance(at, str) and not _numeric_text(at)):
+        try:
+            stamp = pd.Timestamp(at)
+        except ValueError as exc:
+            raise ValueError(f"operator {operator!r}: set_timer(at={at!r}) is not a timestamp "
+                             f"pandas reads ({exc}); give epoch ms or a timestamp") from None
+        if stamp is pd.NaT:
+            raise ValueError(f"operator {operator!r}: set_timer(at={at!r}): the deadline is "
+                             "missing (NaT); give epoch ms or a timestamp")
+        stamp = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp
+        return int(stamp.value // 1_000_000)
+    raise TypeError(f"operator {operator!r}: set_timer(at={at!r}) takes epoch ms (an int or a "
+                    f"float) or a timestamp, not {type(at).__name__}")
 
 
-def _duration_ms(duration: Any) -> int:
-    return int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
+def _duration_ms(duration: Any, operator: str) -> int:
+    """A duration in ms: a number is ms (pandas would read an int as nanoseconds), a string
+    needs its unit (``"30s"``), a ``timedelta`` (or NumPy's) as it is. Negative ones, and
+    anything else, are refused naming ``operator`` and the value."""
+    if isinstance(duration, (timedelta, np.timedelta64)):  # before numbers: NumPy's is an int
+        ms = int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
+    elif isinstance(duration, numbers.Real) and not isinstance(duration, (bool, np.bool_)):
+        if not math.isfinite(duration):
+            raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}): a duration "
+                             "must be a finite number of ms")
+        ms = int(cast(SupportsInt, duration))
+    elif isinstance(duration, str) and not _numeric_text(duration):
+        try:
+            ms = int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
+        except ValueError as exc:
+            raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}) is not a "
+                             f"duration ({exc}); write it as '30s', '10min', '1h'") from None
+    else:
+        kind = "a string without a unit" if isinstance(duration, str) else type(duration).__name__
+        raise TypeError(f"operator {operator!r}: set_timer(after={duration!r}) takes a duration: "
+                        f"a string with a unit ('30s'), a timedelta or a number of ms, not {kind}")
+    if ms < 0:
+        raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}) is negative; "
+                         "a timer falls due after the batch's time")
+    return ms
+
+
+def _numeric_text(text: str) -> bool:
+    """Whether ``text`` is a bare number, whose unit pandas would guess (ns)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -210,8 +210,9 @@ class Checkpoint:
     # How many key groups the pipeline's keys hash into; fixed by its first checkpoint (records
     # written before key groups existed read as the default, which their keys then take).
     key_groups: int = DEFAULT_KEY_GROUPS
-    # When the earliest timer held then falls due (epoch ms; now, when an event-time timer is
-    # due under the watermark): a run started after it fires timers even with no new input.
+    # When the earliest timer held then falls due (epoch ms: the ms after its deadline, as a
+    # timer fires strictly after it; now, when an event-time timer is due under the
+    # watermark): a run started at or after it fires timers even with no new input.
     wake_at: int | None = None
     # What the state means: per state name, the operator keeping it, its keys, codec and value
     # shape (``ops.runtime.meaning``). ``None`` in records written before it was recorded.

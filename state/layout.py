@@ -58,6 +58,12 @@ class PipelineLayout:
         return f"{self.root}/_dead_letters"
 
     @property
+    def failures(self) -> str:
+        """Each operator failure of a batch (``ops.runtime.failures``): a batch failing the
+        same way twice says how to get past it."""
+        return f"{self.root}/_failures"
+
+    @property
     def staging(self) -> str:
         """Scratch folder for Parquet files on their way into a Delta table (never a table)."""
         return f"{self.root}/_staging"

@@ -25,6 +25,8 @@ starts one in the background and prints the environment to use it;
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 import subprocess
 import sys
 import time
@@ -87,7 +89,9 @@ class LocalS3(LocalServer):
                           f"within {_READY_SECONDS} s: {self.log_tail()}")
 
     def create_bucket(self, bucket: str) -> None:
-        """Create ``bucket`` (nothing when it exists)."""
+        """Create ``bucket`` (nothing when it exists); a name S3 refuses is a ``ConfigError``
+        saying which rule it breaks."""
+        check_bucket_name(bucket)
         request = urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT")
         try:
             urllib.request.urlopen(request, timeout=10).close()
@@ -104,6 +108,45 @@ class LocalS3(LocalServer):
                 "AWS_ALLOW_HTTP": "true"}
 
 
+#: S3's naming rules for general purpose buckets (AWS's "Bucket naming rules")
+_BUCKET_CHARACTERS = re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]")
+_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def check_bucket_name(bucket: str) -> None:
+    """Raise a ``ConfigError`` naming the rule ``bucket`` breaks, if S3 would refuse it.
+
+    >>> check_bucket_name("lake")
+    >>> check_bucket_name("rk")
+    Traceback (most recent call last):
+    ...
+    state.errors.ConfigError: bucket name 'rk' is refused by S3: 3 to 63 characters (it has 2)
+    """
+    broken = None
+    if not 3 <= len(bucket) <= 63:
+        broken = f"3 to 63 characters (it has {len(bucket)})"
+    elif not _BUCKET_CHARACTERS.fullmatch(bucket):
+        broken = ("lowercase letters, digits, '.' and '-' only, beginning and ending with a "
+                  "letter or digit")
+    elif ".." in bucket:
+        broken = "no two dots in a row"
+    elif _looks_like_ip(bucket):
+        broken = "not shaped like an IP address"
+    elif bucket.startswith(_RESERVED_PREFIXES) or bucket.endswith(_RESERVED_SUFFIXES):
+        broken = (f"no reserved prefix {list(_RESERVED_PREFIXES)} or suffix "
+                  f"{list(_RESERVED_SUFFIXES)}")
+    if broken:
+        raise ConfigError(f"bucket name {bucket!r} is refused by S3: {broken}")
+
+
+def _looks_like_ip(name: str) -> bool:
+    try:
+        ipaddress.IPv4Address(name)
+    except ValueError:
+        return False
+    return True
+
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m ops.devservers.s3_server start|stop|status [--dir DIR] [--port N] [--bucket NAME]``."""
@@ -117,11 +160,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     running = LocalS3.attach(args.dir)
     if args.action == "start":
-        if running is None:
-            running = LocalS3.start(args.dir, args.port)
-            running.process = None  # it outlives this command
-        for bucket in args.bucket:
-            running.create_bucket(bucket)
+        try:
+            running = _started(running, args.dir, args.port, args.bucket)
+        except ConfigError as error:
+            parser.exit(1, f"python -m ops.objectstore start: {error}\n")
         print(f"S3 server running at {running.endpoint} (pid {running.pid}); to use it:")
         for key, value in running.env().items():
             print(f"export {key}={value}")
@@ -131,6 +173,25 @@ def main(argv: list[str] | None = None) -> None:
         print("S3 server stopped" if running else f"no S3 server running from {args.dir}")
     else:
         print(f"running at {running.endpoint} (pid {running.pid})" if running else "not running")
+
+
+def _started(running: LocalS3 | None, folder: str, port: int, buckets: list[str]) -> LocalS3:
+    """The server of ``folder`` (started unless ``running``) with ``buckets`` created. The names
+    are checked before anything starts; a server this call started is stopped (by its pid) when
+    a bucket cannot be made, so a failed command leaves nothing behind."""
+    for bucket in buckets:
+        check_bucket_name(bucket)
+    started = running is None
+    server = running or LocalS3.start(folder, port)
+    try:
+        for bucket in buckets:
+            server.create_bucket(bucket)
+    except ConfigError:
+        if started:
+            server.stop()
+        raise
+    server.process = None  # it outlives this command
+    return server
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def compact(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = Non
 def pipeline_tables(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> list[str]:
     """Every Delta table the pipeline owns or writes (those that exist)."""
     layout = pipeline.layout(warehouse)
-    paths = [layout.state, layout.batches, layout.dead_letters, *pipeline.source.tables(layout)]
+    paths = [layout.state, layout.batches, layout.dead_letters, layout.failures,
+             *pipeline.source.tables(layout)]
     for sink in pipeline.sinks:
         if isinstance(sink, StoredSink):
             paths += sink.tables(layout)

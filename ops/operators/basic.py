@@ -108,13 +108,15 @@ class Map(Operator):
         # a vectorized keyed map gets and sets whole Series: numbers are then held as columns
         held = scope.store.operator(self.name, self.state, self.codec,
                                     columns=self.vectorized and bool(self.keys))
+        event_time = bool(self.clock and self.clock.event_time)
         op = Op(self.name, held, scope.pipeline,
                 clock.timers if clock is not None and self.timers else None,
-                event_time=bool(self.clock and self.clock.event_time), batch_time=scope.batch_time)
+                event_time=event_time, batch_time=scope.batch_time,
+                watermark=clock.now if clock is not None and event_time else None)
         shared = None if scope.store.handed_in else scope.store.operator(GLOBAL_STATE)
         now = Running(op, shared, scope.operators, some_keys=bool(self.keys) and shared is None)
         if not self.keys:
-            return self._call(scope, None, frame, op=op, md=self._md(scope, None), now=now)
+            return self._call(scope, None, frame, op=op, md=self._md(scope, op, None), now=now)
         keys = self._keys(scope, frame)
         present = pd.Index(keys.unique(), tupleize_cols=False)
         op._state.prefetch(present)
@@ -139,22 +141,22 @@ class Map(Operator):
 
     def _per_key(self, scope: BatchScope, frame: pd.DataFrame, keys: pd.Series,
                  fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
-        parts = [self._call(scope, key, rows, op=op, md=self._md(scope, key), now=now)
+        parts = [self._call(scope, key, rows, op=op, md=self._md(scope, op, key), now=now)
                  for key, rows in frame.groupby(keys, sort=False)] if len(frame) else []
         ordered = _concat_in_order(parts, frame)
         timed = [self._call(scope, key, frame.iloc[0:0], op=op,
-                            md=self._md(scope, key, timer=at), now=now) for key, at in fired]
+                            md=self._md(scope, op, key, timer=at), now=now) for key, at in fired]
         return _after(ordered, timed)
 
     def _per_key_arrays(self, scope: BatchScope, frame: pd.DataFrame, keys: pd.Series,
                         fired: list[tuple[Any, int]], op: Op, now: Running) -> pd.DataFrame:
         blocks = KeyBlocks.of(frame, keys)
         results: list[tuple[Any, Any]] = [
-            (rows, self._call(scope, key, data, op=op, md=self._md(scope, key), now=now,
+            (rows, self._call(scope, key, data, op=op, md=self._md(scope, op, key), now=now,
                               result=as_arrays))
             for (key, data), rows in zip(blocks, blocks.rows)]
         results += [(None, self._call(scope, key, blocks.empty(), op=op, now=now, result=as_arrays,
-                                      md=self._md(scope, key, timer=at)))
+                                      md=self._md(scope, op, key, timer=at)))
                     for key, at in fired]
         return gathered(results, frame.index)
 
@@ -163,12 +165,13 @@ class Map(Operator):
         index = present.append(pd.Index([key for key, _ in fired], tupleize_cols=False)) if fired \
             else present
         timers = pd.Series([at for _, at in fired], index=index[len(present):], dtype="int64")
-        md = replace(self._md(scope, index, timer=timers), vectorized=True)
+        md = replace(self._md(scope, op, index, timer=timers), vectorized=True)
         return self._call(scope, "<all keys>", frame, op=op, md=md, now=now)
 
-    def _md(self, scope: BatchScope, key: Any, timer: Any = None) -> Metadata:
+    def _md(self, scope: BatchScope, op: Op, key: Any, timer: Any = None) -> Metadata:
         return Metadata(key=key, batch_id=scope.batch_id, pipeline=scope.pipeline,
-                        operator=self.name, batch_time=scope.batch_time, timer=timer)
+                        operator=self.name, batch_time=scope.batch_time, timer=timer,
+                        watermark=op._watermark)
 
     def _call(self, scope: BatchScope, key: Any, rows: Any, *, op: Op | None = None,
               md: Metadata | None = None, now: Running | None = None,

@@ -58,8 +58,11 @@ def batch_now(declared: TimerDeclaration, scope: BatchScope) -> int | None:
 
 
 def wake_at(declared: TimerDeclaration, store: StateStore, batch_time: int) -> int | None:
-    """When a batch with no input would next fire a timer or expire a key (epoch ms; a batch
-    time already passed when event-time deadlines are due under the watermark)."""
+    """The earliest batch time at which a batch with no input would fire a timer or expire a
+    key (epoch ms): the millisecond after the earliest processing-time deadline, since a
+    deadline fires only in a batch strictly after it; a batch time already passed when
+    event-time deadlines are due under the watermark. A batch is due when this is at or before
+    the clock (``wake <= now``), the same rule :meth:`Timers.due` fires by."""
     queues = [timers_of(declared, store), expiry_of(declared, store)]
     deadlines = [queue.earliest() for queue in queues if queue is not None]
     earliest = min((d for d in deadlines if d is not None), default=None)
@@ -69,8 +72,10 @@ def wake_at(declared: TimerDeclaration, store: StateStore, batch_time: int) -> i
 def wake_time(declared: TimerDeclaration, earliest: int | None, watermark: int | None,
               batch_time: int) -> int | None:
     """:func:`wake_at`, given the earliest deadline held and the watermark."""
-    if earliest is None or declared.event_time is None:
-        return earliest
+    if earliest is None:
+        return None
+    if declared.event_time is None:
+        return earliest + 1  # fires strictly after the deadline: a batch at it would fire nothing
     return batch_time if watermark is not None and earliest < watermark else None
 
 

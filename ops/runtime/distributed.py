@@ -100,6 +100,7 @@ from ..operators.event_time import (
 from ..operators.timing import moved_watermark, wake_time
 from ..sinks import FileTarget
 from . import timed
+from .failures import OperatorFailure, first_rows
 from .reports import distinct_keys
 
 KEY_COLUMN, BUCKET_COLUMN, PART_COLUMN = "__key", "__bucket", "__part"
@@ -336,11 +337,12 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
             summary = results.where(F.col("kind").isin("done", "error", "file", "sink")).collect()
         except Exception as exc:  # the tasks failed outside the operators' own code
             output.release()
-            raise OperatorError(_task_failure(task, exc)) from None
+            raise OperatorFailure(_task_failure(task, exc), _operators(stage)) from None
         errors = [row for row in summary if row["kind"] == "error"]
         if errors:
             output.release()
-            raise OperatorError(errors[0]["message"])
+            raise OperatorFailure(errors[0]["message"], errors[0]["operator"] or _operators(stage),
+                                  errors[0]["value"])
         done = [row for row in summary if row["kind"] == "done"]
         if number == 0:
             output.rows_in = sum(row["rows_in"] for row in done)
@@ -360,6 +362,11 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         if timers is not None:
             _after_timers(spark, layout, as_of, task, timers, inputs, output)
     return output
+
+
+def _operators(stage: Stage) -> str:
+    """The names of ``stage``'s operators, for a failure of the stage as a whole."""
+    return ", ".join(op.name for op in stage.operators)
 
 
 def _sink_files(task: TaskSpec, summary: list[Any]) -> dict[str, list[str]]:
@@ -637,9 +644,12 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
     scope = BatchScope(task.pipeline, task.batch_id, task.key_fields, store, task.inputs,
                        stream_time=task.stream_time, watermarks=task.watermarks,
                        batch_time=task.batch_time, operators=task.operators)
+    running: tuple[str, pd.DataFrame] | None = None  # the operator and the rows it was given
     try:
         for op in task.stage.operators:
+            running = (op.name, frame)
             frame = op.apply(scope, frame)
+        running = None
         out = _ordered(frame, rows[ORDER_COLUMN], bucket)
         changed = _changed_state(store, task, bucket)
         if task.writes_state:
@@ -648,7 +658,8 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
         if task.sink_files and not out.empty:
             cells = pd.concat([cells, _sink_written(out, task)], ignore_index=True)
     except Exception as exc:  # reported to the driver, which fails the batch with it
-        return _typed(_result("error", message=_message(task, exc)))
+        where = {} if running is None else {"operator": running[0], "value": first_rows(running[1])}
+        return _typed(_result("error", message=_message(task, exc), **where))
     done = _result("done", rows_in=len(rows), rows_out=len(out), keys=keys,
                    late=scope.counts.get(LATE_COUNT, 0),
                    payload=pa.Schema.from_pandas(out, preserve_index=False).serialize().to_pybytes()

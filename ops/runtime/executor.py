@@ -59,6 +59,7 @@ from ..spark.heartbeat import Heartbeat
 from .continuous import Continuous
 from .dead_letters import write_dead_letters
 from .distributed import Stage, StateFiles, TaskSpec, run_stages, stages_of, writes_state_files
+from .failures import OperatorFailure, failed
 from .meaning import Remedy, describe, differences, refusal
 from .metrics import RunMetrics
 from .modes import AUTO_DISTRIBUTED_ROWS
@@ -373,7 +374,10 @@ class _Run:
                 declared = operator.declares()
                 if declared.kind is StateKind.KEYED and declared.keys not in keys:
                     keys[declared.keys] = distinct_keys(frame, declared.keys)
-                frame = operator.apply(scope, frame)
+                try:
+                    frame = operator.apply(scope, frame)
+                except Exception as error:  # the second time, it says how to get past it
+                    failed(self.ctx, plan.batch_id, operator.name, frame, error)
         self.batch_id = self.hook_ctx.batch_id = plan.batch_id
         self.offsets.update(plan.end_positions())
         report = BatchReport(plan.batch_id, len(sliced.good) + len(sliced.rejected), len(frame),
@@ -450,7 +454,10 @@ class _Run:
                             sink_files=tuple(target for _, target in targets.values())
                             if stage is stages[-1] else ())
 
-        output = run_stages(self.spark, self.layout, as_of, sliced.good, spec, stages)
+        try:
+            output = run_stages(self.spark, self.layout, as_of, sliced.good, spec, stages)
+        except OperatorFailure as error:  # the second time, it says how to get past it
+            failed(self.ctx, plan.batch_id, error.operator, error.rows, error)
         try:
             write_dead_letters(self.ctx, plan.batch_id, source.name, sliced.rejected)
             rows = output.rows.withColumnRenamed(ORDER_COLUMN, ROW_COLUMN)

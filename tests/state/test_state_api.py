@@ -42,7 +42,8 @@ def test_per_key_and_vectorized_agree_on_10k_keys(spark, warehouse):
     for pipeline in (per_key, vectorized):
         for batch in batches:
             pipeline.publish(spark, batch, warehouse)
-        assert len(pipeline.run_once(spark, warehouse).batches) == 2
+        pipeline.run_once(spark, warehouse, max_batches=1)  # 1 is checkpointed with a value
+    assert len(pipeline.run_once(spark, warehouse).batches) == 1
 
     a, b = (sink_rows(spark, p, warehouse, "out") for p in (per_key, vectorized))
     assert len(a) == 40_000
@@ -351,3 +352,72 @@ def test_global_storage_is_shared_by_operators_and_restored_after_a_restart(spar
     assert out[["first", "second"]].values.tolist() == [[1, 3], [2, 4], [5, 6]]
     stored = sp.read_state(spark, build(), "__global__", warehouse=warehouse)
     assert dict(zip(stored["key"], stored["value"])) == {"rows": 6}
+
+
+@pytest.mark.parametrize("mode, vectorized", [("driver", False), ("driver", True),
+                                              ("distributed", False), ("distributed", True)])
+def test_remove_drops_a_key_from_state_with_a_tombstone(spark, warehouse, mode, vectorized):
+    def total_until_zero(op, md, data):  # a key whose total comes back to 0 holds nothing
+        if vectorized:
+            totals = sp.get(op, md) + data.groupby("k")["x"].sum()
+            sp.set(op, md, totals[totals != 0])
+            sp.remove(op, md, totals.index[totals == 0])
+            return None
+        total = sp.get(op, md) + int(data["x"].sum())
+        sp.set(op, md, total) if total else sp.remove(op, md)
+        return None
+
+    pipeline = _keyed(f"removing_{mode}_{vectorized}", total_until_zero, name="sum",
+                      vectorized=vectorized).with_mode(mode)
+    pipeline.publish(spark, [{"k": 1, "x": 5}, {"k": 2, "x": 3}], warehouse)
+    pipeline.publish(spark, [{"k": 1, "x": -5}, {"k": 2, "x": 1}], warehouse)
+    pipeline.run_once(spark, warehouse, max_batches=1)  # 1 is checkpointed with a value
+    assert len(pipeline.run_once(spark, warehouse).batches) == 1
+
+    state = sp.read_state(spark, pipeline, "sum", warehouse=warehouse)
+    assert dict(zip(state["key"], state["value"])) == {2: 4}  # no row for 1, not a null one
+    rows = (spark.read.format("delta").load(pipeline.layout(warehouse).state)
+            .where("operator = 'sum' AND key = '1'").orderBy("checkpoint_id").toPandas())
+    assert rows["deleted"].tolist()[-1] and rows["value"].isna().tolist()[-1]
+
+
+def _unlucky(data):
+    if (data["x"] == 13).any():
+        raise ValueError("unlucky")
+
+
+@pytest.mark.parametrize("mode, kind", [("driver", "map"), ("distributed", "map"),
+                                        ("driver", "filter")])
+def test_a_batch_failing_the_same_way_twice_says_where_what_and_the_ways_forward(
+        spark, warehouse, mode, kind):
+    def fragile(op, md, data):
+        _unlucky(data)
+        return add_x(op, md, data)
+
+    def picky(data):
+        _unlucky(data)
+        return data["x"] > 0
+
+    source = sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"}, max_versions=1)
+    stream = (source.map(fragile, state=0, name="sum") if kind == "map"
+              else source.filter(picky, name="sum"))
+    pipeline = stream.write.to_delta("out").named(f"twice_{mode}_{kind}").with_mode(mode)
+    pipeline.publish(spark, [{"k": 1, "x": 1}], warehouse)
+    pipeline.publish(spark, [{"k": 2, "x": 13}, {"k": 2, "x": 4}], warehouse)  # one task's
+    with pytest.raises(sp.OperatorError) as first:
+        pipeline.run_once(spark, warehouse)
+    assert "unlucky" in str(first.value) and "again" not in str(first.value)
+    with pytest.raises(sp.OperatorError) as second:  # the next run replays batch 2: same rows
+        pipeline.run_once(spark, warehouse)
+
+    message = str(second.value)
+    assert f"pipeline 'twice_{mode}_{kind}', batch 2 failed in operator 'sum' again (2 times" in message
+    shown = message.split("The first rows that reached 'sum':\n")[1].split("\nWays forward")[0]
+    header, *lines = shown.splitlines()  # the batch's rows, as they reached the operator
+    assert header.split()[:2] == ["k", "x"] and [line.split()[-2:] for line in lines] == [
+        ["2", "13"], ["2", "4"]]
+    assert all(way in message for way in ("fix 'sum'", "sp.reset_to_checkpoint(", "sp.discard_plans("))
+    assert "ValueError: unlucky" in message and isinstance(second.value.__cause__, sp.OperatorError)
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 1
+    recorded = tables.read(spark, pipeline.layout(warehouse).failures).toPandas()
+    assert recorded[["batch_id", "operator"]].values.tolist() == [[2, "sum"], [2, "sum"]]

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
+from ops.testing import ManualClock
 from state import CheckpointLog, wake_time
 
 from . import timer_child as tc
@@ -68,7 +69,8 @@ def test_the_checkpoint_says_when_the_next_processing_time_timer_is_due(spark, r
     planned = CheckpointLog(spark, pipeline.layout(warehouse)).latest()
     assert planned.wake_at == wake_time(pipeline.layout(warehouse))  # read without Spark (delta-rs on S3)
     timers = sp.read_state(spark, pipeline, "quiet__timers", warehouse=warehouse)
-    assert dict(zip(timers["key"], timers["value"])) == {1: planned.wake_at, 2: planned.wake_at + 60_000}
+    due = planned.wake_at - 1  # wake_at: the first ms after the deadline, when it fires
+    assert dict(zip(timers["key"], timers["value"])) == {1: due, 2: due + 60_000}
     assert len(first.batches) == 1 and pipeline.run_once(spark, warehouse).batches == []
 
 
@@ -148,3 +150,42 @@ def test_ttl_deletes_expired_keys_with_tombstones_in_state(spark, warehouse, mod
     rows = (spark.read.format("delta").load(pipeline.layout(warehouse).state)
             .where("operator = 'quiet' AND deleted").select("key").toPandas())
     assert sorted(rows["key"]) == ["1", "2", "3"]  # 1: expired and set again in batch 2, then expired
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_a_deadline_equal_to_the_clock_starts_no_batch_and_fires_one_ms_later(spark, warehouse, mode):
+    def remind(op, md, data):
+        if md.timer is not None:
+            return pd.DataFrame({"k": [md.key], "fired": [md.timer]})
+        sp.set_timer(op, md, after=60_000)  # a number: ms
+        return None
+
+    pipeline = (sp.read.from_callback("events", key="k", schema=tc.SCHEMA)
+                .map(remind, state=0, name="quiet", timers=True).write.to_delta("out")
+                .named("on_time").with_mode(mode))
+    clock = ManualClock("2026-01-01T00:00:00Z")
+    pipeline.publish(spark, [{"k": 1, "x": 0}], warehouse)
+    assert len(pipeline.run_once(spark, warehouse, clock=clock).batches) == 1
+    clock.advance(60)  # the clock is at the deadline: a batch now would fire nothing
+    assert pipeline.run_once(spark, warehouse, clock=clock).batches == []
+    assert CheckpointLog(spark, pipeline.layout(warehouse)).latest().batch_id == 1
+    clock.advance(1)
+    assert [b.rows_in for b in pipeline.run_once(spark, warehouse, clock=clock).batches] == [0]
+    assert pipeline.read_sink(spark, "out", warehouse)["fired"].tolist() == [1_767_225_660_000]
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_md_watermark_is_the_watermark_the_batch_started_with(spark, warehouse, mode):
+    def stamp(op, md, data):
+        return data.assign(watermark=-1 if md.watermark is None else md.watermark)  # one type
+
+    pipeline = (sp.read.from_callback("events", key="k", schema={"k": "long", "ts": "timestamp"},
+                                      max_versions=1)
+                .map(stamp, state=0, name="quiet", event_time="ts", delay="1s")
+                .write.to_delta("out").named("watermarks").with_mode(mode))
+    for seconds in (10, 30):
+        pipeline.publish(spark, [{"k": 1, "ts": pd.Timestamp(seconds, unit="s", tz="UTC")}], warehouse)
+    pipeline.run_once(spark, warehouse)
+
+    seen = pipeline.read_sink(spark, "out", warehouse).sort_values("_batch_id")["watermark"]
+    assert seen.tolist() == [-1, 9_000]  # none before the first event; then 10 s less 1 s

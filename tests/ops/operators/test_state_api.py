@@ -150,3 +150,34 @@ def test_a_value_the_codec_cannot_store_fails_at_set_naming_operator_and_key():
     with pytest.raises(EncodingError) as failure:
         apply(fn, memory_store())
     assert str(failure.value).startswith("pipeline 'p', operator 'sums', batch 1, key 'a': ")
+
+
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_remove_deletes_a_keys_state_with_a_tombstone_and_it_reads_as_initial_again(vectorized):
+    def keep_a_remove_b(op, md, data):
+        if vectorized:
+            sp.set(op, md, data.groupby("k")["x"].sum())
+            sp.remove(op, md, ["b"])
+            return data.assign(after=data["k"].map(sp.get(op, md)))
+        if md.key == "b":
+            sp.remove(op, md)
+            return data.assign(after=sp.get(op, md))
+        return data.assign(after=sp.set(op, md, int(data["x"].sum())))
+
+    rows = pd.DataFrame({"operator": ["sums"], "key": ['"b"'], "value": ["7"]})
+    store = StateStore.of_rows(rows)  # b holds 7 in the last checkpoint
+    out = apply(keep_a_remove_b, store, vectorized=vectorized)
+    state = store.operator("sums")
+    assert state.held_keys() == ["a"] and state.get_values(["a", "b"]) == [4, 0]
+    assert state.changed_rows().set_index("key")["deleted"].to_dict() == {'"a"': False, '"b"': True}
+    assert out.groupby("k")["after"].first().to_dict() == {"a": 4, "b": 0}
+
+
+def test_remove_of_keys_outside_a_vectorized_batch_is_refused():
+    def stray(op, md, data):
+        sp.remove(op, md, ["zz"])
+        return data
+
+    with pytest.raises(sp.OperatorError, match=r"remove\(\) was given 1 key\(s\) that are not in "
+                                               r"this batch, such as \['zz'\]"):
+        apply(stray, memory_store(), vectorized=True)

@@ -2,6 +2,9 @@
 Spark: the operator over an in-memory store, batch times given by hand). Runs through the
 runtime, restarts, crashes and distributed mode are in tests/state/test_timer_runs.py."""
 
+from datetime import timedelta
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -9,6 +12,7 @@ import ops as sp
 from ops import BatchScope
 from ops.operators import TimerDeclaration
 from ops.operators.basic import Map
+from ops.operators.timing import wake_at
 from state import PipelineLayout, StateStore, expiry_state
 
 NO_ROWS = pd.DataFrame()
@@ -201,3 +205,66 @@ def test_late_drop_needs_event_time():
         stream.map(lambda op, md, d: d, state=0, late="drop")
     with pytest.raises(sp.PipelineDefinitionError, match="late= is 'keep' or 'drop'"):
         stream.map(lambda op, md, d: d, state=0, event_time="ts", late="sometimes")
+
+
+def _timer_set_by(**given):
+    """The deadline ``sp.set_timer(op, md, **given)`` gives a key in a batch at 1000 ms."""
+    run = Batches(lambda op, md, data: sp.set_timer(op, md, **given))
+    run.run(1000, rows(("a", 1)))
+    return run.timers()["a"]
+
+
+@pytest.mark.parametrize("after", [10_000, 10_000.0, np.int64(10_000), np.float64(10_000.0),
+                                   "10s", timedelta(seconds=10), pd.Timedelta("10s"),
+                                   np.timedelta64(10, "s")])
+def test_a_duration_is_a_number_of_ms_a_string_with_a_unit_or_a_timedelta(after):
+    assert _timer_set_by(after=after) == 1000 + 10_000  # not 10 µs, as pandas reads an int
+
+
+@pytest.mark.parametrize("at", [20_000, 20_000.0, np.int64(20_000), np.float64(20_000.0),
+                                pd.Timestamp(20_000, unit="ms"),
+                                pd.Timestamp(20_000, unit="ms", tz="UTC").to_pydatetime(),
+                                np.datetime64(20_000, "ms"), "1970-01-01T00:00:20Z"])
+def test_a_deadline_is_epoch_ms_int_or_float_or_a_timestamp(at):
+    assert _timer_set_by(at=at) == 20_000  # a float is not the epoch's start
+
+
+@pytest.mark.parametrize("given, refusal", [
+    ({"after": "10000"}, "takes a duration: a string with a unit"),
+    ({"after": "soon"}, r"after='soon'\) is not a duration"),
+    ({"after": -5}, "is negative"),
+    ({"after": True}, "takes a duration"),
+    ({"after": [1]}, "takes a duration"),
+    ({"at": True}, "takes epoch ms"),
+    ({"at": "20000"}, "takes epoch ms"),
+    ({"at": "next tuesday-ish"}, "is not a timestamp"),
+    ({"at": float("nan")}, "finite number of epoch ms"),
+    ({"at": pd.NaT}, "missing"),
+    ({"at": object()}, "takes epoch ms"),
+])
+def test_a_deadline_or_duration_of_another_kind_is_refused_naming_operator_and_value(given, refusal):
+    with pytest.raises(sp.OperatorError, match=refusal) as failure:
+        _timer_set_by(**given)
+    assert "operator 's'" in str(failure.value)
+
+
+def test_a_deadline_equal_to_the_batch_time_is_not_due_and_wake_at_says_the_ms_after():
+    run = Batches(summing_with_timeout(500))
+    run.run(1000, rows(("a", 1)))
+    clock = run.map.clock
+    assert wake_at(clock, run.store, 1500) == 1501  # what the runtime compares with its clock
+    assert run.run(1500).empty and run.run(1501)["k"].tolist() == ["a"]
+
+
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_md_carries_the_watermark_the_batch_started_with(vectorized):
+    seen = []
+    run = Batches(lambda op, md, data: seen.append(md.watermark), vectorized=vectorized,
+                  event_time="ts", delay_ms=1_000)
+    run.run(0, rows(("a", 1), ts=[10_000]))
+    run.run(0, rows(("a", 1), ts=[30_000]))
+    run.run(0, rows(("a", 1), ts=[20_000]))
+    assert seen == [None, 9_000, 29_000]
+    processing = []
+    Batches(lambda op, md, data: processing.append(md.watermark)).run(5, rows(("a", 1)))
+    assert processing == [None]  # processing time: no watermark
