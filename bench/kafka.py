@@ -2,7 +2,7 @@
 Streaming's Kafka source with ``applyInPandasWithState``, side by side in one run, on the same
 12-partition topic and the same records.
 
-An embedded broker (``ops.broker.EmbeddedKafka``, Kafka 4.1 in KRaft mode on loopback) is
+An embedded broker (``ops.devservers.kafka_broker.EmbeddedKafka``, Kafka 4.1 in KRaft mode on loopback) is
 started in a temporary folder and stopped by its pid at the end. Records are JSON objects
 ``{"k": …, "x": …}`` with record key ``k``; both systems read them ``read_committed`` from the
 earliest offset and emit one row ``k, x, total`` per event.

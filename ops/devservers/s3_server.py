@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             running = _started(running, args.dir, args.port, args.bucket)
         except ConfigError as error:
-            parser.exit(1, f"python -m ops.objectstore start: {error}\n")
+            parser.exit(1, f"python -m ops.devservers.s3_server start: {error}\n")
         print(f"S3 server running at {running.endpoint} (pid {running.pid}); to use it:")
         for key, value in running.env().items():
             print(f"export {key}={value}")

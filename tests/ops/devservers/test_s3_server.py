@@ -1,12 +1,12 @@
-"""``python -m ops.objectstore``: a bucket name S3 refuses ends the command with one line and a
+"""``python -m ops.devservers.s3_server``: a bucket name S3 refuses ends the command with one line and a
 non-zero exit, leaving no server behind (the server is started here on loopback, on a free
 port, and stopped by its pid)."""
 
 import pytest
 
-from ops._process import free_port, listening
+from ops.devservers.process import free_port, listening
 from ops.errors import ConfigError
-from ops.objectstore import LocalS3, check_bucket_name, main
+from ops.devservers.s3_server import LocalS3, check_bucket_name, main
 
 
 @pytest.fixture
