@@ -314,7 +314,7 @@ def readable_runs(commits: list[CommitReading]) -> tuple[list[int], CommitReadin
 def feed_on(path: str) -> bool | None:
     """Whether the change data feed of the table at ``path`` is on now (read by delta-rs);
     ``None`` when there is no table or delta-rs does not serve its path."""
-    return delta_io.feed_on(path) if delta_io.serves(path) else None
+    return delta_io.feed_on(path)
 
 
 def appends_read_without_spark(path: str, first: int, last: int) -> bool:
