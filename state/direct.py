@@ -124,10 +124,3 @@ def upsert(rows: pd.DataFrame, path: str, how: delta_io.Upsert, *,
     created first, with the rows' columns but ``how.change``."""
     creation = None if create is None else create.creation(rows.drop(columns=[how.change]))
     return None if delta_io.upsert(rows, path, how, creation=creation) is None else Outcome.COMMITTED
-
-
-def table_schema(path: str) -> dict[str, Any] | None:
-    """The schema of the Delta table at ``path`` as of its latest commit (Delta's JSON form),
-    read by delta-rs without Spark; ``None`` when there is no such table or it is not on a
-    file system or object store delta-rs serves."""
-    return delta_io.schema_json(path)
