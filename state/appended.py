@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import delta_io, direct
+from . import delta_io
 from .tables import local_path
 
 VERSION = "_commit_version"
@@ -62,7 +62,7 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     commit version in column ``_commit_version``, sorted by version then ``order_by`` (default:
     every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
     """
-    known = direct.table_schema(path)  # a local table's, from its log: no Spark job to plan
+    known = delta_io.schema_json(path)  # from its log where delta-rs serves it: no Spark job to plan
     schema = T.StructType.fromJson(known) if known else _table(spark, path).schema
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
@@ -314,7 +314,7 @@ def readable_runs(commits: list[CommitReading]) -> tuple[list[int], CommitReadin
 def feed_on(path: str) -> bool | None:
     """Whether the change data feed of the table at ``path`` is on now (read by delta-rs);
     ``None`` when there is no table or delta-rs does not serve its path."""
-    return delta_io.feed_on(path) if delta_io.serves(path) else None
+    return delta_io.feed_on(path)
 
 
 def appends_read_without_spark(path: str, first: int, last: int) -> bool:

@@ -160,7 +160,7 @@ class WrittenState(ChangedState):
 def takes_state_files(layout: PipelineLayout) -> bool:
     """Whether ``layout``'s ``_state`` table exists and takes files written by
     :func:`write_state_files` (a table delta-rs appends to, with today's columns)."""
-    return delta_io.serves(layout.state) and delta_io.file_schema(layout.state) == STATE_FILE_SCHEMA
+    return delta_io.file_schema(layout.state) == STATE_FILE_SCHEMA
 
 
 def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list[str]:

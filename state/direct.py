@@ -111,8 +111,6 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     """Append ``rows`` to the Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     With ``create``, a table that does not exist yet is created by this commit."""
-    if not delta_io.serves(path):
-        return None
     creation = None if create is None else create.creation(rows)
     done = delta_io.append(rows, path, txn=txn, user_metadata=user_metadata, create=creation)
     return None if done is None else Outcome.COMMITTED if done else Outcome.SKIPPED
@@ -124,14 +122,5 @@ def upsert(rows: pd.DataFrame, path: str, how: delta_io.Upsert, *,
     :class:`state.delta_io.Upsert`), in one commit written here; ``None`` when the table or the
     rows do not qualify (use Spark's ``MERGE`` then). With ``create``, a missing table is
     created first, with the rows' columns but ``how.change``."""
-    if not delta_io.serves(path):
-        return None
     creation = None if create is None else create.creation(rows.drop(columns=[how.change]))
     return None if delta_io.upsert(rows, path, how, creation=creation) is None else Outcome.COMMITTED
-
-
-def table_schema(path: str) -> dict[str, Any] | None:
-    """The schema of the Delta table at ``path`` as of its latest commit (Delta's JSON form),
-    read by delta-rs without Spark; ``None`` when there is no such table or it is not on a
-    file system or object store delta-rs serves."""
-    return delta_io.schema_json(path) if delta_io.serves(path) else None

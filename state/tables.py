@@ -22,9 +22,8 @@ from .warmup import note_append
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table (told by delta-rs without a Spark job where it
     serves the path)."""
-    if delta_io.serves(path):
-        return delta_io.latest_version(path) >= 0
-    return DeltaTable.isDeltaTable(spark, path)
+    version = delta_io.latest_version(path)  # None: not delta-rs's to tell
+    return DeltaTable.isDeltaTable(spark, path) if version is None else version >= 0
 
 
 def ensure(spark: SparkSession, path: str, schema: StructType, *,
@@ -32,7 +31,7 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
     """Create an empty Delta table at ``path`` unless one is there (safe when two runs race)."""
     if exists(spark, path):
         return
-    if delta_io.serves(path) and delta_io.create(path, delta_io.Creation(
+    if delta_io.create(path, delta_io.Creation(
             tuple(schema.jsonValue()["fields"]), (), tuple((properties or {}).items()))):
         return
     try:
@@ -208,8 +207,9 @@ def recent_metadata(spark: SparkSession, path: str, commits: int = 10) -> list[s
     An idempotent append that Delta skipped leaves no commit, so finding one's own metadata here
     proves the write happened without reading the table back.
     """
-    if delta_io.serves(path):
-        return delta_io.recent_metadata(path, commits)
+    found = delta_io.recent_metadata(path, commits)  # None: not delta-rs's to tell
+    if found is not None:
+        return found
     rows = DeltaTable.forPath(spark, path).history(commits).select("userMetadata").collect()
     return [row["userMetadata"] for row in rows if row["userMetadata"]]
 
@@ -221,8 +221,9 @@ def local_path(path: str) -> str | None:
 
 def history_version(spark: SparkSession, path: str) -> int:
     """Latest version of the existing Delta table at ``path``, from its history."""
-    if delta_io.serves(path):
-        return delta_io.latest_version(path)
+    version = delta_io.latest_version(path)  # None: not delta-rs's to tell
+    if version is not None:
+        return version
     return int(DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0])
 
 
@@ -232,8 +233,9 @@ def latest_version(path: str, spark: SparkSession | None = None) -> int:
     A table on the local file system or an object store is read by delta-rs, so sensors need
     no JVM; other URIs need ``spark``.
     """
-    if delta_io.serves(path):
-        return delta_io.latest_version(path)
+    version = delta_io.latest_version(path)  # None: not delta-rs's to tell
+    if version is not None:
+        return version
     if spark is None:
         raise ConfigError(f"probing {path} needs a Spark session (it is not a local path)")
     return history_version(spark, path) if exists(spark, path) else -1
@@ -242,5 +244,5 @@ def latest_version(path: str, spark: SparkSession | None = None) -> int:
 def columns(path: str) -> tuple[str, ...] | None:
     """The column names of the Delta table at ``path`` as of its latest commit, read by
     delta-rs (no Spark); ``None`` when there is no such table or delta-rs does not serve it."""
-    schema = delta_io.schema_json(path) if delta_io.serves(path) else None
+    schema = delta_io.schema_json(path)
     return None if schema is None else tuple(field["name"] for field in schema["fields"])

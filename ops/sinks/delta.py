@@ -59,7 +59,7 @@ class DeltaSink(StoredSink, FileSink):
         """The table, once it exists, unpartitioned, when delta-rs appends to it (its first
         write, one that adds a column, and a partitioned table's are Spark's)."""
         path = self.location(ctx.layout)
-        schema = delta_io.file_schema(path, partitioned=False) if delta_io.serves(path) else None
+        schema = delta_io.file_schema(path, partitioned=False)
         if schema is None or {BATCH_COLUMN, ROW_COLUMN} - set(schema.names):
             return None
         return FileTarget(self.name, path, schema, delta_io.storage_environment(path))

@@ -231,7 +231,7 @@ class DeltaTableSource(Source):
 def _column_types(path: str, version: int) -> dict[str, Any] | None:
     """Each top-level column's Delta type (its JSON form) at ``version``; ``None``: unknown."""
     try:
-        found = delta_io.metadata_at(path, version) if delta_io.serves(path) else None
+        found = delta_io.metadata_at(path, version)
     except Exception as exc:  # a table feature delta-rs does not read: the check is skipped
         log.debug("schema of %s at version %d unknown: %s", path, version, exc)
         return None

@@ -83,7 +83,7 @@ def test_a_log_checkpoint_every_tenth_version_and_state_read_from_it(spark, tmp_
     for name in os.listdir(log):  # a new reader: what the log says comes from the checkpoint on
         if name.endswith(".json") and int(name[:20]) < 10:
             os.unlink(log / name)
-    delta_io._forget(path)
+    delta_io.snapshots.forget(path)
     assert direct.append(ROWS, path, txn=("app", 5)) is Outcome.SKIPPED
     assert direct.append(ROWS, path, txn=("app", 13)) is Outcome.COMMITTED
     assert tables.read(spark, path).count() == 3 * 14

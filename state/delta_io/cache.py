@@ -1,0 +1,165 @@
+"""What this process knows of a table (its snapshot), cached and brought up to date from the
+commits since, so a commit or a poll reads only what is new.
+
+A local table deleted and made again at the same path is noticed (its commit file is not the one
+read) and read afresh; on an object store that would cost a request per use, so there a table
+made again at the same path with as many commits is not noticed until the cache forgets it (a
+process restart).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from ..errors import StorageError
+from .stores import calling, local_path, location, serves
+
+_CACHED_TABLES = 256
+_CACHED_COMMITS = 1000  # per table: what each commit did, as far back as a plan reads
+
+#: What tells a local table from one made again at its path: its commit file's inode and size.
+Stamp = tuple[int, int]
+
+
+class Snapshots:
+    """The tables this process opened, least recently opened first, each with the stamp of the
+    commit file it was read at and, per commit, whether it was a blind append; a lock per
+    table, so one thread at a time reads or commits it (a run's threads share this).
+
+    Bounded: past ``tables`` tables the least recently opened is forgotten with what was known
+    of it, and of each table only the newest ``commits`` commits are remembered."""
+
+    def __init__(self, tables: int = _CACHED_TABLES, commits: int = _CACHED_COMMITS) -> None:
+        self._capacity, self._commits = tables, commits
+        self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
+        self._stamps: dict[str, Stamp | None] = {}  # the commit file each table was read at
+        self._appends: dict[str, dict[int, bool]] = {}  # per table, per version: a blind append?
+        self._lock = threading.Lock()  # guards the three above
+        self._table_locks: dict[str, threading.Lock] = {}
+
+    def lock_for(self, path: str) -> threading.Lock:
+        """The lock a reader or writer of the table at ``path`` holds while it uses its snapshot."""
+        with self._lock:
+            return self._table_locks.setdefault(path, threading.Lock())
+
+    def get(self, path: str) -> DeltaTable | None:
+        """The snapshot cached for ``path``, as last read (``None``: none)."""
+        with self._lock:
+            return self._tables.get(path)
+
+    def stamp(self, path: str) -> Stamp | None:
+        """The stamp the snapshot of ``path`` was read at (``None`` off a local disk, or unknown)."""
+        with self._lock:
+            return self._stamps.get(path)
+
+    def keep(self, path: str, opened: DeltaTable) -> None:
+        """Cache ``opened`` as the snapshot of ``path``, forgetting the least recently opened
+        table beyond the bound."""
+        with self._lock:
+            self._tables[path] = opened
+            self._tables.move_to_end(path)
+            while len(self._tables) > self._capacity:
+                forgotten, _ = self._tables.popitem(last=False)
+                self._stamps.pop(forgotten, None)
+                self._appends.pop(forgotten, None)
+
+    def remember(self, path: str, stamp: Stamp | None) -> None:
+        """Note that the snapshot of ``path`` is now as of the commit file ``stamp`` tells."""
+        with self._lock:
+            self._stamps[path] = stamp
+
+    def forget(self, path: str) -> None:
+        """Forget all about ``path``: its next use opens it afresh."""
+        with self._lock:
+            self._tables.pop(path, None)
+            self._stamps.pop(path, None)
+            self._appends.pop(path, None)  # a table made again at this path reuses its version numbers
+
+    def clear(self) -> None:
+        """Forget every snapshot (what commits did stays true: a commit never changes)."""
+        with self._lock:
+            self._tables.clear()
+            self._stamps.clear()
+
+    def appends(self, path: str) -> dict[int, bool]:
+        """Per version of ``path`` known, whether that commit was a blind append (a copy)."""
+        with self._lock:
+            return dict(self._appends.get(path, {}))
+
+    def note_appends(self, path: str, known: Mapping[int, bool]) -> None:
+        """Remember ``known`` (per version, a blind append?) for ``path``, the newest commits only."""
+        with self._lock:
+            self._appends[path] = {version: known[version] for version in sorted(known)[-self._commits:]}
+
+
+#: This process's snapshots.
+snapshots = Snapshots()
+
+
+def table(path: str) -> DeltaTable | None:
+    """The table at ``path`` as of its latest commit (``None``: no table there). A table this
+    process opened before is brought up to date from the commits since, not read afresh."""
+    with snapshots.lock_for(path):
+        return synced(path)
+
+
+def served_table(path: str) -> DeltaTable | None:
+    """:func:`table`, where this package serves ``path``; ``None`` elsewhere (Spark's), as for a
+    missing table."""
+    return table(path) if serves(path) else None
+
+
+def synced(path: str, fresh: bool = False) -> DeltaTable | None:
+    """The cached table brought up to date, or the table opened (``None``: none there); the
+    caller holds the table's lock."""
+    cached = None if fresh else snapshots.get(path)
+    if cached is not None and stamp_of(path, cached) == snapshots.stamp(path):
+        try:
+            calling(path, "reading the log", cached.update_incremental)
+            remember(path, cached)
+            return cached
+        except StorageError:
+            if local_path(path) is None:
+                raise
+            # a local table deleted and made again with fewer commits: read it afresh
+    try:
+        opened = calling(path, "opening the table", lambda: DeltaTable(location(path)))
+    except TableNotFoundError:
+        snapshots.forget(path)
+        return None
+    snapshots.keep(path, opened)
+    remember(path, opened)
+    return opened
+
+
+def remember(path: str, found: DeltaTable) -> None:
+    """Note the commit file ``found`` (the snapshot of ``path``) is now as of."""
+    snapshots.remember(path, stamp_of(path, found))
+
+
+def stamp_of(path: str, found: DeltaTable) -> Stamp | None:
+    """The inode and size of the commit file of ``found``'s version, for a local table (what
+    tells a table made again at the same path from the one read); ``None`` elsewhere."""
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        status = os.stat(os.path.join(local, "_delta_log", f"{found.version():020d}.json"))
+    except FileNotFoundError:
+        return (-1, -1)
+    return status.st_ino, status.st_size
+
+
+def adopt_storage_environment(settings: Mapping[str, str]) -> None:
+    """Reach object stores with ``settings`` (from :func:`state.delta_io.storage_environment`)
+    from now on. Here, not with the environment's other helpers, because tables opened with
+    other settings must open again with these: the cache is cleared."""
+    if any(os.environ.get(name) != value for name, value in settings.items()):
+        os.environ.update(settings)
+        snapshots.clear()

@@ -1,0 +1,138 @@
+"""Rows read from a table's data files without Spark: a snapshot's rows, the files of a version
+with what the log says of each (statistics readers prune by), and only the files that may hold
+the rows asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.dataset
+from deltalake import DeltaTable
+
+from ..errors import StorageError
+from .cache import served_table, snapshots, table
+from .stores import calling
+
+
+def data_files(path: str) -> tuple[int, dict[str, int]]:
+    """The table's latest version (-1: no table) and its data files as of that version, each
+    with the time it was added (epoch ms): what a follower compares from one poll to the next
+    to find the files a commit added or removed, with or without the change feed. No request
+    beyond bringing the table up to date: delta-rs holds the files of the version it read."""
+    found = table(path)
+    if found is None:
+        return -1, {}
+    actions = pa.table(found.get_add_actions(flatten=True))
+    return int(found.version()), dict(zip(actions["path"].to_pylist(),
+                                          actions["modification_time"].cast(pa.int64()).to_pylist()))
+
+
+def read_data_files(path: str, names: list[str], columns: list[str] | None = None,
+                    partition: tuple[str, Any] | None = None) -> pa.Table:
+    """The rows of the table's data files ``names`` (paths as the log gives them), in that
+    order (only ``columns``, when given): files of the version :func:`data_files` or
+    :func:`file_statistics` just gave, read from the snapshot it brought up to date (not
+    brought up to date again: a commit in between could remove them). ``partition=(column,
+    value)`` when every file is in that partition: only its files are made into fragments."""
+    found = snapshots.get(path)
+    if found is None:
+        found = table(path)
+    if found is None or not names:
+        return pa.table({})
+    pruning = [(partition[0], "=", partition[1])] if partition is not None else None
+    dataset = calling(path, "reading", lambda: found.to_pyarrow_dataset(file_pruning_predicate=pruning))
+    by_name = {fragment.path: fragment for fragment in dataset.get_fragments()}
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise StorageError(f"{path}: data file {missing[0]!r} is not in the table's version "
+                           f"{found.version()}")
+    chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
+                                               dataset.format, dataset.filesystem)
+    return plain(calling(path, "reading", lambda: chosen.to_table(columns=columns)))
+
+
+def file_statistics(path: str) -> pa.Table | None:
+    """The data files of the table's latest version with what the log says of each: ``path``,
+    ``num_records``, ``partition.<column>``, and ``min.<column>``, ``max.<column>``,
+    ``null_count.<column>`` for the columns it keeps statistics of (null where it keeps none).
+    ``None`` when there is no table, when this package does not serve it
+    (:func:`state.delta_io.serves`), or when reading its files is not all it takes to read its
+    rows (deletion vectors, column mapping): then only Spark reads it right."""
+    found = served_table(path)
+    if found is None or not _files_are_rows(found):
+        return None
+    return pa.table(calling(path, "reading the log", lambda: found.get_add_actions(flatten=True)))
+
+
+def newest_rows(path: str, column: str, partition: tuple[str, Any] | None = None,
+                columns: list[str] | None = None) -> pa.Table | None:
+    """The rows holding the largest value of integer ``column`` (in ``partition=(column,
+    value)``), reading only the files whose statistics say they hold it; ``None`` when a file
+    has no statistics for it, there are no rows, or there is no table this package reads by its
+    files (see :func:`file_statistics`)."""
+    files = _files_of(path, partition)
+    if files is None or f"max.{column}" not in files.column_names or len(files) == 0:
+        return None
+    highest = files[f"max.{column}"]
+    if highest.null_count:
+        return None
+    return _rows_from(path, files, column, int(pa.compute.max(highest).as_py()), partition, columns)
+
+
+def rows_at_least(path: str, column: str, lowest: int, partition: tuple[str, Any] | None = None,
+                  columns: list[str] | None = None) -> pa.Table | None:
+    """The rows whose integer ``column`` is at least ``lowest`` (in ``partition``), reading
+    only the files whose statistics allow such rows; ``None`` when there is no table this
+    package reads by its files (see :func:`file_statistics`)."""
+    files = _files_of(path, partition)
+    return None if files is None else _rows_from(path, files, column, lowest, partition, columns)
+
+
+def _files_of(path: str, partition: tuple[str, Any] | None) -> pa.Table | None:
+    files = file_statistics(path)
+    if files is None or partition is None:
+        return files
+    return files.filter(pa.compute.equal(files[f"partition.{partition[0]}"], partition[1]))
+
+
+def _rows_from(path: str, files: pa.Table, column: str, lowest: int,
+               partition: tuple[str, Any] | None, columns: list[str] | None) -> pa.Table:
+    """The rows of ``files`` whose ``column`` is at least ``lowest``, skipping the files whose
+    statistics rule them out."""
+    if f"max.{column}" in files.column_names:
+        files = files.filter(pa.compute.fill_null(
+            pa.compute.greater_equal(files[f"max.{column}"], lowest), True))
+    reading = None if columns is None else list(dict.fromkeys([*columns, column]))
+    rows = read_data_files(path, files["path"].to_pylist(), reading, partition)
+    if rows.num_rows == 0:
+        return rows
+    return rows.filter(pa.compute.greater_equal(rows[column], lowest))
+
+
+def _files_are_rows(found: DeltaTable) -> bool:
+    """Whether the table's rows are its data files' rows, as they are in Parquet (no deletion
+    vectors or column mapping, which a reader must apply)."""
+    protocol = found.protocol()
+    if protocol.min_reader_version == 1:
+        return True
+    return set(protocol.reader_features or ()) <= {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+
+
+def snapshot(path: str, equal: tuple[str, Any] | None = None) -> tuple[int, pa.Table]:
+    """The table's latest version and its rows (-1 and an empty table when there is none);
+    with ``equal=(column, value)``, the rows where ``column == value``, reading only the files
+    whose statistics allow such rows."""
+    found = table(path)
+    if found is None:
+        return -1, pa.table({})
+    filters = [(equal[0], "=", equal[1])] if equal is not None else None
+    rows = calling(path, "reading", lambda: found.to_pyarrow_table(filters=filters))
+    return int(found.version()), plain(rows)
+
+
+def plain(rows: pa.Table) -> pa.Table:
+    """``rows`` with string and binary views as the plain types pandas and Spark's Parquet give."""
+    views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+    return rows.cast(pa.schema([(field.name, views.get(field.type, field.type)) for field in rows.schema]))

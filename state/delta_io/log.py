@@ -1,0 +1,182 @@
+"""What a table's log says without Spark: its version, recent commits' metadata, schema and
+properties (now or as of a version), a local commit's actions, whether commits were blind
+appends, and the rows a range of blind appends inserted (the change feed as delta-rs reads it).
+
+The reads that answer ``None`` for a missing table answer ``None`` too for a table this package
+does not serve (:func:`state.delta_io.serves`): their callers then ask Spark, or go without."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from ..errors import StorageError
+from .cache import served_table, snapshots, table
+from .files import plain
+from .stores import calling, describe, local_path, location, serves
+
+log = logging.getLogger(__name__)
+
+#: The table property that turns the change data feed on.
+FEED_PROPERTY = "delta.enableChangeDataFeed"
+# The columns Delta's change feed adds to a table's own.
+_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def latest_version(path: str) -> int | None:
+    """The latest version of the table at ``path``; -1 when there is none, ``None`` when this
+    package does not serve ``path`` (Spark's to tell)."""
+    if not serves(path):
+        return None
+    found = table(path)
+    return -1 if found is None else int(found.version())
+
+
+def recent_metadata(path: str, commits: int = 10) -> list[str] | None:
+    """``userMetadata`` of the last ``commits`` commits, newest first; ``None`` when this
+    package does not serve ``path`` (Spark's to tell)."""
+    if not serves(path):
+        return None
+    found = table(path)
+    if found is None:
+        return []
+    history = calling(path, "reading the history", lambda: found.history(commits))
+    return [str(entry["userMetadata"]) for entry in history if entry.get("userMetadata")]
+
+
+def schema_json(path: str) -> dict[str, Any] | None:
+    """The table's schema in Delta's JSON form; ``None`` when there is no table, or it is not on
+    a path this package serves."""
+    found = served_table(path)
+    return None if found is None else dict(json.loads(found.schema().to_json()))
+
+
+def metadata_at(path: str, version: int) -> dict[str, Any] | None:
+    """The table's ``configuration`` and ``schemaString`` as of ``version``, as the log's
+    ``metaData`` action holds them; ``None`` when there is no table, it is not on a path this
+    package serves, or its log no longer holds that version (cleaned up after a checkpoint)."""
+    if not serves(path):
+        return None
+    try:
+        found = calling(path, f"reading version {version} of",
+                        lambda: DeltaTable(location(path), version=version))
+    except (TableNotFoundError, StorageError) as missing:
+        log.debug("metadata of %s at version %d unknown: %s", path, version, missing)
+        return None
+    return {"configuration": dict(found.metadata().configuration or {}),
+            "schemaString": found.schema().to_json()}
+
+
+def commit_times(path: str, first: int, last: int) -> dict[int, int]:
+    """The time (epoch ms) each of commits ``first..last`` of the table at ``path`` was made,
+    from its ``commitInfo`` (a publish's time, for a callback source's inbox); a commit the
+    log no longer holds (cleaned up by log retention) is left out."""
+    found = table(path)
+    if found is None or last < first:
+        return {}
+    newest = int(found.version())
+    entries = calling(path, "reading the history of",
+                      lambda: found.history(max(newest - first + 1, 1)))
+    return {int(entry["version"]): int(entry["timestamp"]) for entry in entries
+            if "version" in entry and "timestamp" in entry and first <= int(entry["version"]) <= last}
+
+
+def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` of the local table at ``path``, from its JSON file;
+    ``None`` when that file is gone (cleaned up by log retention) or the table is not local.
+    The one read of the log by hand: delta-rs gives a commit's operation (its history) but not
+    its actions, which tell the files an append added (read by :mod:`state.appended`)."""
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        with open(os.path.join(local, "_delta_log", f"{version:020d}.json")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return None
+
+
+def feed_enabled(configuration: Mapping[str, Any]) -> bool:
+    """Whether a table ``configuration`` (its properties) turns the change data feed on.
+
+    >>> feed_enabled({FEED_PROPERTY: "TRUE"}), feed_enabled({})
+    (True, False)
+    """
+    return str(configuration.get(FEED_PROPERTY, "false")).lower() == "true"
+
+
+def feed_on(path: str) -> bool | None:
+    """Whether the table's change data feed is on as of its latest commit; ``None`` when there
+    is no table, or it is not on a path this package serves."""
+    found = served_table(path)
+    return None if found is None else feed_enabled(found.metadata().configuration or {})
+
+
+def reads_inserts(path: str, first: int, last: int) -> bool:
+    """Whether :func:`inserted_rows` gives commits ``first..last``: the feed is on now and they
+    are all blind appends (:func:`_blind_appends`)."""
+    found = table(path)
+    return found is not None and _reads_inserts(path, found, first, last)
+
+
+def _reads_inserts(path: str, found: DeltaTable, first: int, last: int) -> bool:
+    return feed_enabled(found.metadata().configuration or {}) and \
+        _blind_appends(path, found, first, last)
+
+
+def _blind_appends(path: str, found: DeltaTable, first: int, last: int) -> bool:
+    """Whether commits ``first..last`` of ``found`` all only appended rows, as their
+    ``commitInfo`` says (Spark's and delta-rs's appends record ``mode: Append``; Spark's also
+    ``isBlindAppend``): the rows they inserted are then the files they added, whether or not
+    the feed was on when they were made. One small read per commit not read before (a commit
+    never changes)."""
+    newest = int(found.version())
+    if last < first or newest < last:
+        return False
+    known = snapshots.appends(path)
+    if any(version not in known for version in range(first, last + 1)):
+        entries = calling(path, "reading the history of", lambda: found.history(newest - first + 1))
+        known.update({int(entry["version"]): _is_blind_append(entry) for entry in entries
+                      if "version" in entry})
+        snapshots.note_appends(path, known)
+    return all(known.get(version) for version in range(first, last + 1))
+
+
+def _is_blind_append(info: Mapping[str, Any]) -> bool:
+    parameters = info.get("operationParameters") or {}
+    return info.get("isBlindAppend") is True or (
+        info.get("operation") in ("WRITE", "STREAMING UPDATE")
+        and "Append" in (parameters.get("mode"), parameters.get("outputMode")))
+
+
+def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
+    """The rows commits ``first..last`` inserted, read from the files they added, with their
+    commit version first (``_commit_version``, int64), in commit order; ``None`` when there is
+    no table, a commit of the range did more than append (:func:`_blind_appends`) or the feed
+    is off now. Then only Spark's change feed can give them: it knows at which versions the feed was
+    on, where delta-rs takes the files a commit added and removed for its changes, which for a
+    MERGE made while the feed was off are not the rows it inserted."""
+    found = table(path)
+    if found is None or not _reads_inserts(path, found, first, last):
+        return None
+    doing = f"reading the changes of versions {first}-{last} of"
+    try:
+        changes = found.load_cdf(starting_version=first, ending_version=last)
+    except DeltaError as refused:
+        if "not enabled" in str(refused):  # a commit of the range turned the feed off
+            return None
+        raise StorageError(describe(path, doing, refused)) from refused
+    except OSError as failed:
+        raise StorageError(describe(path, doing, failed)) from failed
+    feed = plain(pa.table(changes))
+    inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
+    rows = inserts.select([name for name in inserts.column_names if name not in _FEED_COLUMNS])
+    return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))
