@@ -250,3 +250,26 @@ def test_session_window_in_sql():
     op = pipeline.stream.operators[-1]
     assert isinstance(op, sp.SessionAggregate) and op.emit == "final"
     assert (op.window.gap, op.window.grace) == (pd.Timedelta("5min"), pd.Timedelta("1min"))
+
+
+def test_session_merge_candidates_and_late_records_follow_kafka_streams_exactly():
+    """Kafka Streams' KStreamSessionWindowAggregate with its session store's retention (gap +
+    grace) and no record cache: a session merges a record while ``end > stream time before it -
+    gap - grace``; a record is dropped only when the session it would make ends before ``stream
+    time - gap - grace`` (strictly); EMIT FINAL emits a session once ``end < stream time - gap -
+    grace``. Gap 1 min, grace 30 s: stream time 00:01:40 puts the bound at 00:00:10."""
+    changes = SessionFeeder(sp.session("ts", "1min", grace="30s"))
+    assert changes.feed(events(("a", "00:00:00", 1), ("b", "00:01:40", 1))) == [
+        ("a", "00:00:00", "00:00:00", 1, "update"), ("b", "00:01:40", "00:01:40", 1, "update")]
+    # 00:00:10 is exactly at the bound: [00:00:00] (end 0 is not past the bound) no longer
+    # merges, but the record is not late: it opens a session of its own, as in ksqlDB
+    assert changes.feed(events(("a", "00:00:10", 1))) == [("a", "00:00:10", "00:00:10", 1, "update")]
+    # again at the bound: [00:00:10] does not merge it either; Kafka's store puts the new
+    # session under the same window, overwriting it (a count of 1, not 2)
+    assert changes.feed(events(("a", "00:00:10", 1))) == [("a", "00:00:10", "00:00:10", 1, "update")]
+    assert changes.feed(events(("a", "00:00:09", 1))) == []  # before the bound: late
+    assert changes.store.operator("w").get("__clock__")["late"] == 1
+    final = SessionFeeder(sp.session("ts", "1min", grace="30s"), emit="final")
+    # stream time 00:01:30 is end + gap + grace of [00:00:00]: ksqlDB emits it only after that
+    assert final.feed(events(("a", "00:00:00", 1), ("b", "00:01:30", 1))) == []
+    assert final.feed(events(("b", "00:01:31", 1))) == [("a", "00:00:00", "00:00:00", 1, "insert")]
