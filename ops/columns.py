@@ -15,6 +15,9 @@ CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's chan
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
+#: A FINAL tumbling window's changelog: the earliest ``window_start`` it may still emit (its
+#: stream time, as a window start), so a window over its rows closes when Spark's would.
+WATERMARK_COLUMN = "_watermark"
 
 #: What every row read from Kafka carries besides its value's fields; ``_key`` (the record's
 #: key as text) keys the stream unless the source names other key fields.
@@ -27,4 +30,4 @@ ORDER_COLUMN = "__order"
 FIRST_ORDINAL = 1 << 40
 
 #: What sinks and changelogs add to a table: a join leaves them out of what it copies from one.
-WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN)
+WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN, WATERMARK_COLUMN)

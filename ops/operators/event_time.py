@@ -21,6 +21,7 @@ import pandas as pd
 
 from state import OperatorState
 
+from ..columns import WATERMARK_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import Agg
@@ -116,13 +117,17 @@ class EventTimeAggregate(Operator):
         return before, self.progressed(events, after)
 
     def progressed(self, frame: pd.DataFrame, time: int | None) -> int | None:
-        """Stream time ``time`` moved to the largest :attr:`progress` value in ``frame``."""
-        if self.progress is None or self.progress not in frame.columns:
+        """Stream time ``time`` moved to the largest :attr:`progress` value in ``frame``, and to
+        its largest :data:`WATERMARK_COLUMN` when the time column is an upstream FINAL
+        window's bound (no later row of it has a smaller one)."""
+        columns = [self.progress] if self.progress is not None else []
+        if self.window.time in (START, END):
+            columns.append(WATERMARK_COLUMN)
+        reached = [frame[c].dropna() for c in columns if c in frame.columns]
+        reached = [values for values in reached if not values.empty]
+        if not reached:
             return time
-        reached = frame[self.progress].dropna()
-        if reached.empty:
-            return time
-        latest = int(epoch_ms(reached).max())
+        latest = max(int(epoch_ms(values).max()) for values in reached)
         return latest if time is None else max(time, latest)
 
     def open_keys(self, store: OperatorState) -> list:

@@ -259,6 +259,38 @@ def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse, mode):
     assert hits(16) == [(0, 3)]                # [10,15) closed upstream; [10,20) is open
 
 
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_chained_windows_close_in_the_batch_the_upstream_stream_time_passes_them(spark, warehouse,
+                                                                                mode):
+    """Spark closes both chained windows in the batch whose stream time passes the outer end
+    (its no-data batch runs the chain again once the watermark moved). Here the coarse window
+    learns the fine table's stream time from its changelog (the earliest window start it may
+    still emit), not only from the ends of the windows it closed: 00:00:12 closes [0, 5) and,
+    at once, [0, 10), though no fine window ends at 10 (the coarse one waited a batch)."""
+    catalog = sp.Catalog()
+    catalog.register("hits", sp.read.from_callback("hits", schema={"page": "string", "ts": "timestamp"}),
+                     timestamp="ts")
+    fine = sp.sql("CREATE TABLE hits_5s AS SELECT page, COUNT(*) AS n FROM hits "
+                  "WINDOW TUMBLING (SIZE 5 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY page EMIT FINAL",
+                  catalog=catalog).with_mode(mode)
+    coarse = sp.sql("CREATE TABLE hits_10s AS SELECT page, SUM(n) AS n FROM hits_5s "
+                    "WINDOW TUMBLING (SIZE 10 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY page EMIT FINAL",
+                    catalog=catalog, warehouse=warehouse).with_mode(mode)
+    base = pd.Timestamp("2026-01-01", tz="UTC")
+
+    def hits(*seconds):
+        fine.publish(spark, [{"page": "p", "ts": (base + pd.Timedelta(seconds=s)).isoformat()}
+                             for s in seconds], warehouse)
+        fine.run_once(spark, warehouse)
+        coarse.run_once(spark, warehouse)
+        return sorted((int((pd.Timestamp(r.window_start, tz="UTC") - base).total_seconds()), r.n)
+                      for r in coarse.read_sink(spark, "hits_10s", warehouse).itertuples())
+
+    assert hits(1, 12) == [(0, 1)]
+    assert hits(21) == [(0, 1), (10, 1)]  # [10, 15) closes upstream at 21: [10, 20) too
+    assert "_watermark" not in fine.read_sink(spark, "hits_5s", warehouse).columns  # changelog only
+
+
 def test_sql_joins_stream_table_and_table_table(spark, warehouse):
     catalog = sp.Catalog()
     catalog.register("user_updates", sp.read.from_callback(
