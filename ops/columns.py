@@ -15,6 +15,7 @@ CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's chan
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
+CHANGE_NO_COLUMN = "_change_no"  # which change of its batch a signed row is from (an update: two)
 #: A FINAL tumbling window's changelog: the earliest ``window_start`` it may still emit (its
 #: stream time, as a window start), so a window over its rows closes when Spark's would.
 WATERMARK_COLUMN = "_watermark"
