@@ -55,8 +55,10 @@ class EventTimeAggregate(Operator):
     #: a column whose largest value in a batch stream time has surely reached after it (a FINAL
     #: tumbling table's ``window_end``: its window was emitted once the upstream's stream time
     #: passed it, and every later row starts there or after). It moves stream time at the end
-    #: of the batch only, never a row's lateness, so a window downstream closes in the batch
-    #: where the upstream closes its last part, as Spark's chained windows do.
+    #: of the batch only, never a row's lateness. A window over an upstream FINAL window's
+    #: bounds also reads its ``_watermark`` column (see :meth:`progressed`), which is ahead of
+    #: ``window_end`` when the upstream's stream time passed ends no window it emitted: then it
+    #: closes in the batch whose stream time passes its end, as Spark's chained windows do.
     progress: str | None = None
 
     @property
