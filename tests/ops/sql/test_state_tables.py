@@ -311,7 +311,8 @@ def test_avg_and_collect_list_over_a_tables_changelog_with_nulls_in_a_long_colum
         latest.run_once(spark, warehouse)
         groups.run_once(spark, warehouse)
     table = groups.read_sink(spark, "by_g", warehouse).sort_values("g")
-    assert [(g, a, list(l), n) for g, a, l, n in zip(table["g"], table["a"], table["l"], table["n"])] == [
+    assert [(g, a, list(values), n)
+            for g, a, values, n in zip(table["g"], table["a"], table["l"], table["n"])] == [
         (1, 30.0, [30], 1), (2, 20.0, [20], 1)]
     log = changelog(spark, groups, warehouse, "by_g")
     assert list(zip(log["_batch_id"], log["g"], log["n"], log["_change"])) == [
