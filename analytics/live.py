@@ -18,13 +18,14 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from ops import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN
+from ops import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN
 
 from .delta_files import Commit, DeltaFiles, Unreadable
 
 log = logging.getLogger(__name__)
-#: Changelog columns a subscriber never sees: a row's position and the values it replaced.
-HIDDEN = (OLD_COLUMN, ROW_COLUMN)
+#: Changelog columns a subscriber never sees: a row's position, the values it replaced and a
+#: FINAL window's watermark.
+HIDDEN = (OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN)
 
 
 @dataclass
@@ -76,7 +77,7 @@ class LiveTable:
             latest = ordered.drop_duplicates(list(self.keys), keep="last")
             latest = latest[latest[CHANGE_COLUMN] != "delete"]
             self.batch = int(ordered[BATCH_COLUMN].max())
-            self._base = self._indexed(latest.drop(columns=[*HIDDEN, CHANGE_COLUMN]))
+            self._base = self._indexed(latest.drop(columns=[*HIDDEN, CHANGE_COLUMN], errors="ignore"))
         self._pending.clear()
         self._frame = None
 

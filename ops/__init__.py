@@ -30,7 +30,14 @@ from state import (
 )
 
 from .api import Metadata, Op, clear_timer, get, remove, set, set_timer  # noqa: A004 - KX's names
-from .columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, SOURCE_COLUMN
+from .columns import (
+    BATCH_COLUMN,
+    CHANGE_COLUMN,
+    OLD_COLUMN,
+    ROW_COLUMN,
+    SOURCE_COLUMN,
+    WATERMARK_COLUMN,
+)
 from .context import BatchScope, RunContext
 from .errors import (
     BadRecordError,
@@ -156,7 +163,7 @@ __all__ = [
     "KeptTableJoin", "StreamStreamJoin", "JoinSide",
     "Sink", "StoredSink", "FileSink", "FileTarget", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
     # columns lakestream adds
-    "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN",
+    "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN", "WATERMARK_COLUMN",
     # errors
     "StreamError", "BadRecordError", "CheckpointConflict", "ConfigError", "EncodingError",
     "MigrationError", "PipelineChangedError",

@@ -15,6 +15,10 @@ CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's chan
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from
 SIGN_COLUMN = "_sign"        # +1 a row added to a table, -1 one retracted (aggregating a table)
+CHANGE_NO_COLUMN = "_change_no"  # which change of its batch a signed row is from (an update: two)
+#: A FINAL tumbling window's changelog: the earliest ``window_start`` it may still emit (its
+#: stream time, as a window start), so a window over its rows closes when Spark's would.
+WATERMARK_COLUMN = "_watermark"
 
 #: ksqlDB's ROWTIME: the record's own time, given to a stream registered without an event-time
 #: column where its source has one (a Kafka record's timestamp, a publish's or file's time).
@@ -31,4 +35,4 @@ ORDER_COLUMN = "__order"
 FIRST_ORDINAL = 1 << 40
 
 #: What sinks and changelogs add to a table: a join leaves them out of what it copies from one.
-WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN)
+WRITTEN_COLUMNS = (BATCH_COLUMN, ROW_COLUMN, CHANGE_COLUMN, OLD_COLUMN, WATERMARK_COLUMN)

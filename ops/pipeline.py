@@ -239,12 +239,16 @@ class Stream:
         op = LatestByKey(name=self._name_for(name, "table"), keys=tuple(keys))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
-    def changes_as_rows(self, name: str | None = None) -> Stream:
+    def changes_as_rows(self, name: str | None = None,
+                        kinds: Mapping[str, str] | None = None) -> Stream:
         """Read a table's change rows (after ``as_table``, or a state table's changelog read
         with ``sp.read.from_delta``) as signed rows, so a following ``group_by(...).agg(...)``
         aggregates the *table*: an update takes the old row out of its group before the new
-        one joins its own (see :mod:`ops.operators.retraction`); COUNT, SUM and AVG only."""
-        op = ChangesAsRows(name=self._name_for(name, "changes_as_rows"))
+        one joins its own (see :mod:`ops.operators.retraction`); COUNT, SUM, AVG and
+        COLLECT_LIST only. ``kinds`` (column -> ``long``, ``boolean``…) types the columns a
+        batch's nulls would turn into doubles (a changelog read from Delta)."""
+        op = ChangesAsRows(name=self._name_for(name, "changes_as_rows"),
+                           kinds=tuple((kinds or {}).items()))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def group_by(self, *columns: str) -> GroupedStream:

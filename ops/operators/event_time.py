@@ -21,6 +21,7 @@ import pandas as pd
 
 from state import OperatorState
 
+from ..columns import WATERMARK_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import Agg
@@ -54,8 +55,10 @@ class EventTimeAggregate(Operator):
     #: a column whose largest value in a batch stream time has surely reached after it (a FINAL
     #: tumbling table's ``window_end``: its window was emitted once the upstream's stream time
     #: passed it, and every later row starts there or after). It moves stream time at the end
-    #: of the batch only, never a row's lateness, so a window downstream closes in the batch
-    #: where the upstream closes its last part, as Spark's chained windows do.
+    #: of the batch only, never a row's lateness. A window over an upstream FINAL window's
+    #: bounds also reads its ``_watermark`` column (see :meth:`progressed`), which is ahead of
+    #: ``window_end`` when the upstream's stream time passed ends no window it emitted: then it
+    #: closes in the batch whose stream time passes its end, as Spark's chained windows do.
     progress: str | None = None
 
     @property
@@ -116,13 +119,17 @@ class EventTimeAggregate(Operator):
         return before, self.progressed(events, after)
 
     def progressed(self, frame: pd.DataFrame, time: int | None) -> int | None:
-        """Stream time ``time`` moved to the largest :attr:`progress` value in ``frame``."""
-        if self.progress is None or self.progress not in frame.columns:
+        """Stream time ``time`` moved to the largest :attr:`progress` value in ``frame``, and to
+        its largest :data:`WATERMARK_COLUMN` when the time column is an upstream FINAL
+        window's bound (no later row of it has a smaller one)."""
+        columns = [self.progress] if self.progress is not None else []
+        if self.window.time in (START, END):
+            columns.append(WATERMARK_COLUMN)
+        reached = [frame[c].dropna() for c in columns if c in frame.columns]
+        reached = [values for values in reached if not values.empty]
+        if not reached:
             return time
-        reached = frame[self.progress].dropna()
-        if reached.empty:
-            return time
-        latest = int(epoch_ms(reached).max())
+        latest = max(int(epoch_ms(values).max()) for values in reached)
         return latest if time is None else max(time, latest)
 
     def open_keys(self, store: OperatorState) -> list:

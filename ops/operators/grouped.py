@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..columns import CHANGE_COLUMN, OLD_COLUMN, SIGN_COLUMN
+from ..columns import CHANGE_COLUMN, CHANGE_NO_COLUMN, OLD_COLUMN, SIGN_COLUMN
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import UNDOABLE, Agg, is_missing, to_python
@@ -121,7 +121,27 @@ class GroupAggregate(TableOperator):
             befores.append(values[key] if shown[key] else None)
             shown[key], values[key] = bool(seen), after
         store.set_values(unique, [{"acc": accs[key], "visible": shown[key]} for key in unique])
-        return row_keys, list(zip(befores, afters, visible))
+        return self._one_per_update(keyed, row_keys, list(zip(befores, afters, visible)))
+
+    def _one_per_update(self, keyed: pd.DataFrame, row_keys: list,
+                        folded: list[tuple]) -> tuple[list, list[tuple]]:
+        """:meth:`fold_records`' changes with each update of a table whose old row (-1) and new
+        row (+1) fall in one group as one change, from the group before the old row left to
+        after the new one joined: Kafka Streams (KIP-904) sends such an update as one record,
+        so ksqlDB emits one row for it (two groups: two rows, the one it left first)."""
+        if not self.retracting or CHANGE_NO_COLUMN not in keyed.columns:
+            return row_keys, folded
+        changes, signs = keyed[CHANGE_NO_COLUMN].tolist(), keyed[SIGN_COLUMN].tolist()
+        keys: list = []
+        merged: list[tuple] = []
+        for position, (key, (old, new, shown)) in enumerate(zip(row_keys, folded)):
+            if position and changes[position] == changes[position - 1] \
+                    and signs[position - 1] < 0 < signs[position] and row_keys[position - 1] == key:
+                old = merged.pop()[0]  # the pair's first row: its group as it was before
+                keys.pop()
+            keys.append(key)
+            merged.append((old, new, shown))
+        return keys, merged
 
     def fold(self, scope: BatchScope, frame: pd.DataFrame) -> tuple[list, list[tuple]]:
         """Fold the batch into the state: the group keys it touched, and per key ``(old values
@@ -201,10 +221,13 @@ class GroupAggregate(TableOperator):
                 and (keep_unchanged or not (shown and old == new))]
         frame = self._rows([key for key, *_ in kept],
                            [new if shown else None for _, _, new, shown in kept])
-        frame[CHANGE_COLUMN] = ["delete" if not shown else "insert" if old is None else "update"
-                                for _, old, _, shown in kept]
-        frame[OLD_COLUMN] = [None if old is None else json.dumps(old, default=str)
-                             for _, old, _, _ in kept]
+        # object columns: with no rows they are Arrow's null type, which a distributed stage
+        # unifies with another task's text (an empty list made them doubles, which it cannot)
+        frame[CHANGE_COLUMN] = pd.Series(
+            ["delete" if not shown else "insert" if old is None else "update"
+             for _, old, _, shown in kept], index=frame.index, dtype=object)
+        frame[OLD_COLUMN] = pd.Series([None if old is None else json.dumps(old, default=str)
+                                       for _, old, _, _ in kept], index=frame.index, dtype=object)
         return frame
 
     def inserts(self, keys: list, accumulators: list[Mapping[str, Any]]) -> pd.DataFrame:
@@ -221,7 +244,8 @@ class GroupAggregate(TableOperator):
             columns = [keys]
         else:  # tuple keys: one column per position
             columns = [list(part) for part in zip(*keys)] if keys else [[] for _ in self.keys]
-        frame = pd.DataFrame(dict(zip(self.keys, columns)))
+        # no rows: key columns of no type (not doubles), as the other tasks' keys may be text
+        frame = pd.DataFrame(dict(zip(self.keys, columns)), dtype=None if keys else object)
         for name, agg in self.aggs:  # nullable dtypes: a null value must not turn longs to doubles
             column = [None if row is None else row[name] for row in values]
             frame[name] = nullable_array(agg, column)

@@ -42,10 +42,15 @@ def session(time: str, gap: str, grace: str = "0s") -> Session:
 
 @dataclass(frozen=True)
 class SessionAggregate(EventTimeAggregate):
-    """Aggregates per key and session. A record within ``gap`` of a key's open sessions joins
-    them (merging sessions it bridges); otherwise it opens a session ``[ts, ts]``, unless that
-    would already be closed (``ts + gap + grace <= stream time``): then it is late, dropped and
-    counted. A session closes when ``end + gap + grace <= stream time``. ``window_start`` and
+    """Aggregates per key and session, by Kafka Streams' rule (``KStreamSessionWindowAggregate``
+    over a session store whose retention is ``gap + grace``, as ksqlDB makes it, without the
+    record cache). With ``t`` the stream time before a record at ``ts``, its merge candidates
+    are the key's sessions that end no earlier than ``ts - gap``, start no later than ``ts +
+    gap``, and end after ``t - gap - grace`` (the store's ``end >= t - retention + 1``); it
+    joins them (merging sessions it bridges), or opens a session ``[ts, ts]``, which is late,
+    dropped and counted, when it ends before ``max(t, ts) - gap - grace`` (a merged session
+    never does). A session closes, and ``final`` emits it, once ``end + gap + grace < stream
+    time`` (Kafka's ``end < stream time - gap - grace``). ``window_start`` and
     ``window_end`` are the first and last event times (both inclusive, as in ksqlDB). Records
     are folded one by one (sessions are inherently sequential), so this operator is not
     vectorized.
@@ -85,21 +90,26 @@ class SessionAggregate(EventTimeAggregate):
         gap, grace = to_ms(self.window.gap), to_ms(self.window.grace)
         late, steps = 0, []
         for key, ts, now, row in zip(keys, ms.tolist(), before.tolist(), frame.to_dict("records")):
-            # sessions closed by stream time (even if not yet emitted) take no more records, so
-            # the outcome does not depend on where batches were cut
+            # Kafka Streams' rule (see the class docstring): only a session ending after
+            # ``now - gap - grace`` still merges, whether or not it was emitted yet, so the
+            # outcome does not depend on where batches were cut
             touching = [s for s in sessions[key] if s[0] - gap <= ts <= s[1] + gap
                         and s[1] + gap + grace > now]
-            if not touching and ts + gap + grace <= now:
+            if not touching and ts + gap + grace < now:
                 late += 1
                 continue
+            # a held [ts, ts] that no longer merges (it ends at the bound) is overwritten, as
+            # Kafka's store puts the new session under the same window
+            replaced = touching or [s for s in sessions[key] if s[0] == s[1] == ts]
             acc = None
             for old in sorted(touching):
                 acc = old[2] if acc is None else self._merge(acc, old[2])
+            for old in replaced:
                 sessions[key].remove(old)
             merged = [min([ts] + [s[0] for s in touching]), max([ts] + [s[1] for s in touching]),
                       self._add(acc, row), False]  # shown: not yet
             sessions[key].append(merged)
-            steps.append((key, sorted(touching), merged))
+            steps.append((key, sorted(replaced), merged))
         finals = self._close(scope, store, sessions, time, gap + grace)
         rows = self._changes(scope, steps) if self.emit == "changes" else finals
         for key, value in sessions.items():  # after the changes: they mark what is shown
@@ -177,7 +187,7 @@ class SessionAggregate(EventTimeAggregate):
             if held is None:
                 held = sessions[key] = store.get(key) or []
             for sess in sorted(held):
-                if time is not None and sess[1] + wait <= time:
+                if time is not None and sess[1] + wait < time:  # ksqlDB: end < time - wait
                     held.remove(sess)
                     closed.append((key, sess))
         passing = self._passes(scope, closed) if self.emit == "final" else [False] * len(closed)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from state import OperatorState
 
+from ..columns import WATERMARK_COLUMN
 from ..context import BatchScope
 from ..errors import PipelineDefinitionError
 from .event_time import END, START, EventTimeAggregate, epoch_ms, to_ms
@@ -93,7 +94,7 @@ class WindowAggregate(EventTimeAggregate):
         # in final mode the per-window change rows would only be thrown away
         out = finals if self.emit == "final" else (
             per_record if per_record is not None else inner.changes(touched, folded))
-        return self._with_bounds(out)
+        return self._with_watermark(self._with_bounds(out), stream_time)
 
     def owner(self, state_key: tuple) -> Any:
         return self.state_key(state_key[:-1])  # (keys…, window start): the keys own it
@@ -130,6 +131,19 @@ class WindowAggregate(EventTimeAggregate):
         store.delete_many(closed)
         # a closing window is an insert of its final values, never shown before
         return inner.inserts([key for key, _ in shown], [acc for _, acc in shown])
+
+    def _with_watermark(self, out: pd.DataFrame, stream_time: int | None) -> pd.DataFrame:
+        """A FINAL tumbling window's rows with :data:`WATERMARK_COLUMN`: the start of the
+        earliest window still open (every later row starts there or after). A window over
+        these rows closes by it as Spark's chained windows do in the batch whose stream time
+        passes their end, rather than when a window ending there is emitted, which may be a
+        batch later."""
+        if self.emit != "final" or self.window.advance != self.window.size or out.empty \
+                or stream_time is None:
+            return out
+        size = to_ms(self.window.size)
+        earliest = (stream_time - to_ms(self.window.grace)) // size * size
+        return out.assign(**{WATERMARK_COLUMN: pd.Timestamp(earliest, unit="ms", tz="UTC")})
 
     def _with_bounds(self, out: pd.DataFrame) -> pd.DataFrame:
         starts = pd.to_datetime(out[START].astype("int64"), unit="ms", utc=True)

@@ -18,11 +18,14 @@ from pyspark.sql.types import NullType
 
 from state import PipelineLayout, delta_io, direct, fault_point, tables
 
-from ..columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN
+from ..columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN
 from ..context import RunContext
 from .base import StoredSink
 
 log = logging.getLogger(__name__)
+#: What the changelog keeps and the table does not: the values a change replaced, a row's
+#: position, a FINAL window's watermark (read by a window over the changelog).
+CHANGELOG_ONLY = (OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN)
 
 
 def _typed_like(spark: SparkSession, frame: DataFrame, path: str) -> DataFrame:
@@ -84,7 +87,8 @@ class TableSink(StoredSink):
         fault_point("table_changelog_written")
         if not self.coalesced:  # the table takes each key's last change of the batch
             changes = changes.drop_duplicates(list(self.keys), keep="last")
-        return direct.upsert(changes.drop(columns=[OLD_COLUMN, ROW_COLUMN]), self.location(ctx.layout),
+        return direct.upsert(changes.drop(columns=list(CHANGELOG_ONLY), errors="ignore"),
+                             self.location(ctx.layout),
                              self._how(), create=direct.NewTable()) is not None
 
     def write_frame(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
@@ -97,7 +101,7 @@ class TableSink(StoredSink):
             last = Window.partitionBy(*self.keys).orderBy(F.col(ROW_COLUMN).desc())
             changes = (changes.withColumn("_rank", F.row_number().over(last))
                        .where("_rank = 1").drop("_rank"))
-        self._upsert(ctx.spark, ctx.layout, changes.drop(OLD_COLUMN, ROW_COLUMN))
+        self._upsert(ctx.spark, ctx.layout, changes.drop(*CHANGELOG_ONLY))
 
     def _upsert(self, spark: SparkSession, layout: PipelineLayout, changes: DataFrame) -> None:
         """Spark's ``MERGE``, by the rule delta-rs's follows in driver mode (one rule, both
@@ -129,7 +133,7 @@ class TableSink(StoredSink):
                                                        F.col(ROW_COLUMN).desc())
         return (changes.withColumn("_rank", F.row_number().over(order)).where("_rank = 1")
                 .where(F.col(CHANGE_COLUMN) != "delete")
-                .drop("_rank", CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN))
+                .drop("_rank", CHANGE_COLUMN, *CHANGELOG_ONLY))
 
     def rebuild(self, spark: SparkSession, layout: PipelineLayout) -> int:
         """Recreate the table from its changelog (the latest change per key, deletes dropped),

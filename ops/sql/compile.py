@@ -77,7 +77,7 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
     else:
         if source.joined:  # aggregate the joined table: its changes as rows to take back
             source = dataclasses.replace(source, stream=source.stream.changes_as_rows(
-                name=f"{parsed.name}_changes"))
+                name=f"{parsed.name}_changes", kinds=source.kinds))
         pipeline, columns, kinds = _table_query(parsed, source, time, emit_changes == "per_record")
     final = any(isinstance(op, EventTimeAggregate) and op.emit == "final"
                 for op in pipeline.stream.operators)

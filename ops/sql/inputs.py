@@ -154,8 +154,8 @@ def _read(parsed: Statement, named: _Named, warehouse: str | None) -> Input:
     columns = named.columns()
     key = [columns.find(column) or column for column in named.primary_key]
     rows = named.stream.as_table(*key, name=f"{named.name}_rows")
-    return Input(rows.changes_as_rows(name=f"{named.name}_changes"), named.timestamp,
-                 named.scope(), table=True, kinds=named.kinds())
+    return Input(rows.changes_as_rows(name=f"{named.name}_changes", kinds=named.kinds()),
+                 named.timestamp, named.scope(), table=True, kinds=named.kinds())
 
 
 def _changelog(entry: TableEntry, warehouse: str | None) -> Stream:
@@ -172,7 +172,8 @@ def _table_source(parsed: Statement, named: _Named, warehouse: str | None) -> In
     assert entry is not None
     changelog = _changelog(entry, warehouse)
     if parsed.window is None:
-        return Input(changelog.changes_as_rows(name=f"{entry.table}_changes"), None,
+        return Input(changelog.changes_as_rows(name=f"{entry.table}_changes",
+                                               kinds=named.kinds()), None,
                      named.scope(), table=True, kinds=named.kinds())
     if not entry.final:
         raise SqlError(f"WINDOW over table {entry.table}: its rows change as it updates; a "

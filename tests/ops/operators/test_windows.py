@@ -250,3 +250,48 @@ def test_session_window_in_sql():
     op = pipeline.stream.operators[-1]
     assert isinstance(op, sp.SessionAggregate) and op.emit == "final"
     assert (op.window.gap, op.window.grace) == (pd.Timedelta("5min"), pd.Timedelta("1min"))
+
+
+def test_session_merge_candidates_and_late_records_follow_kafka_streams_exactly():
+    """Kafka Streams' KStreamSessionWindowAggregate with its session store's retention (gap +
+    grace) and no record cache: a session merges a record while ``end > stream time before it -
+    gap - grace``; a record is dropped only when the session it would make ends before ``stream
+    time - gap - grace`` (strictly); EMIT FINAL emits a session once ``end < stream time - gap -
+    grace``. Gap 1 min, grace 30 s: stream time 00:01:40 puts the bound at 00:00:10."""
+    changes = SessionFeeder(sp.session("ts", "1min", grace="30s"))
+    assert changes.feed(events(("a", "00:00:00", 1), ("b", "00:01:40", 1))) == [
+        ("a", "00:00:00", "00:00:00", 1, "update"), ("b", "00:01:40", "00:01:40", 1, "update")]
+    # 00:00:10 is exactly at the bound: [00:00:00] (end 0 is not past the bound) no longer
+    # merges, but the record is not late: it opens a session of its own, as in ksqlDB
+    assert changes.feed(events(("a", "00:00:10", 1))) == [("a", "00:00:10", "00:00:10", 1, "update")]
+    # again at the bound: [00:00:10] does not merge it either; Kafka's store puts the new
+    # session under the same window, overwriting it (a count of 1, not 2)
+    assert changes.feed(events(("a", "00:00:10", 1))) == [("a", "00:00:10", "00:00:10", 1, "update")]
+    assert changes.feed(events(("a", "00:00:09", 1))) == []  # before the bound: late
+    assert changes.store.operator("w").get("__clock__")["late"] == 1
+    final = SessionFeeder(sp.session("ts", "1min", grace="30s"), emit="final")
+    # stream time 00:01:30 is end + gap + grace of [00:00:00]: ksqlDB emits it only after that
+    assert final.feed(events(("a", "00:00:00", 1), ("b", "00:01:30", 1))) == []
+    assert final.feed(events(("b", "00:01:31", 1))) == [("a", "00:00:00", "00:00:00", 1, "insert")]
+
+
+def test_chained_final_windows_close_in_the_batch_the_upstream_passes_the_outer_end():
+    """Spark's chained windows (grace 0): the no-data batch after the watermark passes 00:00:10
+    closes [00:00:00, 00:00:05) and, with it, the outer [00:00:00, 00:00:10). Here a FINAL
+    tumbling window's rows carry the earliest window start it may still emit, so the outer
+    window on its window_start closes in that same batch (it waited for a later one)."""
+    pipeline = (sp.read.from_callback("hits", schema={"k": "string", "ts": "timestamp", "x": "long"})
+                .group_by("k").window(sp.tumbling("ts", "5s")).agg(emit="final", n=sp.count())
+                .group_by("k").window(sp.tumbling("window_start", "10s"))
+                .agg(emit="final", name="outer", n=sp.sum_("n")).write.to_table("hits_10s"))
+    store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+
+    def feed(batch, *times):
+        frame = events(*(("a", t, 1) for t in times))
+        for op in pipeline.stream.operators:
+            frame = op.apply(BatchScope("p", batch, ("k",), store), frame)
+        return [(r["window_start"].strftime("%H:%M:%S"), r["n"]) for r in frame.to_dict("records")]
+
+    assert feed(1, "00:00:01", "00:00:03") == []
+    assert feed(2, "00:00:11") == [("00:00:00", 2)]  # [0, 5) closes upstream; stream time 11
+    assert feed(3, "00:00:12", "00:00:26") == [("00:00:10", 2)]  # [10, 15) closes; time 26

@@ -449,3 +449,57 @@ def test_group_by_expressions_over_a_stream_without_a_schema():
                      "GROUP BY UCASE(title)", streams={"orders": sp.read.from_callback("orders")},
                      catalog=sp.Catalog()))
     assert values(run.feed({"title": "a", "qty": 1}, {"title": "A", "qty": 2}), "title", "n") == [("A", 6)]
+
+
+def test_a_table_read_from_a_changelog_keeps_its_long_group_key_when_a_batch_has_a_null():
+    """A table an earlier statement made, read from its changelog as the Delta source gives
+    it: a long column with a null in the batch arrives as doubles. The update of u1 (10 -> 30)
+    must take 10 out of group 1, not open a group 1.0 whose retraction finds nothing (AVG over
+    a count of 0, a list without 10 taken back, written over group 1's row)."""
+    catalog = sp.Catalog()
+    catalog.register("events", sp.read.from_callback(
+        "events", schema={"id": "string", "g": "long", "v": "long"}))
+    sp.sql("CREATE TABLE latest AS SELECT id, LATEST_BY_OFFSET(g, false) AS g, "
+           "LATEST_BY_OFFSET(v, false) AS v FROM events GROUP BY id", catalog=catalog)
+    run = Run(sp.sql("CREATE TABLE t AS SELECT g, AVG(v) AS a, COLLECT_LIST(v) AS l, COUNT(*) AS n "
+                     "FROM latest GROUP BY g", catalog=catalog))
+    first = run.feed(id=["u1", "u2"], g=[1, 1], v=[10, 20], _change=["insert"] * 2, _old=[None] * 2)
+    assert values(first, "g", "a", "l", "n") == [(1, 15.0, [10, 20], 2)]
+    run.restart()
+    second = run.feed(id=["u1", "u3"], g=[1.0, float("nan")], v=[30.0, float("nan")],
+                      _change=["update", "insert"], _old=['{"g": 1, "v": 10}', None])
+    assert values(second, "g", "a", "l", "n", "_change") == [(1, 25.0, [20, 30], 2, "update")]
+
+
+def test_per_record_an_update_within_its_group_is_one_change_as_in_ksqldb():
+    """Without the record cache, ksqlDB (Kafka Streams since KIP-904) sends an update whose
+    row stays in its group as one record, old and new together: one output row; a row that
+    moves groups is two, the group it left first. Every aggregate over a table alike."""
+    catalog = sp.Catalog()
+    catalog.register("users", sp.read.from_callback("users", schema=USERS), primary_key="id")
+    run = Run(sp.sql("CREATE TABLE t AS SELECT region, COUNT(*) AS n, SUM(score) AS total, "
+                     "AVG(score) AS mean, COLLECT_LIST(score) AS scores FROM users GROUP BY region",
+                     catalog=catalog, emit_changes="per_record"))
+    run.feed({"ID": "u1", "REGION": "east", "SCORE": 10}, {"ID": "u2", "REGION": "east", "SCORE": 20})
+    updated = run.feed({"ID": "u1", "REGION": "east", "SCORE": 30})
+    assert values(updated, "REGION", "n", "total", "mean", "scores", "_change") == [
+        ("east", 2, 50, 25.0, [20, 30], "update")]
+    assert json.loads(updated["_old"][0]) == {"n": 2, "total": 30, "mean": 15.0, "scores": [10, 20]}
+    run.restart()
+    moved = run.feed({"ID": "u1", "REGION": "west", "SCORE": 30}, {"ID": "u2", "REGION": "east", "SCORE": 20})
+    assert values(moved, "REGION", "n", "total", "mean", "scores", "_change") == [
+        ("east", 1, 20, 20.0, [20], "update"), ("west", 1, 30, 30.0, [30], "insert"),
+        ("east", 1, 20, 20.0, [20], "update")]  # u2 unchanged: still one change, as ksqlDB's
+
+
+def test_session_grace_period_out_of_order_follows_kafka_streams_bound():
+    """WINDOW SESSION (60 SECONDS, GRACE PERIOD 30 SECONDS): at stream time 100 s the bound is
+    10 s. A session ending at 0 no longer merges; a record at exactly 10 s is not late (ksqlDB
+    drops only a session ending before the bound), one at 9 s is."""
+    run = table("CREATE TABLE visits AS SELECT id, COUNT(*) AS n FROM orders "
+                "WINDOW SESSION (60 SECONDS, GRACE PERIOD 30 SECONDS) GROUP BY id",
+                schema={"ID": "string", "TS": "timestamp"}, timestamp="ts")
+    run.feed({"ID": "a", "TS": at(0)}, {"ID": "b", "TS": at(100)})
+    out = run.feed({"ID": "a", "TS": at(10)}, {"ID": "a", "TS": at(9)})
+    assert [(r["ID"], r["window_start"], r["window_end"], r["n"], r["_change"])
+            for r in out.to_dict("records")] == [("a", at(10), at(10), 1, "update")]

@@ -259,6 +259,66 @@ def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse, mode):
     assert hits(16) == [(0, 3)]                # [10,15) closed upstream; [10,20) is open
 
 
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_chained_windows_close_in_the_batch_the_upstream_stream_time_passes_them(spark, warehouse,
+                                                                                mode):
+    """Spark closes both chained windows in the batch whose stream time passes the outer end
+    (its no-data batch runs the chain again once the watermark moved). Here the coarse window
+    learns the fine table's stream time from its changelog (the earliest window start it may
+    still emit), not only from the ends of the windows it closed: 00:00:12 closes [0, 5) and,
+    at once, [0, 10), though no fine window ends at 10 (the coarse one waited a batch)."""
+    catalog = sp.Catalog()
+    catalog.register("hits", sp.read.from_callback("hits", schema={"page": "string", "ts": "timestamp"}),
+                     timestamp="ts")
+    fine = sp.sql("CREATE TABLE hits_5s AS SELECT page, COUNT(*) AS n FROM hits "
+                  "WINDOW TUMBLING (SIZE 5 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY page EMIT FINAL",
+                  catalog=catalog).with_mode(mode)
+    coarse = sp.sql("CREATE TABLE hits_10s AS SELECT page, SUM(n) AS n FROM hits_5s "
+                    "WINDOW TUMBLING (SIZE 10 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY page EMIT FINAL",
+                    catalog=catalog, warehouse=warehouse).with_mode(mode)
+    base = pd.Timestamp("2026-01-01", tz="UTC")
+
+    def hits(*seconds):
+        fine.publish(spark, [{"page": "p", "ts": (base + pd.Timedelta(seconds=s)).isoformat()}
+                             for s in seconds], warehouse)
+        fine.run_once(spark, warehouse)
+        coarse.run_once(spark, warehouse)
+        return sorted((int((pd.Timestamp(r.window_start, tz="UTC") - base).total_seconds()), r.n)
+                      for r in coarse.read_sink(spark, "hits_10s", warehouse).itertuples())
+
+    assert hits(1, 12) == [(0, 1)]
+    assert hits(21) == [(0, 1), (10, 1)]  # [10, 15) closes upstream at 21: [10, 20) too
+    assert "_watermark" not in fine.read_sink(spark, "hits_5s", warehouse).columns  # changelog only
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_avg_and_collect_list_over_a_tables_changelog_with_nulls_in_a_long_column(spark, warehouse,
+                                                                                  mode):
+    """The changelog read from Delta gives a long column with a null in the batch as doubles;
+    the table still groups by the long (a group 1.0 beside 1 took the update's retraction, and
+    its row, AVG 0.0 over a count of 0 and a list without 10 taken back, replaced group 1's)."""
+    catalog = sp.Catalog()
+    catalog.register("events", sp.read.from_callback(
+        "events", schema={"id": "string", "g": "long", "v": "long"}))
+    latest = sp.sql("CREATE TABLE latest AS SELECT id, LATEST_BY_OFFSET(g, false) AS g, "
+                    "LATEST_BY_OFFSET(v, false) AS v FROM events GROUP BY id", catalog=catalog)
+    groups = sp.sql("CREATE TABLE by_g AS SELECT g, AVG(v) AS a, COLLECT_LIST(v) AS l, COUNT(*) AS n "
+                    "FROM latest GROUP BY g", catalog=catalog, warehouse=warehouse).with_mode(mode)
+    for rows in ([{"id": "u1", "g": 1, "v": 10}, {"id": "u2", "g": 1, "v": 20}],
+                 [{"id": "u1", "g": 1, "v": 30}, {"id": "u3", "g": None, "v": None}],
+                 [{"id": "u2", "g": 2, "v": 20}]):
+        latest.publish(spark, rows, warehouse)
+        latest.run_once(spark, warehouse)
+        groups.run_once(spark, warehouse)
+    table = groups.read_sink(spark, "by_g", warehouse).sort_values("g")
+    assert [(g, a, list(values), n)
+            for g, a, values, n in zip(table["g"], table["a"], table["l"], table["n"])] == [
+        (1, 30.0, [30], 1), (2, 20.0, [20], 1)]
+    log = changelog(spark, groups, warehouse, "by_g")
+    assert list(zip(log["_batch_id"], log["g"], log["n"], log["_change"])) == [
+        (1, 1, 2, "insert"), (2, 1, 2, "update"), (3, 1, 1, "update"), (3, 2, 1, "insert")]
+
+
 def test_sql_joins_stream_table_and_table_table(spark, warehouse):
     catalog = sp.Catalog()
     catalog.register("user_updates", sp.read.from_callback(
