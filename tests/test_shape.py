@@ -18,7 +18,6 @@ OVERSIZE = {
     "ops/runtime/executor.py:_Run": 537,
     "ops/runtime/executor.py:run_distributed": 71,
     "ops/sources/kafka.py:KafkaSource": 316,
-    "ops/sql/compile.py:_table_query": 72,
     "analytics/manager.py:QueryManager": 336,
     "analytics/server.py": 540,
     "analytics/server.py:QueryServer": 403,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 from sqlglot import exp
@@ -28,7 +29,7 @@ from sqlglot import exp
 from ..errors import SqlError
 from ..operators import TableProjection, aggregates
 from ..operators.event_time import END, START, EventTimeAggregate
-from ..pipeline import Pipeline, Stream
+from ..pipeline import GroupedStream, Pipeline, Stream
 from ..sources.records import RecordSchema
 from .catalog import Catalog
 from .clauses import window_of
@@ -135,20 +136,7 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
     items = _items(parsed, resolver)
     groups = [resolver.expression(node, "GROUP BY") for node in group.expressions]
     keys = _key_names(items, groups)
-    found = _Aggregates()
-    for name, node in items:
-        _collect(parsed, node, found, resolver, name)
-    having = select.args.get("having")
-    having_node = resolver.expression(having.this, "HAVING", aliases=dict(items)) if having else None
-    if having_node is not None:
-        _collect(parsed, having_node, found, resolver, None)
-    if not found.aggs:
-        raise parsed.error(select, "SELECT", "the SELECT list needs at least one aggregate")
-    for output, agg in found.aggs.items():
-        if source.table and agg.kind not in aggregates.UNDOABLE:
-            raise parsed.error(found.calls[output], "SELECT", f"{snippet(found.calls[output])} "
-                               "cannot aggregate a TABLE: it cannot take a changed row back "
-                               "(COUNT, SUM, AVG and COLLECT_LIST can, as in ksqlDB)")
+    found, having_node = _aggregates_of(parsed, items, resolver, source.table)
     computed = [(key, node) for key, node in zip(keys, groups)
                 if not (isinstance(node, exp.Column) and node.name == key)] + found.arguments
     declared = dict(source.kinds)
@@ -157,26 +145,13 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
         declared.update(_output_kinds(pre, source.kinds))
         stream = stream.map(pre.append_to, name="group_columns")
     aggs = {name: agg.typed(declared) for name, agg in found.aggs.items()}
-    grouped = stream.group_by(*keys)
     windowed = parsed.window is not None
     replace = _replacer(parsed, keys, groups, found.names, windowed)
     having_fn = None if having_node is None else \
         Expressions.of([("having", replace(having_node, "HAVING"))]).mask
-    if not windowed:
-        if parsed.emit == "FINAL":
-            raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
-        changes = grouped.aggregate(aggs, having=having_fn, name=f"{parsed.name}_aggregate",
-                                    per_record=per_record)
-        table_keys = tuple(keys)
-    else:
-        window = window_of(parsed.window or [], time or "")  # the clause's errors come first
-        if time is None:
-            raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
-                           "sp.register(name, stream, timestamp='ts')")
-        changes = grouped.window(window).aggregate(
-            aggs, emit=parsed.emit.lower(), having=having_fn, name=f"{parsed.name}_window",
-            per_record=per_record and parsed.emit == "CHANGES", progress=source.progress)
-        table_keys = (*keys, START)
+    changes = _aggregated(parsed, stream.group_by(*keys), aggs, having_fn, time, per_record,
+                          source.progress)
+    table_keys = (*keys, START) if windowed else tuple(keys)
     outputs = [(name, replace(node, "SELECT")) for name, node in items if name not in table_keys]
     kinds = {**{key: declared[key] for key in keys if key in declared},
              **({START: "timestamp", END: "timestamp"} if windowed else {}),
@@ -193,6 +168,45 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
                  **_output_kinds(projection, kinds)}
     table_columns = (*table_keys, *((END,) if windowed else ()), *(name for name, _ in outputs))
     return changes.write.to_table(parsed.name).named(parsed.name), table_columns, kinds
+
+
+def _aggregates_of(parsed: Statement, items: list[tuple[str, exp.Expression]],
+                   resolver: _Resolver, table: bool) -> tuple[_Aggregates, exp.Expression | None]:
+    """The aggregates the SELECT list and HAVING compute, and HAVING resolved; over a TABLE
+    (``table``), only those that can take a changed row back."""
+    found = _Aggregates()
+    for name, node in items:
+        _collect(parsed, node, found, resolver, name)
+    having = parsed.select.args.get("having")
+    having_node = resolver.expression(having.this, "HAVING", aliases=dict(items)) if having else None
+    if having_node is not None:
+        _collect(parsed, having_node, found, resolver, None)
+    if not found.aggs:
+        raise parsed.error(parsed.select, "SELECT", "the SELECT list needs at least one aggregate")
+    for output, agg in found.aggs.items():
+        if table and agg.kind not in aggregates.UNDOABLE:
+            raise parsed.error(found.calls[output], "SELECT", f"{snippet(found.calls[output])} "
+                               "cannot aggregate a TABLE: it cannot take a changed row back "
+                               "(COUNT, SUM, AVG and COLLECT_LIST can, as in ksqlDB)")
+    return found, having_node
+
+
+def _aggregated(parsed: Statement, grouped: GroupedStream, aggs: dict[str, aggregates.Agg],
+                having: Callable[[pd.DataFrame], Any] | None, time: str | None, per_record: bool,
+                progress: str | None) -> Stream:
+    """The grouped stream aggregated: by key, or by key and WINDOW on event time ``time``."""
+    if parsed.window is None:
+        if parsed.emit == "FINAL":
+            raise SqlError("EMIT FINAL needs a WINDOW: a table without one emits changes only")
+        return grouped.aggregate(aggs, having=having, name=f"{parsed.name}_aggregate",
+                                 per_record=per_record)
+    window = window_of(parsed.window, time or "")  # the clause's errors come first
+    if time is None:
+        raise SqlError("WINDOW needs an event-time column: sp.sql(..., timestamp='ts') or "
+                       "sp.register(name, stream, timestamp='ts')")
+    return grouped.window(window).aggregate(
+        aggs, emit=parsed.emit.lower(), having=having, name=f"{parsed.name}_window",
+        per_record=per_record and parsed.emit == "CHANGES", progress=progress)
 
 
 def _joined_table_query(parsed: Statement,
