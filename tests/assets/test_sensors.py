@@ -91,7 +91,8 @@ def test_sensor_requests_a_run_when_a_timer_falls_due_with_no_new_input(spark, w
         deadline = sp.read_state(spark, pipeline, "remind__timers", warehouse=warehouse)["value"][0]
         time.sleep(max(0.0, deadline / 1000 - time.time()) + 0.1)
         woken = tick(sensor, instance, data.cursor, warehouse)
-        assert [r.run_key for r in woken.run_requests] == [f"reminders:1:timers@{deadline}"]
+        # the run key names the checkpoint's wake_at: the first ms past the deadline, when it fires
+        assert [r.run_key for r in woken.run_requests] == [f"reminders:1:timers@{deadline + 1}"]
         assert woken.cursor == data.cursor
 
         assert pipeline.run_once(spark, warehouse).batches[0].rows_in == 0  # the timer's batch
