@@ -8,6 +8,34 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: What ``bash .ci/test --fast`` (the inner loop's tier) leaves out, besides the crash tests
+#: marked ``slow``: the tests that start a whole system of their own (a standalone cluster, the
+#: Kafka broker's end-to-end runs, a browser, ``dg dev`` and ``dagster`` processes) or run every
+#: protocol step against S3. Every package keeps its unit and end-to-end tests in the fast tier.
+FULL_TIER_ONLY = ("tests/cluster/", "tests/kafka/", "tests/objectstore/",
+                  "tests/analytics/test_page.py", "tests/dagster_project/test_ui.py",
+                  "tests/dagster_project/test_continuous_job.py",
+                  "tests/dagster_project/test_operation_jobs.py",
+                  "tests/dagster_project/test_instance.py")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: leave out the crash tests and whole-system tests "
+                          "(tests/conftest.py: FULL_TIER_ONLY)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--fast"):
+        return
+    fast, left_out = [], []
+    for item in items:
+        path = Path(item.fspath).relative_to(ROOT).as_posix()
+        whole_system = path.startswith(FULL_TIER_ONLY)
+        (left_out if whole_system or item.get_closest_marker("slow") else fast).append(item)
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = fast
+
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
