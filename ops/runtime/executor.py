@@ -65,8 +65,8 @@ from .metrics import RunMetrics
 from .modes import AUTO_DISTRIBUTED_ROWS
 from .reports import BatchReport, CheckpointReport, RunReport, distinct_keys
 
-if TYPE_CHECKING:  # the pipeline module hands pipelines to the runtime: a type, not an import
-    from ..pipeline import Pipeline
+if TYPE_CHECKING:
+    from .protocol import RunnablePipeline
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class _Run:
     the next batch's operators run.
     """
 
-    def __init__(self, pipeline: Pipeline, spark: SparkSession, warehouse: str | None,
+    def __init__(self, pipeline: RunnablePipeline, spark: SparkSession, warehouse: str | None,
                  warmer: TransactionWarmer, report: RunReport,
                  progress: Callable[[BatchReport], None] | None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
@@ -632,7 +632,7 @@ class _Run:
                 log.exception("%s: %s hook %s failed", self.pipeline.name, method, key)
 
 
-def run_pipeline(pipeline: Pipeline, spark: SparkSession, *, warehouse: str | None = None,
+def run_pipeline(pipeline: RunnablePipeline, spark: SparkSession, *, warehouse: str | None = None,
                  max_batches: int | None = None,
                  progress: Callable[[BatchReport], None] | None = None,
                  checkpointed: Callable[[CheckpointReport], None] | None = None,
