@@ -1,10 +1,12 @@
 """The runtime: runs a pipeline's micro-batches under the exactly-once protocol.
 
-``executor`` drives a run (recover, plan, read, apply, write behind, checkpoint); ``continuous``
-is how a long-lived run polls and stops; ``modes`` says where operators run and ``distributed``
-runs them on executors; ``reports`` is what a run tells and ``metrics`` the same for Prometheus;
-``dead_letters`` is where rejected records go; ``policy`` says when a run checkpoints and
-``protocol`` what the runtime reads from a pipeline.
+``executor`` is a run's one loop (:func:`run_pipeline`); ``recovery`` says where a run starts,
+``planning`` which batch comes next, ``run`` what both modes share (position, checkpoint
+records, reports); ``modes`` says where operators run: ``driver`` (with ``write_behind``) or
+``distributed`` (on executors); ``policy`` says when a run checkpoints and ``protocol`` what
+it reads from a pipeline; ``continuous`` is how a long-lived run polls and stops; ``reports``
+is what a run tells and ``metrics`` the same for Prometheus; ``dead_letters`` is where
+rejected records go; ``hooks`` calls a pipeline's lifecycle hooks.
 """
 
 from .continuous import Continuous, StopSignal, Trigger
