@@ -70,7 +70,8 @@ import ops as sp  # noqa: E402
 from ops.devservers.kafka_broker import EmbeddedKafka  # noqa: E402
 from ops.kafka_client import create_topic, read_topic, send_json  # noqa: E402
 from ops.operators.basic import Map  # noqa: E402
-from ops.runtime.executor import _Run  # noqa: E402  (recovery and planning, timed by phase)
+from ops.runtime.planning import Planner  # noqa: E402  (recovery and planning, timed by phase)
+from ops.runtime.recovery import Recovery  # noqa: E402
 from ops.sinks.delta import DeltaSink  # noqa: E402
 from ops.sinks.kafka import KafkaSink  # noqa: E402
 from ops.sources.kafka import KafkaSource  # noqa: E402
@@ -89,8 +90,8 @@ WARM_ROUNDS = 2
 
 #: lakestream's steps timed by phase: phase -> (class, method). Nested ones are indented.
 PHASES = {
-    "recover": (_Run, "recover"),
-    "plan (offsets + plan commit)": (_Run, "plan_next"),
+    "recover": (Recovery, "recover"),
+    "plan (offsets + plan commit)": (Planner, "plan_next"),
     "  plan commit": (BatchPlans, "record"),
     "read from Kafka": (KafkaSource, "read"),
     "operator": (Map, "apply"),

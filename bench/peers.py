@@ -55,7 +55,7 @@ from peer_io import RUNNING_SUM_COLUMNS, WINDOW_COLUMNS, parse_result, read_outp
 import ops as sp  # noqa: E402
 from ops.operators.basic import Map  # noqa: E402
 from ops.operators.windows import WindowAggregate  # noqa: E402
-from ops.runtime.executor import _Run  # noqa: E402  (planning, timed by phase)
+from ops.runtime.planning import Planner  # noqa: E402  (planning, timed by phase)
 from ops.sinks.delta import DeltaSink  # noqa: E402
 from ops.sources.delta import DeltaTableSource  # noqa: E402
 from state import CheckpointLog, StateStore  # noqa: E402
@@ -65,7 +65,7 @@ PEER_VENVS = BENCH.parent / ".venv-peers"
 #: lakestream's steps timed per batch: phase -> (class, method). The sink and checkpoint commits
 #: run in writer threads beside the next batch (write-behind), so phases add up to more than a
 #: batch's wall time.
-PHASES = {"plan (and its commit)": (_Run, "plan_next"), "read": (DeltaTableSource, "read"),
+PHASES = {"plan (and its commit)": (Planner, "plan_next"), "read": (DeltaTableSource, "read"),
           "operator: map": (Map, "apply"), "operator: window": (WindowAggregate, "apply"),
           "state encode (thread)": (StateStore, "encode_changes"),
           "sink commit (thread)": (DeltaSink, "write"),

@@ -39,13 +39,13 @@ def phases() -> dict:
     commits run in writer threads beside the next batch, so phases add up to more than a
     batch's wall time."""
     from ops.operators.basic import Map
-    from ops.runtime.executor import _Run
+    from ops.runtime.planning import Planner
     from ops.sinks.delta import DeltaSink
     from ops.sources.delta import DeltaTableSource
     from state import CheckpointLog, StateStore
     from state.store import OperatorState
 
-    return {"plan (and its commit)": (_Run, "plan_next"), "read": (DeltaTableSource, "read"),
+    return {"plan (and its commit)": (Planner, "plan_next"), "read": (DeltaTableSource, "read"),
             "operator": (Map, "apply"), "  state read": (OperatorState, "prefetch"),
             "state encode (thread)": (StateStore, "encode_changes"),
             "sink commit (thread)": (DeltaSink, "write"),

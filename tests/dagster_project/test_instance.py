@@ -69,6 +69,6 @@ def test_a_materialisation_logs_the_engine_s_lines_once(spark, warehouse, tmp_pa
         result = dg.materialize([make_pipeline_asset(running_sum_keyed)], instance=instance,
                                 resources=resources)
         logged = [entry.user_message for entry in instance.all_logs(result.run_id)]
-    # the engine's line for the batch (logger ops.runtime.executor), and not the step's own too
+    # the engine's line for the batch (logger ops.runtime.run), and not the step's own too
     assert len([line for line in logged if "rows in" in line]) == 1, logged
     assert any(line.startswith("running_sum batch 1") for line in logged), logged

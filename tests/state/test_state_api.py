@@ -177,7 +177,7 @@ def test_distributed_mode_checkpoints_every_batch_and_says_so(spark, warehouse, 
     pipeline = _keyed("every3_distributed", add_x).checkpoint_every(batches=3).with_mode("distributed")
     for x in (1, 2):
         pipeline.publish(spark, [{"k": 1, "x": x}], warehouse)
-    with caplog.at_level("INFO", logger="ops.runtime.executor"):
+    with caplog.at_level("INFO", logger="ops.runtime"):
         report = pipeline.run_once(spark, warehouse)
     assert len(report.batches) == 2 and report.checkpoint_id == 2
     assert "distributed mode checkpoints every batch" in caplog.text

@@ -156,7 +156,7 @@ def test_auto_mode_picks_by_the_first_batchs_size(spark, tmp_path, monkeypatch):
     pipeline = source().write.to_delta("out").named("modes_auto").with_mode("auto")  # no operators
     run = run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path / "small"))
     assert run.reports[0].batches[0].mode == "driver"
-    monkeypatch.setattr("ops.runtime.executor.AUTO_DISTRIBUTED_ROWS", 10)
+    monkeypatch.setattr("ops.runtime.modes.AUTO_DISTRIBUTED_ROWS", 10)
     run = run_records(pipeline, BATCHES[0], spark=spark, warehouse=str(tmp_path / "large"))
     assert run.reports[0].batches[0].mode == "distributed"
     assert len(run.outputs["out"]) == len(BATCHES[0])  # rows pass through

@@ -1,0 +1,61 @@
+"""What a batch's stages produced, as the driver holds it until the batch is committed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    StructType,
+)
+
+from state import (
+    STATE_SCHEMA,
+    ChangedState,
+    SparkStateRows,
+    WrittenState,
+)
+
+from .tasks import StateFiles
+
+
+@dataclass
+class StageOutput:
+    """What a batch's stages produced: its output rows and changed state (lazy, persisted
+    DataFrames), and counts collected from the tasks."""
+
+    rows: DataFrame
+    state: list[DataFrame] = field(default_factory=list)
+    #: where the tasks wrote their changed state, when they did (see StateFiles) …
+    state_files: StateFiles | None = None
+    written: list[str] = field(default_factory=list)  # … and the files' add actions
+    #: per sink whose files every task wrote: their add actions (see FileSink.file_target)
+    sink_files: dict[str, list[str]] = field(default_factory=dict)
+    rows_in: int = 0
+    rows_out: int = 0
+    keys: int = 0
+    persisted: list[DataFrame] = field(default_factory=list)
+    wake_at: int | None = None  # when a batch with no input would next fire a timer
+
+    def changed_state(self, spark: SparkSession) -> ChangedState:
+        """Every stage's changed state rows: ``_state``'s columns but the checkpoint id, or
+        the files the tasks wrote of them."""
+        if self.state_files is not None:
+            if self.state_files.checkpoint_id is None or self.state:  # see writes_state_files
+                raise RuntimeError("a batch's changed state is both in files and in rows")
+            return WrittenState(self.state_files.checkpoint_id, tuple(self.written))
+        columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
+        return SparkStateRows(reduce(DataFrame.unionByName, self.state,
+                                     spark.createDataFrame([], columns)))
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """``frame``, persisted until :meth:`release` (it is read more than once)."""
+        self.persisted.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return self.persisted[-1]
+
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+
