@@ -232,9 +232,9 @@ def test_a_table_over_another_tables_changelog_retracts_and_resumes(spark, wareh
 
 
 def chained_windows(spark, warehouse, mode, fine_mode="driver"):
-    """A 5-second FINAL window over ``hits`` and a 10-second one over its table (grace 0): a
-    function that publishes hits at the seconds given, runs both, and returns the coarse
-    table's (window start in seconds, n), sorted."""
+    """A 5-second FINAL window over ``hits`` and a 10-second one over its table (grace 0): the
+    fine pipeline, and a function that publishes hits at the seconds given, runs both, and
+    returns the coarse table's (window start in seconds, n), sorted."""
     catalog = sp.Catalog()
     catalog.register("hits", sp.read.from_callback("hits", schema={"page": "string", "ts": "timestamp"}),
                      timestamp="ts")
@@ -253,14 +253,14 @@ def chained_windows(spark, warehouse, mode, fine_mode="driver"):
         coarse.run_once(spark, warehouse)
         return sorted((int((pd.Timestamp(r.window_start, tz="UTC") - base).total_seconds()), r.n)
                       for r in coarse.read_sink(spark, "hits_10s", warehouse).itertuples())
-    return hits
+    return fine, hits
 
 
 @pytest.mark.parametrize("mode", ["driver", "distributed"])
 def test_a_windowed_table_feeds_a_coarser_window(spark, warehouse, mode):
     """The coarse window closes in the batch where the fine one closes its last part (Spark's
     chained windows in append mode): a FINAL tumbling window's end is stream time reached."""
-    hits = chained_windows(spark, warehouse, mode)
+    _, hits = chained_windows(spark, warehouse, mode)
     assert hits(1, 2, 6) == []                 # [0,5) closed upstream; [0,10) is open
     assert hits(11) == [(0, 3)]                # [5,10) closed upstream: its end closes [0,10) at once
     assert hits(16) == [(0, 3)]                # [10,15) closed upstream; [10,20) is open
@@ -274,7 +274,7 @@ def test_chained_windows_close_in_the_batch_the_upstream_stream_time_passes_them
     learns the fine table's stream time from its changelog (the earliest window start it may
     still emit), not only from the ends of the windows it closed: 00:00:12 closes [0, 5) and,
     at once, [0, 10), though no fine window ends at 10 (the coarse one waited a batch)."""
-    hits = chained_windows(spark, warehouse, mode, fine_mode=mode)
+    fine, hits = chained_windows(spark, warehouse, mode, fine_mode=mode)
     assert hits(1, 12) == [(0, 1)]
     assert hits(21) == [(0, 1), (10, 1)]  # [10, 15) closes upstream at 21: [10, 20) too
     assert "_watermark" not in fine.read_sink(spark, "hits_5s", warehouse).columns  # changelog only
