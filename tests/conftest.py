@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: What ``bash .ci/test --fast`` (the inner loop's tier) leaves out, besides the crash tests
-#: marked ``slow``: the tests that start a whole system of their own (a standalone cluster, the
+#: marked ``slow`` and the tests listed in ``tests/full_tier.txt``: the tests that start a whole system of their own (a standalone cluster, the
 #: Kafka broker's end-to-end runs, a browser, ``dg dev`` and ``dagster`` processes) or run every
 #: protocol step against S3. Every package keeps its unit and end-to-end tests in the fast tier.
 FULL_TIER_ONLY = ("tests/cluster/", "tests/kafka/", "tests/objectstore/",
@@ -28,11 +28,14 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     if not config.getoption("--fast"):
         return
+    # and the tests a full run measured over a few seconds (tests/tiers.py writes the list)
+    measured = {line for line in (ROOT / "tests" / "full_tier.txt").read_text().splitlines()
+                if line and not line.startswith("#")}
     fast, left_out = [], []
     for item in items:
         path = Path(item.fspath).relative_to(ROOT).as_posix()
-        whole_system = path.startswith(FULL_TIER_ONLY)
-        (left_out if whole_system or item.get_closest_marker("slow") else fast).append(item)
+        full_only = path.startswith(FULL_TIER_ONLY) or item.nodeid in measured
+        (left_out if full_only or item.get_closest_marker("slow") else fast).append(item)
     config.hook.pytest_deselected(items=left_out)
     items[:] = fast
 

@@ -1,0 +1,31 @@
+"""Writes ``tests/full_tier.txt``: the tests that took more than ``SECONDS`` in a full run (a
+pytest ``--junitxml`` report), which ``bash .ci/test --fast`` leaves out besides the crash tests
+and ``FULL_TIER_ONLY`` (tests/conftest.py).
+
+    .venv/bin/python -m pytest --junitxml=/tmp/full.xml   # the whole suite, measured
+    .venv/bin/python tests/tiers.py /tmp/full.xml
+"""
+
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SECONDS = 3.4  # on the 2-core reference machine: the fast tier then runs in about five minutes
+LIST = Path(__file__).with_name("full_tier.txt")
+
+
+def slow_tests(report: str) -> list[str]:
+    """Node ids (``tests/x/test_y.py::name``) of the report's tests over ``SECONDS``."""
+    found = []
+    for case in ET.parse(report).iter("testcase"):
+        if float(case.get("time", 0)) > SECONDS:
+            module = case.get("classname").replace(".", "/") + ".py"
+            found.append(f"{module}::{case.get('name')}")
+    return sorted(found)
+
+
+if __name__ == "__main__":
+    tests = slow_tests(sys.argv[1])
+    LIST.write_text("# tests over %.1f s in a full run: written by tests/tiers.py\n" % SECONDS
+                    + "".join(f"{test}\n" for test in tests))
+    print(f"{len(tests)} tests in {LIST}")
