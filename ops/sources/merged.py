@@ -89,7 +89,7 @@ class MergedSource(Source):
         # pandas would let its empty columns decide the others' dtypes)
         tagged = [frame.assign(**{SOURCE_COLUMN: name}) for name, frame in frames.items() if len(frame)]
         frame = _concat(tagged) if tagged else self.schema.frame([], [])
-        return self.schema.with_fields(with_source(frame))
+        return self.schema.with_fields(_with_source(frame))
 
     @property
     def lag_needs_spark(self) -> bool:
@@ -121,7 +121,7 @@ def _merged_schema(parts: tuple[Source, ...]) -> RecordSchema:
     return RecordSchema(fields, key or None)
 
 
-def with_source(frame: pd.DataFrame) -> pd.DataFrame:
+def _with_source(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with a ``_source`` column (an empty one when it has no rows)."""
     if SOURCE_COLUMN in frame.columns:
         return frame

@@ -154,7 +154,6 @@ class RecordSchema:
                 frame[name] = frame[name].astype(_NULLABLE[kind])
         return frame
 
-
     def with_fields(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame`` with every declared field, those it lacks all null in their nullable
         dtypes. A merged stream's batch may hold records of some of its sources only; the
@@ -168,9 +167,13 @@ class RecordSchema:
         missing = [name for name in self.fields if name not in frame.columns]
         if not missing:
             return frame
-        return frame.assign(**{name: pd.Series(None, index=frame.index,
-                                               dtype=_NULLABLE.get(kind, _DTYPES[kind]))
-                               for name in missing for kind in (self.fields[name],)})
+        return frame.assign(**{name: pd.Series(None, index=frame.index, dtype=_nullable(self.fields[name]))
+                               for name in missing})
+
+
+def _nullable(kind: str) -> str:
+    """The dtype of a column of ``kind`` that may hold nulls."""
+    return _NULLABLE.get(kind, _DTYPES[kind])
 
 
 def parse_payload(text: str) -> Any:

@@ -129,8 +129,7 @@ class Scope:
         """The columns of the query's rows, when every side's are known."""
         if any(side.columns.names is None for side in self.sides):
             return None
-        return tuple(dict.fromkeys(side.output(name) for side in self.sides
-                                   for name in side.columns.names or ()))
+        return _output_columns(self.sides)
 
     def star(self, qualifier: str, text: str, node: exp.Expression, clause: str) -> tuple[str, ...]:
         """The row columns ``*`` stands for (``qualifier`` empty) or ``<qualifier>.*``: every
@@ -148,8 +147,7 @@ class Scope:
         if any(side.columns.names is None for side in sides):
             raise located(text, node, clause, f"{qualifier + '.' if qualifier else ''}* needs "
                           f"the columns of {self.source} to be known (declare its schema)")
-        return tuple(dict.fromkeys(side.output(name) for side in sides
-                                   for name in side.columns.names or ()))
+        return _output_columns(sides)
 
     def find(self, name: str) -> str | None:
         """The row column an unqualified, unquoted ``name`` reads, if exactly one does."""
@@ -180,6 +178,12 @@ class Scope:
                       f"{self.source}; columns: " + "; ".join(
                           f"{side.columns.source} {list(side.columns.names or [])}"
                           for side in self.sides))
+
+
+def _output_columns(sides: tuple[Side, ...]) -> tuple[str, ...]:
+    """The columns of ``sides`` as the query's rows name them, each once, in order."""
+    return tuple(dict.fromkeys(side.output(name) for side in sides
+                               for name in side.columns.names or ()))
 
 
 def _qualifiers(source: str, alias: str | None) -> tuple[str, ...]:
