@@ -306,10 +306,7 @@ def _epoch_ms(at: Any, operator: str) -> int:
     the epoch, not its start); a timestamp (naive ones are UTC). Else a ``TypeError`` naming
     ``operator`` and the value."""
     if isinstance(at, numbers.Real) and not isinstance(at, (bool, np.bool_, np.timedelta64)):
-        if not math.isfinite(at):
-            raise ValueError(f"operator {operator!r}: set_timer(at={at!r}): a deadline must be "
-                             "a finite number of epoch ms")
-        return int(cast(SupportsInt, at))
+        return _finite_ms(at, operator, "at", "a deadline must be a finite number of epoch ms")
     if isinstance(at, (pd.Timestamp, date, np.datetime64)) or (
             isinstance(at, str) and not _numeric_text(at)):
         try:
@@ -333,10 +330,7 @@ def _duration_ms(duration: Any, operator: str) -> int:
     if isinstance(duration, (timedelta, np.timedelta64)):  # before numbers: NumPy's is an int
         ms = int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
     elif isinstance(duration, numbers.Real) and not isinstance(duration, (bool, np.bool_)):
-        if not math.isfinite(duration):
-            raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}): a duration "
-                             "must be a finite number of ms")
-        ms = int(cast(SupportsInt, duration))
+        ms = _finite_ms(duration, operator, "after", "a duration must be a finite number of ms")
     elif isinstance(duration, str) and not _numeric_text(duration):
         try:
             ms = int(pd.Timedelta(duration) / pd.Timedelta(milliseconds=1))
@@ -351,6 +345,14 @@ def _duration_ms(duration: Any, operator: str) -> int:
         raise ValueError(f"operator {operator!r}: set_timer(after={duration!r}) is negative; "
                          "a timer falls due after the batch's time")
     return ms
+
+
+def _finite_ms(number: Any, operator: str, argument: str, rule: str) -> int:
+    """``number`` (of ms) as an int; a NaN or an infinity is refused with ``rule``, naming
+    ``operator`` and the argument."""
+    if not math.isfinite(number):
+        raise ValueError(f"operator {operator!r}: set_timer({argument}={number!r}): {rule}")
+    return int(cast(SupportsInt, number))
 
 
 def _numeric_text(text: str) -> bool:
