@@ -48,6 +48,7 @@ from .errors import (
     SourceError,
     SqlError,
 )
+from .group_by import GroupedStream, WindowedStream
 from .operating.inspection import (
     PipelineStatus,
     changed_keys,
@@ -100,7 +101,7 @@ from .operators import (
     sum_,
     tumbling,
 )
-from .pipeline import CheckpointPolicy, GroupedStream, Pipeline, Stream, WindowedStream, Writer
+from .pipeline import CheckpointPolicy, Pipeline, Stream
 from .readers import read
 from .runtime import (
     BatchReport,
@@ -133,6 +134,7 @@ from .sources import (
 )
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
 from .sql import Catalog, TableQuery, compile_query, query, register, sql
+from .writer import Writer
 
 __all__ = [
     # the state API and pipeline builder

@@ -2,7 +2,8 @@
 
 Definition only: every step returns a new, immutable object (so a partial pipeline can be reused
 safely) and checks its arguments at once; nothing here reads or writes data until ``run_once``
-hands the pipeline to the runtime.
+hands the pipeline to the runtime. The steps after a stream have modules of their own:
+:mod:`ops.group_by` (``group_by(...).agg(...)``) and :mod:`ops.writer` (``.write.to_*(...)``).
 """
 
 from __future__ import annotations
@@ -28,27 +29,22 @@ from state import (
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
-from .kafka_client import DEFAULT_TIMEOUT, connection
+from .group_by import GroupedStream
 from .operators import (
     STATELESS,
     Agg,
     ChangesAsRows,
     Filter,
-    GroupAggregate,
     JoinSide,
     KeptTableJoin,
     LatestByKey,
     Map,
     Operator,
-    Session,
-    SessionAggregate,
     StateKind,
     StreamStreamJoin,
     TableJoin,
     TableTableJoin,
     TimerDeclaration,
-    Window,
-    WindowAggregate,
 )
 from .runtime import (
     BatchReport,
@@ -62,8 +58,9 @@ from .runtime import (
     check_mode,
     run_pipeline,
 )
-from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, StoredSink, TableSink
+from .sinks import Sink, StoredSink, TableSink
 from .sources import CallbackSource, MergedSource, PublishReport, Source
+from .writer import Writer
 
 
 @dataclass(frozen=True)
@@ -266,54 +263,6 @@ class Stream:
 
 
 @dataclass(frozen=True)
-class Writer:
-    """Adds a sink and yields the pipeline."""
-
-    pipeline: Pipeline
-
-    def to_console(self) -> Pipeline:
-        """Print each batch (a replay prints again)."""
-        return self._with(ConsoleSink())
-
-    def to_delta(self, name: str, path: str | None = None) -> Pipeline:
-        """Append to the Delta table ``<warehouse>/<pipeline>/<name>`` (or ``path``)."""
-        check_name("sink", name)
-        return self._with(DeltaSink(name=name, path=path))
-
-    def to_table(self, name: str) -> Pipeline:
-        """Materialise an aggregation as a state table ``<warehouse>/<pipeline>/<name>`` (latest
-        value per key) with its changelog ``<name>_changelog``."""
-        check_name("table", name)
-        operators = self.pipeline.stream.operators
-        keys = operators[-1].table_keys if operators else None
-        if keys is None:
-            raise PipelineDefinitionError("to_table needs an aggregation right before it: "
-                                          "stream.group_by(...).agg(...).write.to_table(name)")
-        coalesced = all(op.one_change_per_key for op in operators)
-        return self._with(TableSink(name=name, keys=keys, coalesced=coalesced))
-
-    def to_kafka(self, topic: str, *, bootstrap: str, key: str | None = None,
-                 value_format: str = "json", delivery: str = "exactly_once",
-                 options: Mapping[str, str] | None = None, name: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> Pipeline:
-        """Send each batch's rows to Kafka ``topic``: exactly once by default (one transaction
-        per batch, committed before the checkpoint; a replay sends nothing twice), or
-        ``delivery="at_least_once"`` through Spark's Kafka writer. Values are the rows as JSON
-        objects (``value_format="string"``: column ``value``); ``key`` names the key column.
-        Consumers must read with ``isolation.level=read_committed`` to see each row once."""
-        sink_name = name or f"kafka_{topic}".replace(".", "_").replace("-", "_")
-        check_name("sink", sink_name)
-        return self._with(KafkaSink(name=sink_name, topic=topic,
-                                    connection=connection(bootstrap, options, timeout), key=key,
-                                    value_format=value_format, delivery=delivery))
-
-    def _with(self, sink: Sink) -> Pipeline:
-        if any(existing.name == sink.name for existing in self.pipeline.sinks):
-            raise PipelineDefinitionError(f"sink name {sink.name!r} is used twice")
-        return dataclasses.replace(self.pipeline, sinks=self.pipeline.sinks + (sink,))
-
-
-@dataclass(frozen=True)
 class Pipeline:
     """A runnable pipeline: source, operators, sinks and a name that locates its tables."""
 
@@ -502,67 +451,6 @@ class Pipeline:
         return chosen[0].publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
 
 
-@dataclass(frozen=True)
-class GroupedStream:
-    """``stream.group_by(...)``: waiting for ``.agg(...)``."""
-
-    stream: Stream
-    keys: tuple[str, ...]
-
-    def window(self, window: Window | Session) -> WindowedStream:
-        """Aggregate per key and event-time window: ``sp.tumbling("ts", "1min")``,
-        ``sp.hopping("ts", "10min", "5min", grace="30s")`` or ``sp.session("ts", "5min")``."""
-        return WindowedStream(self.stream, self.keys, window)
-
-    def agg(self, having: Callable[[pd.DataFrame], Any] | None = None, name: str | None = None,
-            per_record: bool = False, **aggs: Agg) -> Stream:
-        """The state table's change stream: ``agg(total=sp.sum_("x"), n=sp.count())``: one
-        change per key a batch changed, or with ``per_record`` one per input row (ksqlDB's
-        ``EMIT CHANGES`` without its record cache)."""
-        return self.aggregate(aggs, having=having, name=name, per_record=per_record)
-
-    def aggregate(self, aggs: Mapping[str, Agg], *, having: Callable[[pd.DataFrame], Any] | None = None,
-                  name: str | None = None, per_record: bool = False) -> Stream:
-        """:meth:`agg` with the aggregates in a mapping, so an output may be called ``name``
-        (what SQL's aliases need)."""
-        _check_aggs(aggs)
-        retracting = any(isinstance(op, ChangesAsRows) for op in self.stream.operators)
-        op = GroupAggregate(name=self.stream._name_for(name, "aggregate"),
-                            keys=self.keys, aggs=self.stream.typed(aggs), having=having,
-                            retracting=retracting, per_record=per_record)
-        return self.stream.via(op)
-
-
-@dataclass(frozen=True)
-class WindowedStream:
-    """``stream.group_by(...).window(sp.tumbling(...))``: waiting for ``.agg(...)``."""
-
-    stream: Stream
-    keys: tuple[str, ...]
-    window: Window | Session
-
-    def agg(self, emit: str = "changes", name: str | None = None,
-            having: Callable[[pd.DataFrame], Any] | None = None, per_record: bool = False,
-            **aggs: Agg) -> Stream:
-        """Aggregates per key and window; ``emit="final"`` emits each window once, closed;
-        ``having`` hides windows that fail it; ``per_record`` emits a change per input row
-        (``changes`` mode)."""
-        return self.aggregate(aggs, emit=emit, name=name, having=having, per_record=per_record)
-
-    def aggregate(self, aggs: Mapping[str, Agg], *, emit: str = "changes", name: str | None = None,
-                  having: Callable[[pd.DataFrame], Any] | None = None,
-                  per_record: bool = False, progress: str | None = None) -> Stream:
-        """:meth:`agg` with the aggregates in a mapping (see :meth:`GroupedStream.aggregate`);
-        ``progress``: a column whose largest value stream time reaches after each batch (see
-        :class:`EventTimeAggregate`), for windows over a FINAL tumbling table's rows."""
-        _check_aggs(aggs)
-        kind = SessionAggregate if isinstance(self.window, Session) else WindowAggregate
-        op = kind(name=self.stream._name_for(name, "window"), keys=self.keys,
-                  window=self.window, aggs=self.stream.typed(aggs), emit=emit, having=having,
-                  per_record=per_record, progress=progress)
-        return self.stream.via(op)
-
-
 def _clock(operator: str, timers: bool, ttl: Any, event_time: str | None,
            delay: Any) -> TimerDeclaration | None:
     """A map's timer declaration, or ``None`` when it asked for no timers, TTL or event time."""
@@ -585,14 +473,6 @@ def _duration(operator: str, name: str, value: Any) -> int:
     if ms < 0 or (name == "ttl" and ms == 0):
         raise PipelineDefinitionError(f"operator {operator!r}: {name}={value!r} must be positive")
     return ms
-
-
-def _check_aggs(aggs: Mapping[str, Any]) -> None:
-    for out, agg in aggs.items():
-        if not isinstance(agg, Agg):
-            raise PipelineDefinitionError(
-                f"agg {out}= needs an aggregate such as sp.count() or sp.sum_('x'), "
-                f"not {type(agg).__name__}")
 
 
 def hook_key(hook: Hooks) -> str:

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -34,7 +34,8 @@ from ..context import RunContext
 from ..errors import PipelineDefinitionError, SourceError
 from ..kafka_client import KafkaConnection, parse_part, part_id
 from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source
-from .records import RecordSchema, parse_payload
+from .kafka_decoding import KafkaRecordDecoder, SparkDecoder
+from .records import RecordSchema
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,12 @@ class KafkaSource(Source):
     starting: str | tuple[tuple[str, int], ...] = "earliest"
     max_records: int | None = None
     on_missing: str = "fail"
+    #: decodes and checks this source's records; made from ``schema`` and ``value_format``,
+    #: so it takes no part in the source's equality or repr
+    decoder: KafkaRecordDecoder = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "decoder", KafkaRecordDecoder(self.schema, self.value_format))
         where = f"source {self.name!r}"
         if not self.topics or not all(isinstance(t, str) and t and ":" not in t for t in self.topics):
             raise PipelineDefinitionError(f"{where}: topics must be non-empty names, got {self.topics!r}")
@@ -209,7 +214,7 @@ class KafkaSource(Source):
         rows: list[dict[str, Any]] = []
         rejected: list[dict[str, Any]] = []
         for part, message in self._consume(ranges):
-            self._decode(part, message, rows, rejected)
+            self.decoder.decode(part, message, rows, rejected)
         good = self.schema.frame(rows, list(range(len(rows))))
         return Slice(self._typed(good), pd.concat(
             [gaps, pd.DataFrame(rejected, columns=REJECTED_COLUMNS)], ignore_index=True))
@@ -295,40 +300,6 @@ class KafkaSource(Source):
             for message in messages:
                 yield part, message
 
-    def _decode(self, part: str, message: Any, rows: list[dict[str, Any]],
-                rejected: list[dict[str, Any]]) -> None:
-        """One message as a checked row, or a dead letter naming ``topic:partition@offset``."""
-        position = f"{part}@{message.offset()}"
-        value = message.value()
-        try:
-            record = self._record(message.key(), value, message.topic(), message.partition(),
-                                  message.offset(), message.timestamp()[1])
-            rows.append(self._checked(record))
-        except ValueError as error:
-            rejected.append({"position": position, "reason": str(error),
-                             "raw": _printable(value)})
-
-    def _record(self, key: bytes | None, value: bytes | None, topic: str, partition: int,
-                offset: int, timestamp_ms: int) -> dict[str, Any]:
-        """A message's fields and metadata; ``ValueError`` says what is wrong with it."""
-        if value is None:
-            raise ValueError("record has no value (a tombstone)")
-        text = _utf8(value, "value")
-        record = ({"value": text} if self.value_format == "string" else parse_payload(text))
-        if not isinstance(record, dict):
-            raise ValueError(f"record is a JSON {type(record).__name__}, not an object")
-        return {**record, KAFKA_KEY: None if key is None else _utf8(key, "key"), "_topic": topic,
-                "_partition": partition, "_offset": offset,
-                "_timestamp": pd.Timestamp(timestamp_ms, unit="ms", tz="UTC")}
-
-    def _checked(self, record: dict[str, Any]) -> dict[str, Any]:
-        """``record`` checked against the schema; its timestamp, already typed by
-        :meth:`_record`, is not converted a second time (a third of the decoding time)."""
-        stamp = record.pop("_timestamp")
-        row = self.schema.check(record)
-        row["_timestamp"] = stamp
-        return row
-
     def _typed(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Metadata columns with their types even when the batch is empty."""
         return frame if len(frame) else self.schema.frame([], [])
@@ -351,7 +322,7 @@ class KafkaSource(Source):
                .load().select("key", "value", "topic", "partition", "offset", "timestamp"))
         checked_schema = StructType([*schema.fields, StructField("__reason", StringType()),
                                      StructField("__raw", StringType())])
-        decode = _SparkDecoder(self, [f.name for f in schema.fields])
+        decode = SparkDecoder(self.decoder, [f.name for f in schema.fields])
         return raw.mapInPandas(decode, checked_schema)
 
     @staticmethod
@@ -369,49 +340,6 @@ class KafkaSource(Source):
                          for t, p, o in zip(bad["_topic"], bad["_partition"], bad["_offset"])],
             "reason": bad["__reason"].tolist(), "raw": bad["__raw"].tolist()}, columns=REJECTED_COLUMNS)
         return FrameSlice(good, rejected)
-
-
-class _SparkDecoder:
-    """The source's decoding and checks, run by ``mapInPandas`` over Spark's Kafka rows."""
-
-    def __init__(self, source: KafkaSource, columns: list[str]):
-        self.source, self.columns = source, columns
-
-    def __call__(self, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for chunk in chunks:
-            rows, reasons, raws = [], [], []
-            for key, value, topic, partition, offset, stamp in zip(
-                    chunk["key"], chunk["value"], chunk["topic"], chunk["partition"],
-                    chunk["offset"], chunk["timestamp"]):
-                millis = int(pd.Timestamp(stamp).timestamp() * 1000)
-                try:
-                    record = self.source._record(key, value, topic, int(partition), int(offset), millis)
-                    row, reason, raw = self.source._checked(record), None, None
-                except ValueError as error:
-                    row = {"_topic": topic, "_partition": int(partition), "_offset": int(offset)}
-                    reason, raw = str(error), _printable(value)
-                rows.append(row)
-                reasons.append(reason)
-                raws.append(raw)
-            frame = pd.DataFrame.from_records(rows, columns=self.columns) if rows else \
-                pd.DataFrame(columns=self.columns)
-            if any(reason is not None for reason in reasons):
-                # a rejected row's missing fields are NaN, which Arrow cannot take as a long
-                # or a timestamp: nulls as None in object columns convert to any type
-                frame = frame.astype(object).where(frame.notna(), None)
-            yield frame.assign(__reason=reasons, __raw=raws)
-
-
-def _utf8(data: bytes, what: str) -> str:
-    try:
-        return bytes(data).decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"record {what} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
-def _printable(value: bytes | None) -> str:
-    """A rejected record's value as text for dead letters (undecodable bytes escaped)."""
-    return "" if value is None else bytes(value).decode("utf-8", errors="backslashreplace")
 
 
 def kafka_schema(fields: Mapping[str, str] | None, value_format: str,

@@ -27,9 +27,10 @@ import pandas as pd
 from sqlglot import exp
 
 from ..errors import SqlError
+from ..group_by import GroupedStream
 from ..operators import TableProjection, aggregates
 from ..operators.event_time import END, START, EventTimeAggregate
-from ..pipeline import GroupedStream, Pipeline, Stream
+from ..pipeline import Pipeline, Stream
 from ..sources.records import RecordSchema
 from .catalog import Catalog
 from .clauses import window_of
