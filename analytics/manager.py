@@ -23,30 +23,29 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from ops import Catalog, Pipeline, SqlError, TableQuery, TableSink, compile_query
+from ops import Catalog, Pipeline, SqlError, TableQuery, compile_query
 
-from .errors import AnalyticsError, quoted
+from .errors import AnalyticsError
 from .live import LiveTable
-from .periods import PeriodBuffer, last_batch, merge_changes
+from .periods import PeriodBuffer, Periods, last_batch, merge_changes
 from .registry import Analytic, Registry, Subscription, canonical, default_registry
+from .sharing import SharedSubscriptions
 from .store import AnalyticsStore
+from .targets import Targets
 
 log = logging.getLogger(__name__)
 #: Analytics made from push queries are named this, then the query's compiled SQL: identical
 #: queries (whatever their spacing or case) share one subscription, and a restarted manager
 #: rebuilds the analytic from its name.
 SQL_ANALYTIC = "sql:"
-#: Pushes kept in memory per subscription for clients that reconnect; older ones are read from
-#: the stored deltas.
-RECENT_PUSHES = 256
 
 
 @dataclass(frozen=True)
@@ -70,22 +69,6 @@ class Resume:
     snapshot: tuple[int, list[dict]] | None = None
 
 
-@dataclass
-class _Recent:
-    """A subscription's latest pushes; every push after batch ``floor`` is among them."""
-
-    floor: int
-    pushes: deque = field(default_factory=lambda: deque(maxlen=RECENT_PUSHES))
-
-    def add(self, batch: int, rows: list[dict]) -> None:
-        if len(self.pushes) == self.pushes.maxlen:
-            self.floor = self.pushes[0][0]
-        self.pushes.append((batch, rows))
-
-    def after(self, batch: int) -> list[tuple[int, list[dict]]]:
-        return [(b, rows) for b, rows in self.pushes if b > batch]
-
-
 class QueryManager:
     """Subscriptions over ``targets`` (name -> (pipeline, state table name)), to the analytics
     in ``registry`` (default: the module-level ``analytics.register`` ones). ``clock``: seconds,
@@ -96,34 +79,27 @@ class QueryManager:
                  clock: Callable[[], float] = time.monotonic):
         self.registry = registry if registry is not None else default_registry
         self._spark, self._warehouse, self._clock = spark, warehouse, clock
-        self._targets = dict(targets)
+        self._targets = Targets(targets)
         self._lock = threading.RLock()
         self._store = AnalyticsStore(spark, warehouse)
         stored = self._store.load()
-        self._subscriptions: dict[tuple, Subscription] = {s.key: s for s in stored.subscriptions}
-        self._clients: dict[str, Subscription] = {}
+        self._shared = SharedSubscriptions(stored.subscriptions)
         self._positions = dict(stored.positions)  # what the store holds, per target
         self._published: dict[str, int] = {}
         self._live: dict[str, LiveTable] = {}
-        self._floors: dict[str, int] = {}  # subscription id -> the last batch it was given
-        self._recent: dict[str, _Recent] = {}
-        self._periods: dict[tuple[str, float], PeriodBuffer] = {}
-        self._ended: dict[str, str] = {}  # client -> why its subscription ended
+        self._periods = Periods(clock)
         self.computations: Counter = Counter()  # (target, batch) -> delta computations run
-        for target in self._targets:
+        for target in self._targets.names():
             self._open(target, stored.positions.get(target, 0))
-        for sub in self._subscriptions.values():
-            start = max(self._published.get(sub.target, 0), stored.last_stored.get(sub.id, 0))
-            self._floors[sub.id] = start
-            self._recent[sub.id] = _Recent(start)
+        for sub in self._shared.all():  # those still live after opening their targets
+            self._shared.start(sub, max(self._published.get(sub.target, 0),
+                                        stored.last_stored.get(sub.id, 0)))
 
     def _open(self, target: str, after: int | None) -> None:
         """Load ``target``'s table: as of batch ``after`` (later batches are published next),
         or as it is now (``None``)."""
-        pipeline, _ = self._targets[target]
-        sink = self._changelog_sink(target)
-        path = sink.changelog(pipeline.layout(self._warehouse))
-        live = LiveTable(path, sink.keys, self._spark, after=after)
+        live = LiveTable(self._targets.changelog(target, self._warehouse), self.table_keys(target),
+                         self._spark, after=after)
         self._live[target] = live
         self._published[target] = live.batch
         if after is not None and live.batch < after:  # the changelog went back while we were down
@@ -134,16 +110,12 @@ class QueryManager:
         """A handle on the (possibly shared) subscription, with its snapshot."""
         chosen = self._analytic(analytic)
         checked = chosen.validate(params)
-        if not isinstance(target, str) or target not in self._targets:
-            raise AnalyticsError(f"no target pipeline {quoted(target)}; known: {sorted(self._targets)}")
+        self._targets.check(target)
         with self._lock:
-            key = (analytic, canonical(checked), target, user)
-            sub = self._subscriptions.get(key)
+            sub = self._shared.find((analytic, canonical(checked), target, user))
             if sub is None:
                 sub = self._new_subscription(chosen, checked, target, user)
-            client = uuid.uuid4().hex
-            self._clients[client] = sub
-            return Handle(client, sub, *self._snapshot_of(sub))
+            return Handle(self._shared.attach(sub), sub, *self._snapshot_of(sub))
 
     def _new_subscription(self, chosen: Analytic, params: dict, target: str,
                           user: str) -> Subscription:
@@ -153,11 +125,9 @@ class QueryManager:
         batch = self._published[target]
         self._store.record(sub, active=True)
         self._store.started(sub, batch)
-        self._subscriptions[sub.key] = sub
-        self._floors[sub.id] = batch
-        self._recent[sub.id] = _Recent(batch)
+        self._shared.start(sub, batch)
         if chosen.every is not None:
-            self._period(target, chosen.every)
+            self._periods.open(target, chosen.every)
         return sub
 
     def subscribe_query(self, statement: str, user: str, catalog: Catalog | None = None) -> Handle:
@@ -175,11 +145,10 @@ class QueryManager:
         with self._lock:
             read = query.table
             assert read is not None  # a compiled query names its table
-            target = next((name for name, (pipeline, table) in self._targets.items()
-                           if pipeline.name == read.pipeline.name and table == read.table), None)
+            target = self._targets.reading(read.pipeline, read.table)
             if target is None:
                 target = read.table
-                self._targets[target] = (read.pipeline, read.table)
+                self._targets.add(target, read.pipeline, read.table)
                 self._open(target, None)  # starts at its latest batch: snapshots hold the past
                 self._store.position(target, self._published[target])
         return self.subscribe(SQL_ANALYTIC + query.sql, {}, target, user)
@@ -202,19 +171,14 @@ class QueryManager:
         """Release ``client``'s handle; the last one removes the subscription. Returns whether
         the subscription went away. A user can only release their own handles."""
         with self._lock:
-            sub = self._clients.get(client)
-            if sub is None or sub.user != user:
-                raise AnalyticsError(f"no subscription handle {quoted(client)} for this user")
-            del self._clients[client]
-            if any(other is sub for other in self._clients.values()):
+            sub = self._shared.release(client, user)
+            if sub is None:
                 return False
             self._remove(sub)
             return True
 
     def _remove(self, sub: Subscription) -> None:
-        self._subscriptions.pop(sub.key, None)
-        self._floors.pop(sub.id, None)
-        self._recent.pop(sub.id, None)
+        self._shared.remove(sub)
         self._store.record(sub, active=False)
         unsubscribe = self._analytic(sub.analytic).unsubscribe
         if unsubscribe:
@@ -222,24 +186,22 @@ class QueryManager:
 
     def subscriptions(self, user: str) -> list[Subscription]:
         with self._lock:
-            return [s for s in self._subscriptions.values() if s.user == user]
+            return self._shared.of_user(user)
 
     def handles(self, user: str) -> list[tuple[str, Subscription]]:
         """``user``'s client handles and the subscription each holds."""
         with self._lock:
-            return [(c, s) for c, s in self._clients.items() if s.user == user]
+            return self._shared.handles(user)
 
     def handle(self, client: str) -> Subscription | None:
         """The subscription ``client`` holds (``None``: no such handle)."""
         with self._lock:
-            return self._clients.get(client)
+            return self._shared.holder(client)
 
     def snapshot(self, client: str) -> tuple[int, list[dict]]:
         """The current view of ``client``'s subscription and the batch it reflects."""
         with self._lock:
-            sub = self._clients.get(client)
-            if sub is None:
-                raise AnalyticsError(f"no subscription handle {quoted(client)}")
+            sub = self._shared.held(client)
             return self._snapshot_of(sub)
 
     def _snapshot_of(self, sub: Subscription) -> tuple[int, list[dict]]:
@@ -250,7 +212,7 @@ class QueryManager:
 
     def table_keys(self, target: str) -> tuple[str, ...]:
         """The key columns of ``target``'s state table (how a client merges deltas)."""
-        return self._changelog_sink(target).keys
+        return self._targets.sink(target).keys
 
     def published(self, target: str) -> int:
         """The last batch of ``target`` whose deltas were published (0 before any)."""
@@ -259,23 +221,22 @@ class QueryManager:
 
     def targets(self) -> list[str]:
         """The names of the state tables this manager serves."""
-        return list(self._targets)
+        return self._targets.names()
 
     def subscription_count(self) -> int:
         """Live subscriptions (each shared by every identical request's handle)."""
         with self._lock:
-            return len(self._subscriptions)
+            return self._shared.count()
 
     def clients_of(self, subscription_id: str) -> list[str]:
         with self._lock:
-            return [c for c, s in self._clients.items() if s.id == subscription_id]
+            return self._shared.clients_of(subscription_id)
 
     def take_ended(self) -> dict[str, str]:
         """Clients whose subscription the manager ended since the last call (their target was
         reset), with the reason: the server tells them and drops them."""
         with self._lock:
-            ended, self._ended = self._ended, {}
-            return ended
+            return self._shared.take_ended()
 
     # -- resuming ---------------------------------------------------------------------------
     def resume(self, client: str, after: int) -> Resume:
@@ -283,10 +244,8 @@ class QueryManager:
         pushes since, exactly once, or a snapshot when they cannot be had (older than the
         subscription, or an id this target never reached)."""
         with self._lock:
-            sub = self._clients.get(client)
-            if sub is None:
-                raise AnalyticsError(f"no subscription handle {quoted(client)}")
-            recent = self._recent[sub.id]
+            sub = self._shared.held(client)
+            recent = self._shared.recent(sub.id)
             if after > self._published[sub.target]:
                 return Resume(snapshot=self._snapshot_of(sub))
             if after >= recent.floor:
@@ -320,7 +279,7 @@ class QueryManager:
         out: dict[str, list[tuple[int, list[dict]]]] = {}
         with self._lock:
             now = self._clock()
-            for target in list(self._targets):
+            for target in self._targets.names():
                 self._publish_target(target, now, out)
         return out
 
@@ -332,23 +291,22 @@ class QueryManager:
             self._published[target] = self._live[target].batch
         for batch, changes in followed.batches:
             self._publish_batch(target, batch, changes, out)
-        for (name, _), period in self._periods.items():
-            if name == target and period.tick(now):
+        for period in self._periods.of(target):
+            if period.tick(now):
                 self._publish_period(target, period, out)
         self._store_position(target)
 
     def _publish_batch(self, target: str, batch: int, changes: pd.DataFrame, out: dict) -> None:
         """Event analytics' deltas of one batch; timer analytics' periods keep its changes."""
         pushed = {}
-        for sub in self._of_target(target):
+        for sub in self._shared.of_target(target):
             analytic = self._analytic(sub.analytic)
-            if analytic.every is not None or self._floors[sub.id] >= batch:
+            if analytic.every is not None or self._shared.floor(sub.id) >= batch:
                 continue
             pushed[sub.id] = _records(analytic.delta(sub, changes))
             self.computations[(target, batch)] += 1
-        for (name, _), period in self._periods.items():
-            if name == target:
-                period.add(batch, changes)
+        for period in self._periods.of(target):
+            period.add(batch, changes)
         self._published[target] = batch
         self._push(target, batch, pushed, out)
 
@@ -357,27 +315,26 @@ class QueryManager:
         batches it has not had yet; nothing when there are none."""
         merged: dict[int, pd.DataFrame] = {}  # by floor: subscriptions level with each other share
         keys = self.table_keys(target)
-        mine = [s for s in self._of_target(target) if self._analytic(s.analytic).every == period.every]
-        for floor in sorted({self._floors[s.id] for s in mine}):
+        mine = [s for s in self._shared.of_target(target) if self._analytic(s.analytic).every == period.every]
+        for floor in sorted({self._shared.floor(s.id) for s in mine}):
             batches = period.after(floor)
             if not batches:
                 continue
             merged[floor] = merge_changes(batches, keys)
             last = last_batch(batches)
             pushed = {}
-            for sub in (s for s in mine if self._floors[s.id] == floor):
+            for sub in (s for s in mine if self._shared.floor(s.id) == floor):
                 pushed[sub.id] = _records(self._analytic(sub.analytic).delta(sub, merged[floor]))
                 self.computations[(target, last)] += 1
             self._push(target, last, pushed, out)
-        period.drop_through(min((self._floors[s.id] for s in mine), default=self._published[target]))
+        period.drop_through(min((self._shared.floor(s.id) for s in mine), default=self._published[target]))
 
     def _push(self, target: str, batch: int, pushed: Mapping[str, list[dict]], out: dict) -> None:
         """Record each subscription's push of ``batch`` (empty ones only move it on)."""
         nonempty = {sub: rows for sub, rows in pushed.items() if rows}
-        for sub in pushed:
-            self._floors[sub] = batch
+        for sub, rows in pushed.items():
+            self._shared.pushed(sub, batch, rows)
         for sub, rows in nonempty.items():
-            self._recent[sub].add(batch, rows)
             out.setdefault(sub, []).append((batch, rows))
         if nonempty:
             self._store.deltas(target, batch, nonempty)
@@ -385,43 +342,22 @@ class QueryManager:
     def _store_position(self, target: str) -> None:
         """Queue ``target``'s position when it moved: the last batch whose pushes are all
         queued, so before any batch a timer period still holds."""
-        held = [p.first() for (name, _), p in self._periods.items() if name == target and p.first()]
+        held = [p.first() for p in self._periods.of(target) if p.first()]
         position = min([self._published[target], *(first - 1 for first in held if first)])
         if position > self._positions.get(target, -1):
             self._positions[target] = position
             self._store.position(target, position)
 
-    def _period(self, target: str, every: float) -> PeriodBuffer:
-        """The period buffer of ``target``'s timer analytics of period ``every``."""
-        key = (target, every)
-        if key not in self._periods:
-            self._periods[key] = PeriodBuffer(every, self._clock() + every)
-        return self._periods[key]
-
-    def _of_target(self, target: str) -> list[Subscription]:
-        return [s for s in self._subscriptions.values() if s.target == target]
-
     def _end_target(self, target: str, reason: str) -> None:
         """End every subscription of ``target`` (its changelog went back): their clients are
         told ``reason`` and subscribe afresh, so no stored delta of the discarded batches is
         ever resumed."""
-        log.warning("%s: ending its %d subscription(s)", reason, len(self._of_target(target)))
-        for sub in self._of_target(target):
-            for client in [c for c, s in self._clients.items() if s is sub]:
-                del self._clients[client]
-                self._ended[client] = reason
+        log.warning("%s: ending its %d subscription(s)", reason, len(self._shared.of_target(target)))
+        for sub in self._shared.of_target(target):
+            self._shared.end(sub, reason)
             self._remove(sub)
-        for key in [k for k in self._periods if k[0] == target]:
-            del self._periods[key]
+        self._periods.close(target)
         self._positions[target] = -1
-
-    # -- reading the target -----------------------------------------------------------------
-    def _changelog_sink(self, target: str) -> TableSink:
-        pipeline, table = self._targets[target]
-        sink = pipeline.sink(table)
-        if not isinstance(sink, TableSink):
-            raise AnalyticsError(f"target {target!r}: {table!r} is not a state table")
-        return sink
 
 
 def _records(rows: Any) -> list[dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -109,10 +110,35 @@ class PeriodBuffer:
         self.batches = [(b, rows) for b, rows in self.batches if b > batch]
 
 
+class Periods:
+    """A manager's period buffers: one per target and period of its timer analytics, each
+    first due a period after it opened (on ``clock``, seconds)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
+        self._buffers: dict[tuple[str, float], PeriodBuffer] = {}
+
+    def open(self, target: str, every: float) -> PeriodBuffer:
+        """The buffer of ``target``'s timer analytics of period ``every``, opened if need be."""
+        key = (target, every)
+        if key not in self._buffers:
+            self._buffers[key] = PeriodBuffer(every, self._clock() + every)
+        return self._buffers[key]
+
+    def of(self, target: str) -> list[PeriodBuffer]:
+        """``target``'s buffers, in the order they opened."""
+        return [buffer for (name, _), buffer in self._buffers.items() if name == target]
+
+    def close(self, target: str) -> None:
+        """Drop ``target``'s buffers and what they hold."""
+        for key in [k for k in self._buffers if k[0] == target]:
+            del self._buffers[key]
+
+
 def last_batch(batches: list[tuple[int, pd.DataFrame]]) -> int:
     """The newest batch of a period's (non-empty) list."""
     return max(b for b, _ in batches)
 
 
-__all__ = ["BATCH_COLUMN", "MIN_EVERY_SECONDS", "PeriodBuffer", "last_batch", "merge_changes",
+__all__ = ["BATCH_COLUMN", "MIN_EVERY_SECONDS", "PeriodBuffer", "Periods", "last_batch", "merge_changes",
            "parse_every"]

@@ -22,6 +22,9 @@ Unused handles expire: a handle with no stream open on it for ``idle_handle_seco
 from its creation or from its last stream's end) is released, freeing the user's slot and its
 share of the subscription. Any later request on it gets a 404 that says it expired, and after
 how long unused (unlike a handle that never existed).
+
+The handles' lifecycle is :mod:`analytics.handles`'s; request bodies are read by
+:mod:`analytics.bodies` and errors answered through :mod:`analytics.replies`.
 """
 
 from __future__ import annotations
@@ -30,10 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .bodies import BodyReader
 from .errors import AnalyticsError, quoted
+from .handles import END, ClientHandle, Handles, Push
 from .manager import QueryManager, Resume
 from .metrics import Census, ServerMetrics
+from .replies import error
 
 log = logging.getLogger(__name__)
 PAGE = Path(__file__).with_name("page.html")
@@ -54,49 +57,6 @@ PAGE = Path(__file__).with_name("page.html")
 VENDOR = Path(__file__).with_name("static") / "vendor"
 VENDOR_FILES = {"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
 _SEP = "\n"  # event lines end in a plain newline (what line-reading clients expect)
-#: The longest error message sent: messages quote input already cut short, this is a backstop.
-MAX_ERROR_CHARS = 400
-#: Handles the server let go of (expired, or not reconnected) remembered for their 404 message,
-#: the oldest forgotten first: bounded, so clients that vanish cannot grow the server's memory.
-GONE_REMEMBERED = 10_000
-
-
-@dataclass(frozen=True)
-class _Push:
-    """One event for a client: its kind, id (a batch) and JSON data, serialised once for all
-    the clients of a subscription."""
-
-    kind: str
-    batch_id: int
-    data: str
-
-
-_END = _Push("end", -1, "")  # queued by end_streams: the stream stops, the client stays
-
-
-@dataclass
-class _Client:
-    user: str
-    queue: asyncio.Queue
-    dropped: str | None = None
-    release: asyncio.TimerHandle | None = field(default=None, repr=False)
-    #: when the handle last had no stream open (creation, or its last stream's end); ``None``
-    #: while a stream is open
-    idle_since: float | None = field(default_factory=time.monotonic)
-
-    @property
-    def connected(self) -> bool:
-        return self.idle_since is None
-
-    def open_stream(self) -> None:
-        self.idle_since = None
-
-    def close_stream(self) -> None:
-        self.idle_since = time.monotonic()
-
-    def unused_for(self, seconds: float, now: float) -> bool:
-        """Whether no stream has been open on this handle for ``seconds`` up to ``now``."""
-        return self.idle_since is not None and now - self.idle_since >= seconds
 
 
 class QueryServer:
@@ -118,19 +78,22 @@ class QueryServer:
         self.manager = manager
         self.tokens = dict(tokens)
         self.poll_seconds = poll_seconds
-        self.queue_size = queue_size
-        self.grace_seconds = grace_seconds
-        self.max_body_bytes = max_body_bytes
         self.max_handles_per_user = max_handles_per_user
         self.retry_ms = retry_ms
-        self.idle_handle_seconds = idle_handle_seconds
-        self.clients: dict[str, _Client] = {}
-        self._gone: OrderedDict[str, tuple[str, str]] = OrderedDict()  # client -> (user, why)
-        self._last_sweep = time.monotonic()
         self._subscribing: dict[str, int] = {}  # user -> subscribe calls in flight
         self._poller: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics = ServerMetrics(self._census)
+        # the handles' lifecycle (queues, drops, grace, expiry) and the bodies' limit are
+        # collaborators' jobs; the server answers HTTP and runs the poller
+        self.handles = Handles(manager, self.metrics, queue_size=queue_size,
+                               grace_seconds=grace_seconds, idle_handle_seconds=idle_handle_seconds)
+        self.bodies = BodyReader(max_body_bytes)
+
+    @property
+    def clients(self) -> dict[str, ClientHandle]:
+        """The handles held for clients, by client id."""
+        return self.handles.clients
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -169,134 +132,41 @@ class QueryServer:
         if self._loop is None or self._loop.is_closed():
             return  # never served, or stopped already: no stream is open
         try:
-            self._loop.call_soon_threadsafe(self._end_streams)
+            self._loop.call_soon_threadsafe(self.handles.end_streams)
         except RuntimeError:  # the server stopped (its loop closed) since the check above
             pass
-
-    def _end_streams(self) -> None:
-        for client in self.clients.values():
-            if client.connected:
-                client.queue.put_nowait(_END)
 
     async def _poll(self) -> None:
         while True:
             try:
                 out = await asyncio.to_thread(self.manager.publish_new)
-                self._broadcast(out)
+                self.handles.broadcast(out)
                 for client_id, reason in self.manager.take_ended().items():
-                    self._drop(client_id, reason)
-                self._sweep_unused()
+                    self.handles.drop(client_id, reason)
+                self.handles.sweep_unused()
             except Exception:  # keep serving; the next tick retries from the last published batch
                 log.exception("publishing deltas failed")
             await asyncio.sleep(self.poll_seconds)
-
-    def _broadcast(self, out: Mapping[str, list]) -> None:
-        for subscription, pushes in out.items():
-            events = [_Push("delta", batch_id, _json({"batch_id": batch_id, "rows": rows}))
-                      for batch_id, rows in pushes]
-            for client_id in self.manager.clients_of(subscription):
-                self._offer(client_id, events)
-
-    def _offer(self, client_id: str, events: list[_Push]) -> None:
-        client = self.clients.get(client_id)
-        for event in events:
-            if client is None or client.dropped:
-                return
-            try:
-                client.queue.put_nowait(event)
-            except asyncio.QueueFull:
-                self._drop(client_id, f"slow client: {self.queue_size} pushes waiting")
-
-    def _drop(self, client_id: str, reason: str) -> None:
-        client = self.clients.get(client_id)
-        if client is None:
-            return
-        client.dropped = reason
-        log.warning("dropping client %s: %s", client_id, reason)
-        while not client.queue.empty():  # its stream only has the reason left to send
-            client.queue.get_nowait()
-        client.queue.put_nowait(None)
-        self._release(client_id, "dropped")
-
-    def _release(self, client_id: str, reason: str, why: str | None = None) -> None:
-        """Give the handle back to the manager. A dropped client's entry stays (with its reason)
-        until the client comes back to read it. ``reason``: one of the metrics'
-        ``RELEASE_REASONS``; ``why``: the server let the handle go, and tells a later request
-        on it so (not asked for by the client, unlike a DELETE)."""
-        client = self.clients.get(client_id)
-        if client is None:
-            return
-        if self.manager.handle(client_id) is not None:  # a dropped one was let go already
-            self.metrics.released(reason)
-        if not client.dropped:
-            del self.clients[client_id]
-        if why:
-            self._remember_gone(client_id, client.user, why)
-        with contextlib.suppress(AnalyticsError):  # already released (or ended by the manager)
-            self.manager.unsubscribe(client_id, client.user)
-
-    # -- unused handles expire --------------------------------------------------------------
-    def _sweep_unused(self, throttle: bool = True) -> None:
-        """Expire every handle unused for ``idle_handle_seconds``. The poller runs this every
-        ``min(1 s, idle_handle_seconds / 10)``: a pass reads every handle, and an expiry is
-        then late by a tenth of the idle time at most."""
-        now = time.monotonic()
-        if throttle and now - self._last_sweep < min(1.0, self.idle_handle_seconds / 10):
-            return
-        self._last_sweep = now
-        for client_id in [c for c, client in self.clients.items()
-                          if client.unused_for(self.idle_handle_seconds, now)]:
-            self._expire(client_id)
-
-    def _expire(self, client_id: str) -> None:
-        """Release an unused handle (a dropped one's reason goes too) and remember why."""
-        client = self.clients[client_id]
-        if client.release:
-            client.release.cancel()
-        log.info("client %s had no open stream for %g s: handle expired", client_id,
-                 self.idle_handle_seconds)
-        client.dropped = None  # its entry goes now, with the handle
-        self._release(client_id, "expired", f"expired: no stream was open on it for "
-                                 f"{self.idle_handle_seconds:g} s (idle_handle_seconds)")
-
-    def _remember_gone(self, client_id: str, user: str, why: str) -> None:
-        self._gone[client_id] = (user, why)
-        while len(self._gone) > GONE_REMEMBERED:
-            self._gone.popitem(last=False)
-
-    def _unknown_handle(self, client_id: str, user: str) -> Response:
-        """404 for a handle ``user`` does not hold, saying why when it was theirs and the server
-        let it go (so a client can tell an expired handle from a mistyped one)."""
-        user_and_why = self._gone.get(client_id)
-        if user_and_why and user_and_why[0] == user:
-            return _error(f"subscription handle {quoted(client_id)} {user_and_why[1]}; "
-                          "subscribe again", 404)
-        return _error("no such subscription handle", 404)
 
     # -- auth -------------------------------------------------------------------------------
     def _user(self, request: Request) -> str | Response:
         header = request.headers.get("authorization", "")
         token = header[7:] if header.lower().startswith("bearer ") else request.query_params.get("token")
         if not token:
-            return _error("missing token", 401)
+            return error("missing token", 401)
         if token not in self.tokens:
-            return _error("unknown token", 403)
+            return error("unknown token", 403)
         return self.tokens[token]
 
-    def _caller(self, request: Request, owned: bool = False) -> tuple[str, _Client | None] | Response:
+    def _caller(self, request: Request,
+                owned: bool = False) -> tuple[str, ClientHandle | None] | Response:
         """The request's user (and, with ``owned``, the client handle in its path), or the error
         to answer: 401/403 for the token, 404 when the handle is not this user's."""
         user = self._user(request)
         if isinstance(user, Response) or not owned:
             return user if isinstance(user, Response) else (user, None)
-        client_id = request.path_params["client"]
-        client = self.clients.get(client_id)
-        if client and client.unused_for(self.idle_handle_seconds, time.monotonic()):
-            self._expire(client_id)  # due, though the poller's sweep has not come round yet
-            client = None
-        if client is None or client.user != user:
-            return self._unknown_handle(client_id, user)
-        return user, client
+        client = self.handles.owned(request.path_params["client"], user)
+        return client if isinstance(client, Response) else (user, client)
 
     # -- routes -----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
@@ -307,7 +177,7 @@ class QueryServer:
         name = request.path_params["name"]
         path = VENDOR / name
         if name not in VENDOR_FILES or not path.is_file():
-            return _error(f"{quoted(name)} is not here: .ci/install fetches uPlot with npm", 404)
+            return error(f"{quoted(name)} is not here: .ci/install fetches uPlot with npm", 404)
         return FileResponse(path, media_type=VENDOR_FILES[name])
 
     async def scrape(self, request: Request) -> Response:
@@ -330,7 +200,7 @@ class QueryServer:
             mine = [{"client": c, "subscription": s.id, "analytic": s.analytic, "params": s.params,
                      "target": s.target} for c, s in self.manager.handles(user)]
             return JSONResponse(mine)
-        body = await self._json_body(request)
+        body = await self.bodies.json_object(request)
         if isinstance(body, Response):
             return body
         full = self._over_handle_limit(user)
@@ -356,8 +226,8 @@ class QueryServer:
                 handle = await asyncio.to_thread(self.manager.subscribe, analytic,
                                                  body.get("params", {}), target, user)
         except AnalyticsError as exc:
-            return _error(str(exc), 400)
-        self.clients[handle.client] = _Client(user, asyncio.Queue(self.queue_size))
+            return error(str(exc), 400)
+        self.handles.add(handle.client, user)
         self.metrics.subscribed()
         return JSONResponse({"client": handle.client, "subscription": handle.subscription.id,
                              "batch_id": handle.batch_id, "rows": handle.rows,
@@ -366,56 +236,21 @@ class QueryServer:
     def _over_handle_limit(self, user: str) -> Response | None:
         """429 when ``user`` holds ``max_handles_per_user`` handles (counting subscribe calls
         still running, so concurrent requests cannot pass the limit together)."""
-        held = self._held(user)
+        held = self.handles.held(user)
         if held + self._subscribing.get(user, 0) >= self.max_handles_per_user:
-            self._sweep_unused(throttle=False)  # expiries due free slots now, not at the next pass
-            held = self._held(user)
+            self.handles.sweep_unused(throttle=False)  # expiries due free slots now, not at the next pass
+            held = self.handles.held(user)
         if held + self._subscribing.get(user, 0) < self.max_handles_per_user:
             return None
-        return _error(f"too many subscription handles: this user holds {held}, the limit is "
+        return error(f"too many subscription handles: this user holds {held}, the limit is "
                       f"{self.max_handles_per_user} (max_handles_per_user); release some "
                       "(DELETE /subscriptions/<client>) first", 429)
-
-    def _held(self, user: str) -> int:
-        return sum(1 for c in self.clients.values() if c.user == user and not c.dropped)
-
-    async def _json_body(self, request: Request) -> dict[str, Any] | Response:
-        """The request's JSON object, or the error to answer (413 over ``max_body_bytes``)."""
-        raw = await self._body(request)
-        if isinstance(raw, Response):
-            return raw
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            return _error(f"the request body is not JSON ({exc}): {quoted(raw[:100])}", 400)
-        if not isinstance(body, dict):
-            return _error(f"the request body must be a JSON object, got {quoted(body)}", 400)
-        return body
-
-    async def _body(self, request: Request) -> bytes | Response:
-        """The body, read only while it stays within ``max_body_bytes``: the declared
-        Content-Length is checked first, and a chunked body is counted as it arrives."""
-        too_big = _error(f"request body too large: the limit is {self.max_body_bytes} bytes "
-                         "(max_body_bytes)", 413)
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                return _error(f"bad Content-Length {quoted(declared)}", 400)
-            if int(declared) > self.max_body_bytes:
-                return too_big
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def unsubscribe(self, request: Request) -> Response:
         caller = self._caller(request, owned=True)
         if isinstance(caller, Response):
             return caller
-        self._release(request.path_params["client"], "unsubscribed")
+        self.handles.release(request.path_params["client"], "unsubscribed")
         return JSONResponse({"released": request.path_params["client"]})
 
     async def snapshot(self, request: Request) -> Response:
@@ -433,10 +268,10 @@ class QueryServer:
             return caller
         after = _batch_param(request.query_params.get("after", "0"))
         if after is None:
-            return _error("after must be a batch id (an integer)", 400)
+            return error("after must be a batch id (an integer)", 400)
         subscription = self.manager.handle(request.path_params["client"])
         if subscription is None:
-            return _error("no such subscription handle", 404)
+            return error("no such subscription handle", 404)
         stored = await asyncio.to_thread(self.manager.deltas_since, subscription.id, after)
         return JSONResponse({"deltas": [{"batch_id": b, "rows": rows} for b, rows in stored]})
 
@@ -450,11 +285,11 @@ class QueryServer:
         client_id = request.path_params["client"]
         if client.dropped:
             del self.clients[client_id]  # the reason is delivered once; the handle is gone
-            return _error(client.dropped, 410)
+            return error(client.dropped, 410)
         text = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
         after = None if text is None else _batch_param(text)
         if text is not None and after is None:
-            return _error(f"Last-Event-ID must be an event id (a batch id), got {quoted(text)}", 400)
+            return error(f"Last-Event-ID must be an event id (a batch id), got {quoted(text)}", 400)
         if client.release:
             client.release.cancel()  # reconnected within the grace period
         client.open_stream()
@@ -463,11 +298,11 @@ class QueryServer:
                 self.manager.resume, client_id, after)
         except AnalyticsError as exc:  # released meanwhile
             client.close_stream()
-            return _error(str(exc), 404)
+            return error(str(exc), 404)
         return EventSourceResponse(self._events(client_id, client, after, resume), ping=15,
                                    sep=_SEP)
 
-    async def _events(self, client_id: str, client: _Client, after: int | None,
+    async def _events(self, client_id: str, client: ClientHandle, after: int | None,
                       resume: Resume | None) -> AsyncIterator[ServerSentEvent]:
         """The client's events: what it missed (or a snapshot), then its queue; every event's id
         is a batch, and none goes out twice (a push both resumed and queued is skipped)."""
@@ -480,7 +315,7 @@ class QueryServer:
                 last = push.batch_id
             while True:
                 push = await client.queue.get()
-                if push is _END:
+                if push is END:
                     return
                 if push is None:
                     break
@@ -488,49 +323,28 @@ class QueryServer:
                     yield _event(push)
                     self.metrics.delivered(push.kind)
                     last = push.batch_id
-            yield ServerSentEvent(_json({"reason": client.dropped}), event="dropped",
+            yield ServerSentEvent(json.dumps({"reason": client.dropped}), event="dropped",
                                   id=str(last) if last >= 0 else None, sep=_SEP)
         finally:
-            client.close_stream()
-            loop = asyncio.get_running_loop()
-            client.release = loop.call_later(self.grace_seconds, self._release_if_gone, client_id)
-
-    def _release_if_gone(self, client_id: str) -> None:
-        client = self.clients.get(client_id)
-        if client is not None and not client.connected and not client.dropped:
-            log.info("client %s disconnected; handle released", client_id)
-            self._release(client_id, "not_reconnected",
-                          f"was released: its stream ended and none reopened within "
-                                     f"{self.grace_seconds:g} s (grace_seconds)")
+            self.handles.stream_ended(client_id, client)
 
 
-def _resumed(resume: Resume | None) -> list[_Push]:
+def _resumed(resume: Resume | None) -> list[Push]:
     if resume is None:
         return []
     if resume.snapshot is not None:
-        batch_id, rows = resume.snapshot
-        return [_Push("snapshot", batch_id, _json({"batch_id": batch_id, "rows": rows}))]
-    return [_Push("delta", b, _json({"batch_id": b, "rows": rows})) for b, rows in resume.deltas or []]
+        return [Push.rows("snapshot", *resume.snapshot)]
+    return [Push.rows("delta", b, rows) for b, rows in resume.deltas or []]
 
 
-def _event(push: _Push) -> ServerSentEvent:
+def _event(push: Push) -> ServerSentEvent:
     return ServerSentEvent(push.data, event=push.kind, id=str(push.batch_id), sep=_SEP)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, default=str)
 
 
 def _batch_param(text: str) -> int | None:
     """A batch id given as text (``None`` when it is not a non-negative integer)."""
     text = text.strip()
     return int(text) if text.isdigit() and len(text) < 19 else None
-
-
-def _error(message: str, status: int) -> JSONResponse:
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[:MAX_ERROR_CHARS] + "…"
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def serve(server: QueryServer, host: str = "127.0.0.1", port: int = 8765) -> None:
