@@ -4,8 +4,8 @@ import boto3
 import pytest
 
 import ops as sp
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome, publish_all
 
 
 @pytest.mark.slow
