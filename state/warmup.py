@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -40,8 +40,8 @@ class TransactionWarmer:
         self._warmed: list[Any] = []  # JVM snapshots whose state this warmer built
         self._pending: list[Future] = []
         self._closed = False
-        # Two threads, so a batch's sink and checkpoint tables are both ready in time.
-        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakestream-warm")
+        # Two at once, so a batch's sink and checkpoint tables are both ready in time.
+        self._slots = threading.BoundedSemaphore(2)
 
     def note(self, path: str) -> None:
         """``path`` was appended to idempotently: the next batch is likely to append again."""
@@ -56,7 +56,22 @@ class TransactionWarmer:
             if self._jvm is None or self._closed:
                 return
             self._pending = [future for future in self._pending if not future.done()]
-            self._pending += [self._threads.submit(self._warm_one, path) for path in paths]
+            self._pending += [self._start(path) for path in paths]
+
+    def _start(self, path: str) -> Future:
+        """Warm ``path`` in a daemon thread: a run's last warm-up is never used, and a process
+        that ends after its run (a sensor's, a job's) must not wait for it at exit, as it would
+        for a thread pool's worker (seen: 7 to 17 s of a cold JVM's snapshot jobs)."""
+        future: Future = Future()
+
+        def work() -> None:
+            with self._slots:
+                if future.set_running_or_notify_cancel():
+                    self._warm_one(path)
+                    future.set_result(None)
+
+        threading.Thread(target=work, name="lakestream-warm", daemon=True).start()
+        return future
 
     def wait(self) -> None:
         """Block until the warm-ups under way have finished."""
@@ -90,7 +105,6 @@ class TransactionWarmer:
             warmed, self._warmed = self._warmed, []
             for future in self._pending:
                 future.cancel()
-        self._threads.shutdown(wait=False)
         for snapshot in warmed:
             _release(snapshot)
 

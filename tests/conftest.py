@@ -100,6 +100,10 @@ def s3_warehouse(s3, tmp_path) -> str:
 def child_env(warehouse):
     """Environment for child processes that run pipelines against the test's warehouse."""
     env = dict(os.environ, LAKESTREAM_WAREHOUSE=warehouse, LAKESTREAM_SPARK_MASTER="local[1]",
-               LAKESTREAM_SHUFFLE_PARTITIONS="1", PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+               LAKESTREAM_SHUFFLE_PARTITIONS="1", PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
+               # A child's JVM lives for a few small batches: compiling hot code at C2's full
+               # optimisation never pays back in that time, on two cores it competes with the
+               # work. The driver JVM takes SPARK_SUBMIT_OPTS (spark-class), silently.
+               SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     env.pop("LAKESTREAM_CRASH_AT", None)
     return env

@@ -13,6 +13,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from ..errors import ConfigError
+from . import class_archive
 from .heartbeat import reporting
 from .jars import spark_jar_conf
 
@@ -22,6 +23,9 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 #: Settings that are comma-separated lists: a user's entries join lakestream's (Delta and the
 #: Kafka connector stay on the classpath) instead of replacing them.
 _LISTS = ("spark.jars", "spark.jars.packages", "spark.sql.extensions")
+#: Settings that are space-separated lists of JVM options: a user's come after lakestream's (the
+#: quiet log configuration, the class archive), so the JVM takes theirs where both name one.
+_OPTIONS = ("spark.driver.extraJavaOptions",)
 #: Settings a running session cannot change: asking for other values gets a warning.
 _FIXED_AT_START = ("spark.master", "spark.jars", "spark.jars.packages", "spark.sql.extensions",
                    "spark.driver.extraJavaOptions", "spark.driver.extraClassPath")
@@ -87,8 +91,12 @@ class SparkConfig:
             conf["spark.driver.host"] = os.environ.get("LAKESTREAM_DRIVER_HOST", "127.0.0.1")
         conf.update(spark_jar_conf())
         conf.update(s3a_conf(os.environ))
+        conf["spark.driver.extraJavaOptions"] += f" {class_archive.java_options(conf)}".rstrip()
         for key, value in self.extra.items():
-            conf[key] = _merged(conf[key], value) if key in _LISTS and key in conf else value
+            if key in _LISTS and key in conf:
+                conf[key] = _merged(conf[key], value)
+            else:
+                conf[key] = f"{conf[key]} {value}" if key in _OPTIONS and key in conf else value
         return conf
 
 

@@ -5,6 +5,7 @@ Prometheus metrics the server exposes."""
 import http.client
 import json
 import queue
+import socket
 import threading
 import time
 import urllib.error
@@ -35,9 +36,13 @@ class Stream:
     ``ids`` each event's id."""
 
     def __init__(self, live, client, token="t-ann", query="", headers=None):
-        request = urllib.request.Request(f"{live.url}/stream/{client}?token={token}{query}",
-                                         headers=headers or {})
-        self.response = urllib.request.urlopen(request, timeout=60)
+        connection = http.client.HTTPConnection("127.0.0.1", live.port, timeout=60)
+        connection.request("GET", f"/stream/{client}?token={token}{query}", headers=headers or {})
+        self.socket = connection.sock  # kept: the connection lets go of it once the response is read
+        self.response = connection.getresponse()
+        if self.response.status != 200:
+            raise urllib.error.HTTPError(self.response.url, self.response.status,
+                                         self.response.read().decode(), self.response.headers, None)
         self.events, self.ids = queue.Queue(), []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -59,7 +64,11 @@ class Stream:
         return self.events.get(timeout=seconds)
 
     def close(self):
+        """Hang up. A plain close waits for the reading thread, which waits for the server's
+        next bytes (up to the socket's timeout); shutting the socket down wakes it at once."""
+        self.socket.shutdown(socket.SHUT_RDWR)
         self.response.close()
+        self.socket.close()
 
 
 def metrics(live):
@@ -111,7 +120,7 @@ def test_pushes_then_disconnect_releases_the_handle(live):
     assert [(d["batch_id"], d["rows"][0]["cpu"]) for d in caught_up] == [(2, 11.0)]  # resumable
     assert call(live, "GET", f"/subscriptions/{handle['client']}/deltas?after=x")[0] == 400
 
-    stream.response.close()  # the client goes away; after the grace period its handle is released
+    stream.close()  # the client goes away; after the grace period its handle is released
     wait_for(lambda: call(live, "GET", "/subscriptions")[1] == [])
     assert live.manager.subscriptions("ann") == []
     status, error = call(live, "GET", f"/subscriptions/{handle['client']}/snapshot")

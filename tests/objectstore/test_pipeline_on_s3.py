@@ -5,7 +5,7 @@ import time
 
 import ops as sp
 from state import CheckpointLog
-from tests.state import crash_pipeline as cp
+from tests.ops.runtime.recovery import crash_pipeline as cp
 
 
 def test_running_sum_on_s3_continues_its_state_across_runs(spark, s3_warehouse):

@@ -4,6 +4,7 @@ state table's key and value strings."""
 
 import json
 import os
+import threading
 
 import pandas as pd
 
@@ -56,6 +57,19 @@ def test_what_a_run_warmed_and_did_not_append_to_is_released_when_it_ends(spark,
         warmer.wait()
         assert cached_states_of(spark, path)   # the warm-up built the snapshot's state
     assert cached_states_of(spark, path) == []   # and the end of the run released it
+
+
+def test_a_warm_up_under_way_never_holds_the_process_at_exit(spark, tmp_path):
+    """A run's last warm-up is never used: a process that ends after its run (a sensor's, a
+    job's) must not wait for it, as Python waits for a thread pool's workers at exit."""
+    path = str(tmp_path / "sink")
+    with warming(spark) as warmer:
+        append(spark, path, 1)
+        warmer.warm()
+        under_way = [thread for thread in threading.enumerate()
+                     if thread.name.startswith("lakestream-warm")]
+        warmer.wait()
+    assert under_way and all(thread.daemon for thread in under_way)
 
 
 def test_the_state_table_keeps_statistics_of_checkpoint_ids_and_key_groups_only(spark, tmp_path):

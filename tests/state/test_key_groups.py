@@ -5,6 +5,7 @@ existed keep working."""
 import json
 import shutil
 
+import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
@@ -13,10 +14,14 @@ from ops import ConfigError, PipelineDefinitionError
 from state import (
     CHECKPOINT_OPERATOR,
     STATE_SCHEMA,
+    CheckpointLog,
+    PipelineLayout,
+    check_key_groups,
     encode_key,
     key_group,
     key_group_column,
     key_groups,
+    new_checkpoint,
     tables,
 )
 from state import compact as state_compact
@@ -48,17 +53,35 @@ def test_python_and_spark_put_every_key_in_the_same_group(spark):
     assert len({key_group(k, 256) for k in keys}) > 100  # spread, not clumped
 
 
-def test_state_rows_carry_their_key_group_and_the_checkpoint_its_count(spark, warehouse):
-    grouped = pipeline(groups=8)
-    grouped.publish(spark, [{"k": f"key{n}", "x": n} for n in range(40)], warehouse)
-    grouped.run_once(spark, warehouse)
-    rows = state_rows(spark, warehouse)
+def test_the_number_of_groups_is_an_integer_from_1_to_32768():
+    assert [check_key_groups(groups) for groups in (1, 256, 32_768)] == [1, 256, 32_768]
+    for bad in (0, -8, 32_769, 2.5, True, "8"):
+        with pytest.raises(ValueError, match=rf"key groups must be an integer from 1 to 32768, got {bad!r}"):
+            check_key_groups(bad)
+
+
+def test_state_rows_carry_their_key_group_and_the_checkpoint_its_count(spark, tmp_path):
+    """G is the first checkpoint's, kept by every later one whatever it asks for."""
+    layout = PipelineLayout(str(tmp_path), "grouped")
+    log = CheckpointLog(spark, layout)
+    keys = [encode_key(f"key{n}") for n in range(40)]
+    first = new_checkpoint(None, batch_id=1, offsets={}, tracked={}, markers={}, run_id="r",
+                           key_groups=8)
+    log.commit(first, pd.DataFrame({"operator": "running_sum", "key": keys,
+                                    "value": [str(n) for n in range(40)], "deleted": False}))
+    second = new_checkpoint(first, batch_id=2, offsets={}, tracked={}, markers={}, run_id="r",
+                            key_groups=256)
+    log.commit(second, pd.DataFrame({"operator": ["running_sum"], "key": [keys[0]], "value": ["7"],
+                                     "deleted": [False]}))
+    rows = tables.read(spark, layout.state).toPandas()
     state = rows[rows["operator"] == "running_sum"]
-    assert len(state) == 40
+    assert len(state) == 41
     assert state["key_group"].tolist() == [key_group(k, 8) for k in state["key"]]
-    record = rows[rows["operator"] == CHECKPOINT_OPERATOR]
-    assert record["key_group"].isna().all()
-    assert json.loads(record["value"].iloc[0])["key_groups"] == 8
+    assert len(set(state["key_group"])) > 1  # not every key in one group
+    records = rows[rows["operator"] == CHECKPOINT_OPERATOR].sort_values("checkpoint_id")
+    assert records["key_group"].isna().all()
+    assert [json.loads(value)["key_groups"] for value in records["value"]] == [8, 8]
+    assert log.latest().key_groups == 8
 
 
 def test_the_number_of_groups_is_fixed_at_creation(spark, warehouse):

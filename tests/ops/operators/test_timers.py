@@ -1,6 +1,6 @@
 """Timers and state TTL of a keyed map, batch by batch against hand-computed expectations (no
 Spark: the operator over an in-memory store, batch times given by hand). Runs through the
-runtime, restarts, crashes and distributed mode are in tests/state/test_timer_runs.py."""
+runtime, restarts, crashes and distributed mode are in tests/ops/runtime/recovery/test_timer_runs.py."""
 
 from datetime import timedelta
 

@@ -408,7 +408,7 @@ def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_c
     a batch, the table taking the last) written once though the second batch crashed between
     the changelog's append and the table's upsert, or after both, before its checkpoint (where
     a duplicate would come from; the protocol's other steps are crash-tested for every
-    pipeline shape in tests/state/test_crash_recovery.py)."""
+    pipeline shape in tests/ops/runtime/recovery/test_crash_recovery.py)."""
     catalog = sp.Catalog()
     catalog.register("users", sp.read.from_callback(
         "users", schema={"id": "string", "region": "string"}, max_versions=1), primary_key="id")

@@ -1,6 +1,6 @@
 """Timers through the runtime: a batch with no input fires them, in both execution paths, a
 restart carries them, the checkpoint says when the next falls due, and a process killed between
-a timer firing and the checkpoint leaves its output once (tests/state/timer_child.py)."""
+a timer firing and the checkpoint leaves its output once (tests/ops/runtime/recovery/timer_child.py)."""
 
 import signal
 import subprocess
@@ -116,7 +116,7 @@ def test_a_timer_fires_once_when_the_process_dies_between_firing_and_checkpoint(
         spark, warehouse, child_env, mode, crash_at):
     pipeline = tc.build(mode)
     _publish(spark, pipeline, warehouse)
-    crashed = subprocess.run([sys.executable, "-m", "tests.state.timer_child"], timeout=600,
+    crashed = subprocess.run([sys.executable, "-m", tc.__name__], timeout=600,
                              env=dict(child_env, TIMER_TEST_MODE=mode, LAKESTREAM_CRASH_AT=crash_at),
                              capture_output=True, text=True)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]

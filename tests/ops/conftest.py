@@ -1,11 +1,14 @@
-"""Fixtures of the state-engine tests."""
+"""Fixtures of the ops tests that compare a run with a crash-free one: the oracles of
+``tests/ops/runtime/recovery/crash_pipeline.py``'s pipelines (computed once a session, shared by
+the recovery tests of ``tests/ops/runtime/recovery/`` and the operations of
+``tests/ops/operating/``) and their published input."""
 
 import shutil
 
 import pytest
 
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome, publish_all
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 import ops as sp
 from state import CheckpointLog, read_state, tables
 from tests.ops.runtime.migration_child import version_1
-from tests.state import crash_pipeline as cp
+from tests.ops.runtime.recovery import crash_pipeline as cp
 
 
 def _state(spark, pipeline, warehouse, name):

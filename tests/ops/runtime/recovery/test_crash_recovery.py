@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.helpers import last_commit
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome
 
 STEPS = [
     "after_plan:1",                # all six plans recorded (one commit), nothing run
@@ -36,7 +36,7 @@ def _child(env, crash_at=None, pipeline="hooked", run="once"):
     env = dict(env, CRASH_TEST_PIPELINE=pipeline, CRASH_TEST_RUN=run)
     if crash_at:
         env["LAKESTREAM_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-m", "tests.state.crash_pipeline"], env=env,
+    return subprocess.run([sys.executable, "-m", cp.__name__], env=env,
                           capture_output=True, text=True, timeout=600)
 
 

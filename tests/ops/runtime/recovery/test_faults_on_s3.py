@@ -14,8 +14,8 @@ import pytest
 from state import CheckpointLog
 from tests.conftest import ROOT
 from tests.objectstore.faulty_proxy import FaultyProxy
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome, publish_all
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def through_proxy(child_env, s3_warehouse, proxy):
 
 
 def _run(env, **popen):
-    return subprocess.Popen([sys.executable, "-m", "tests.state.crash_pipeline"], env=env,
+    return subprocess.Popen([sys.executable, "-m", cp.__name__], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
@@ -89,7 +89,7 @@ def test_throttling_is_retried_and_the_run_matches_the_oracle(
     publish_all(spark, pipeline, s3_warehouse)
     proxy.throttle(every=5)
 
-    done = subprocess.run([sys.executable, "-m", "tests.state.crash_pipeline"], env=through_proxy,
+    done = subprocess.run([sys.executable, "-m", cp.__name__], env=through_proxy,
                           capture_output=True, text=True, timeout=600)
 
     assert done.returncode == 0, done.stderr[-3000:]

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from state import tables
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome
 
 
 @pytest.mark.slow
@@ -18,7 +18,7 @@ def test_two_runs_at_once_no_duplicates_no_lost_updates(spark, warehouse, child_
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = dict(child_env, CRASH_TEST_BARRIER=str(barrier))
-    cmd = [sys.executable, "-m", "tests.state.crash_pipeline"]
+    cmd = [sys.executable, "-m", cp.__name__]
     children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True) for _ in range(2)]
     results = [(child.wait(timeout=600), *child.communicate()) for child in children]

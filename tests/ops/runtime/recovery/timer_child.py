@@ -1,5 +1,6 @@
 """A pipeline whose output comes only from timers, run in a child process by the timer crash
-tests (``python -m tests.state.timer_child``; ``TIMER_TEST_MODE=distributed`` for executors).
+tests (``python -m tests.ops.runtime.recovery.timer_child``; ``TIMER_TEST_MODE=distributed``
+for executors).
 
 Each key sums its ``x``; every call sets the key's timer 1 ms after the batch's time. The
 batches of one run's backlog are planned together (one processing time), so no timer is due

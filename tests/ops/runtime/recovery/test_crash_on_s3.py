@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
-from tests.state import crash_pipeline as cp
-from tests.state.crash_pipeline import outcome, publish_all
-from tests.state.test_crash_recovery import _child
+from tests.ops.runtime.recovery import crash_pipeline as cp
+from tests.ops.runtime.recovery.crash_pipeline import outcome, publish_all
+from tests.ops.runtime.recovery.test_crash_recovery import _child
 
 S3_STEPS = [
     "before_checkpoint_commit:2",  # the checkpoint's rows encoded, its commit not made
