@@ -8,6 +8,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Spark settings for the suite's small data, in its session and its children's. A test's
+#: batches are a few rows: compiling each new query to Java (whole-stage code generation, then
+#: Janino) costs more than evaluating it row by row, and the suite runs hundreds of query
+#: shapes once each (measured: tests/ops/sql and sources 4:33 -> 3:42). What is computed is the
+#: same either way: lakestream's code never depends on how Spark evaluates a plan.
+SMALL_DATA_CONF = {"spark.sql.codegen.wholeStage": "false",
+                   "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
 #: What ``bash .ci/test --fast`` (the inner loop's tier) leaves out, besides the crash tests
 #: marked ``slow`` and the tests listed in ``tests/full_tier.txt``: the tests that start a whole system of their own (a standalone cluster, the
 #: Kafka broker's end-to-end runs, a browser, ``dg dev`` and ``dagster`` processes) or run every
@@ -67,7 +75,8 @@ def spark(s3):
     # 3 GiB of heap: the one session serves 230-odd tests, and at the default 1 GiB it ran out
     # of heap near the end of the suite (slowing every test before that in garbage collection)
     session = ops.spark_session(ops.SparkConfig(master="local[2]", shuffle_partitions=2,
-                                                extra={"spark.driver.memory": "3g"}))
+                                                extra={"spark.driver.memory": "3g",
+                                                       **SMALL_DATA_CONF}))
     yield session
     session.stop()
 
@@ -104,6 +113,9 @@ def child_env(warehouse):
                # A child's JVM lives for a few small batches: compiling hot code at C2's full
                # optimisation never pays back in that time, on two cores it competes with the
                # work. The driver JVM takes SPARK_SUBMIT_OPTS (spark-class), silently.
-               SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+               # and the suite's small-data settings, which PySpark hands to spark-submit
+               PYSPARK_SUBMIT_ARGS=" ".join(f"--conf {key}={value}"
+                                            for key, value in SMALL_DATA_CONF.items()) + " pyspark-shell")
     env.pop("LAKESTREAM_CRASH_AT", None)
     return env
