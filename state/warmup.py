@@ -66,8 +66,13 @@ class TransactionWarmer:
 
         def work() -> None:
             with self._slots:
-                if future.set_running_or_notify_cancel():
+                if not future.set_running_or_notify_cancel():
+                    return  # the run ended first
+                try:
                     self._warm_one(path)
+                except BaseException as exc:  # reaches wait(), as a pool's future would
+                    future.set_exception(exc)
+                else:
                     future.set_result(None)
 
         threading.Thread(target=work, name="lakestream-warm", daemon=True).start()

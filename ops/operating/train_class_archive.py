@@ -56,6 +56,9 @@ def train(config: SparkConfig | None = None) -> Path | None:
     if not partial.exists():
         return None
     partial.replace(target)  # whole or not at all: a session never maps half an archive
+    for stale in target.parent.glob("spark-driver-*"):  # an earlier install's, 200 MB each
+        if stale != target:
+            stale.unlink(missing_ok=True)
     return target
 
 

@@ -33,12 +33,12 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 def archive_path(conf: Mapping[str, str]) -> Path:
     """Where the archive for a driver started with ``conf`` lives: ``.jars/class-archive/``, named
-    by a digest of the ``java`` that runs it and of every jar it loads (with size and time)."""
+    by a digest of the ``java`` that runs it and of every jar it loads (each with its size and
+    time)."""
     digest = hashlib.sha1()
-    digest.update(str(_java()).encode())
-    for jar in _driver_jars(conf):
-        stat = jar.stat()
-        digest.update(f"{jar}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    for file in (_java(), *_driver_jars(conf)):  # a JDK updated in place changes its binary
+        stat = file.stat() if file.exists() else None
+        digest.update(f"{file}:{stat and stat.st_size}:{stat and stat.st_mtime_ns}\n".encode())
     return jars_dir() / "class-archive" / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
 
 
