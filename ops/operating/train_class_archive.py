@@ -97,8 +97,7 @@ def _stop_jvm(spark: SparkSession) -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="    %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="    %(message)s")  # not each batch's line
     made = train()
     print(f"    the driver's class archive: {made}" if made else
           "    the driver's class archive: not made (the JVM wrote none); Spark starts without it",
