@@ -6,20 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark_settings import SHORT_LIVED_JVM, SMALL_DATA_CONF
+
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Spark settings for the suite's small data, in its session and its children's. A test's
-#: batches are a few rows: compiling each new query to Java (whole-stage code generation, then
-#: Janino) costs more than evaluating it row by row, and the suite runs hundreds of query
-#: shapes once each (measured: tests/ops/sql and sources 4:33 -> 3:42). What is computed is the
-#: same either way: lakestream's code never depends on how Spark evaluates a plan.
-SMALL_DATA_CONF = {"spark.sql.codegen.wholeStage": "false",
-                   "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
 #: What ``bash .ci/test --fast`` (the inner loop's tier) leaves out, besides the crash tests
-#: marked ``slow`` and the tests listed in ``tests/full_tier.txt``: the tests that start a whole system of their own (a standalone cluster, the
-#: Kafka broker's end-to-end runs, a browser, ``dg dev`` and ``dagster`` processes) or run every
-#: protocol step against S3. Every package keeps its unit and end-to-end tests in the fast tier.
+#: marked ``slow`` and the tests listed in ``tests/full_tier.txt``: the tests that start a whole
+#: system of their own (a standalone cluster, the Kafka broker's end-to-end runs, a browser,
+#: ``dg dev`` and ``dagster`` processes) or run every protocol step against S3. Every package
+#: keeps its unit and end-to-end tests in the fast tier.
 FULL_TIER_ONLY = ("tests/cluster/", "tests/kafka/", "tests/objectstore/",
                   "tests/analytics/test_page.py", "tests/dagster_project/test_ui.py",
                   "tests/dagster_project/test_continuous_job.py",
@@ -110,10 +105,8 @@ def child_env(warehouse):
     """Environment for child processes that run pipelines against the test's warehouse."""
     env = dict(os.environ, LAKESTREAM_WAREHOUSE=warehouse, LAKESTREAM_SPARK_MASTER="local[1]",
                LAKESTREAM_SHUFFLE_PARTITIONS="1", PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
-               # A child's JVM lives for a few small batches: compiling hot code at C2's full
-               # optimisation never pays back in that time, on two cores it competes with the
-               # work. The driver JVM takes SPARK_SUBMIT_OPTS (spark-class), silently.
-               SPARK_SUBMIT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+               # the driver JVM takes SPARK_SUBMIT_OPTS (spark-class), silently
+               SPARK_SUBMIT_OPTS=SHORT_LIVED_JVM,
                # and the suite's small-data settings, which PySpark hands to spark-submit
                PYSPARK_SUBMIT_ARGS=" ".join(f"--conf {key}={value}"
                                             for key, value in SMALL_DATA_CONF.items()) + " pyspark-shell")

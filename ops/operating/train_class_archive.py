@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -100,6 +99,4 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="    %(message)s")  # not each batch's line
     made = train()
     print(f"    the driver's class archive: {made}" if made else
-          "    the driver's class archive: not made (the JVM wrote none); Spark starts without it",
-          file=sys.stdout)
-    sys.exit(0)
+          "    the driver's class archive: not made (the JVM wrote none); Spark starts without it")

@@ -93,10 +93,11 @@ class SparkConfig:
         conf.update(s3a_conf(os.environ))
         conf["spark.driver.extraJavaOptions"] += f" {class_archive.java_options(conf)}".rstrip()
         for key, value in self.extra.items():
-            if key in _LISTS and key in conf:
-                conf[key] = _merged(conf[key], value)
-            else:
-                conf[key] = f"{conf[key]} {value}" if key in _OPTIONS and key in conf else value
+            if key in conf and key in _LISTS:
+                value = _merged(conf[key], value)
+            elif key in conf and key in _OPTIONS:
+                value = f"{conf[key]} {value}"
+            conf[key] = value
         return conf
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyspark
 
 from ops.devservers.kafka_broker import free_port
+from tests.spark_settings import SHORT_LIVED_JVM
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 _DEPLOY = "org.apache.spark.deploy"
@@ -80,11 +81,10 @@ def standalone_cluster(workdir: Path, workers: int = 2, cores: int = 1, memory: 
 def _daemon(log: Path, main_class: str, *args: str, wrapper: tuple[str, ...] = ()):
     """One JVM (``spark-class`` execs it, and so does ``wrapper`` if given, so the pid we hold
     is the JVM's), stopped on exit."""
-    # The master, the worker and the executors it starts (they inherit its environment) live
-    # for a test's few small batches: C2's optimising never pays back in that time, and on two
-    # cores it competes with the work (the JVM notes the setting on each one's log, nowhere else).
+    # The master, the worker and the executors it starts (they inherit its environment) are
+    # short-lived JVMs (the JVM notes the setting on each one's log, nowhere else).
     env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_NO_DAEMONIZE="1", JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               SPARK_NO_DAEMONIZE="1", JAVA_TOOL_OPTIONS=SHORT_LIVED_JVM)
     with open(log, "w") as out:
         process = subprocess.Popen([*wrapper, str(SPARK_HOME / "bin" / "spark-class"), main_class,
                                     *args],
