@@ -1,12 +1,11 @@
 """One real Spark session (with Delta) for the whole test session; a fresh warehouse per test."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.spark_settings import SHORT_LIVED_JVM, SMALL_DATA_CONF
+from tests.spark_settings import SMALL_DATA_CONF, child_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,15 +99,18 @@ def s3_warehouse(s3, tmp_path) -> str:
     return f"s3a://{S3_BUCKET}/{tmp_path.parent.name}-{tmp_path.name}/warehouse"
 
 
+@pytest.fixture(scope="session")
+def warm_children(tmp_path_factory):
+    """Children for ``python -m <module>`` whose Spark session is up before a test asks for
+    one (tests/warm_children.py): the crash tests' children start while the test before works."""
+    from tests.warm_children import WarmChildren
+
+    children = WarmChildren(tmp_path_factory.mktemp("children"))
+    yield children
+    children.close()
+
+
 @pytest.fixture
 def child_env(warehouse):
     """Environment for child processes that run pipelines against the test's warehouse."""
-    env = dict(os.environ, LAKESTREAM_WAREHOUSE=warehouse, LAKESTREAM_SPARK_MASTER="local[1]",
-               LAKESTREAM_SHUFFLE_PARTITIONS="1", PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
-               # the driver JVM takes SPARK_SUBMIT_OPTS (spark-class), silently
-               SPARK_SUBMIT_OPTS=SHORT_LIVED_JVM,
-               # and the suite's small-data settings, which PySpark hands to spark-submit
-               PYSPARK_SUBMIT_ARGS=" ".join(f"--conf {key}={value}"
-                                            for key, value in SMALL_DATA_CONF.items()) + " pyspark-shell")
-    env.pop("LAKESTREAM_CRASH_AT", None)
-    return env
+    return child_environment(warehouse)

@@ -3,8 +3,6 @@ once, whatever step of the protocol a run dies at; the at-least-once mode goes t
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -69,11 +67,11 @@ STEPS = [
 ]
 
 
-def _crash_then_recover(spark, warehouse, child_env, kafka, topics, crash_at, mode="driver"):
+def _crash_then_recover(spark, warehouse, children, child_env, kafka, topics, crash_at,
+                        mode="driver"):
     env = dict(child_env, LAKESTREAM_CRASH_AT=crash_at, KAFKA_BOOTSTRAP=kafka.bootstrap,
                KAFKA_SOURCE=topics[0], KAFKA_TARGET=topics[1], KAFKA_MODE=mode)
-    crashed = subprocess.run([sys.executable, "-m", "tests.kafka.crash_child"], env=env,
-                             capture_output=True, text=True, timeout=600)
+    crashed = children.run("tests.kafka.crash_child", env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = crash_child.build(kafka.bootstrap, *topics, mode).run_once(spark, warehouse)
@@ -86,22 +84,23 @@ def _crash_then_recover(spark, warehouse, child_env, kafka, topics, crash_at, mo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", STEPS)
-def test_crash_at_each_step_then_recover_sends_each_row_once(spark, warehouse, child_env, kafka,
-                                                             topics, crash_at):
-    _crash_then_recover(spark, warehouse, child_env, kafka, topics, crash_at)
+def test_crash_at_each_step_then_recover_sends_each_row_once(spark, warehouse, child_env,
+                                                             warm_children, kafka, topics,
+                                                             crash_at):
+    _crash_then_recover(spark, warehouse, warm_children, child_env, kafka, topics, crash_at)
 
 
 @pytest.mark.slow
 def test_crash_between_kafka_commit_and_checkpoint_on_executors(spark, warehouse, child_env,
-                                                                 kafka, topics):
-    records = _crash_then_recover(spark, warehouse, child_env, kafka, topics,
+                                                                 warm_children, kafka, topics):
+    records = _crash_then_recover(spark, warehouse, warm_children, child_env, kafka, topics,
                                   "kafka_after_commit:2", mode="distributed")
     assert {r["headers"]["lakestream.batch"] for r in records} == {"1", "2", "3"}
 
 
 @pytest.mark.slow
 def test_a_state_table_over_a_topic_killed_between_its_changelog_and_its_upsert(
-        spark, warehouse, child_env, kafka, topic):
+        spark, warehouse, child_env, warm_children, kafka, topic):
     """The Kafka example's shape: SIGKILL after batch 2's changelog commit, before its table
     upsert (both delta-rs commits in driver mode); the next run replays batch 2 once, and the
     table and changelog are what the orders mean."""
@@ -111,8 +110,7 @@ def test_a_state_table_over_a_topic_killed_between_its_changelog_and_its_upsert(
     send_json(kafka.bootstrap, topic, orders, key="item")
     env = dict(child_env, LAKESTREAM_CRASH_AT="table_changelog_written:2",
                KAFKA_BOOTSTRAP=kafka.bootstrap, KAFKA_SOURCE=topic)
-    crashed = subprocess.run([sys.executable, "-m", "tests.kafka.crash_child"], env=env,
-                             capture_output=True, text=True, timeout=600)
+    crashed = warm_children.run("tests.kafka.crash_child", env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     pipeline = crash_child.build_table(kafka.bootstrap, topic)
@@ -182,6 +180,7 @@ def test_at_least_once_goes_through_spark_and_a_bad_key_column_is_named(spark, w
 
 @pytest.mark.slow
 def test_kafka_in_and_out_with_the_warehouse_on_s3_sends_each_row_once_after_a_crash(
-        spark, s3_warehouse, child_env, kafka, topics):
-    _crash_then_recover(spark, s3_warehouse, dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse),
+        spark, s3_warehouse, child_env, warm_children, kafka, topics):
+    _crash_then_recover(spark, s3_warehouse, warm_children,
+                        dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse),
                         kafka, topics, "kafka_after_commit:2")

@@ -1,7 +1,7 @@
 """Fixtures of the ops tests that compare a run with a crash-free one: the oracles of
 ``tests/ops/runtime/recovery/crash_pipeline.py``'s pipelines (computed once a session, shared by
 the recovery tests of ``tests/ops/runtime/recovery/`` and the operations of
-``tests/ops/operating/``) and their published input."""
+``tests/ops/operating/``), their published input, and the child a crash test kills."""
 
 import shutil
 
@@ -47,6 +47,23 @@ def published(spark, tmp_path_factory):
         shutil.copytree(templates[pipeline.name], warehouse, dirs_exist_ok=True)
 
     return into
+
+
+@pytest.fixture
+def crash_child(warm_children, child_env):
+    """``crash_child(crash_at=None, pipeline="hooked", run="once", **env)``: run the crash
+    pipeline's ``pipeline`` variant (a key of ``cp.BUILDERS``; ``run``: ``once`` or
+    ``continuous``) in a child against the test's warehouse, SIGKILLed at protocol step
+    ``crash_at``; ``env`` overrides the child's environment. The child is a warm one
+    (tests/warm_children.py). Returns its exit code and output, as ``subprocess.run`` does."""
+
+    def run(crash_at=None, pipeline="hooked", run="once", **env):
+        env = dict(child_env, CRASH_TEST_PIPELINE=pipeline, CRASH_TEST_RUN=run, **env)
+        if crash_at:
+            env["LAKESTREAM_CRASH_AT"] = crash_at
+        return warm_children.run(cp.__name__, env)
+
+    return run
 
 
 def _crash_free(spark, pipeline, warehouse):

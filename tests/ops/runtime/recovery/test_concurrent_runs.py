@@ -1,8 +1,5 @@
 """Two runs of the same pipeline at once: one wins, the other stops with a clear error."""
 
-import subprocess
-import sys
-
 import pytest
 
 from state import tables
@@ -12,16 +9,15 @@ from tests.ops.runtime.recovery.crash_pipeline import outcome
 
 @pytest.mark.slow
 def test_two_runs_at_once_no_duplicates_no_lost_updates(spark, warehouse, child_env, oracle,
-                                                        published, tmp_path):
+                                                        published, tmp_path, warm_children):
     pipeline = cp.build()
     published(pipeline, warehouse)
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = dict(child_env, CRASH_TEST_BARRIER=str(barrier))
-    cmd = [sys.executable, "-m", cp.__name__]
-    children = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
-    results = [(child.wait(timeout=600), *child.communicate()) for child in children]
+    children = [warm_children.start(cp.__name__, env) for _ in range(2)]
+    results = [(done.returncode, done.stdout, done.stderr)
+               for done in (child.wait(timeout=600) for child in children)]
 
     codes = sorted(code for code, _, _ in results)
     assert codes[0] == 0 and codes[1] != 0, results

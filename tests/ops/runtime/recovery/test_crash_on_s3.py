@@ -11,7 +11,6 @@ import pytest
 
 from tests.ops.runtime.recovery import crash_pipeline as cp
 from tests.ops.runtime.recovery.crash_pipeline import outcome, publish_all
-from tests.ops.runtime.recovery.test_crash_recovery import _child
 
 S3_STEPS = [
     "before_checkpoint_commit:2",  # the checkpoint's rows encoded, its commit not made
@@ -22,21 +21,16 @@ S3_STEPS = [
 ]
 
 
-@pytest.fixture
-def s3_child_env(child_env, s3_warehouse):
-    return dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", S3_STEPS)
-def test_crash_on_s3_then_recover_matches_the_local_oracle(spark, s3_warehouse, s3_child_env,
+def test_crash_on_s3_then_recover_matches_the_local_oracle(spark, s3_warehouse, crash_child,
                                                            oracle, crash_at):
     pipeline = cp.build()
     publish_all(spark, pipeline, s3_warehouse)
     if crash_at.startswith("hook_on_recover"):
-        first = _child(s3_child_env, "after_sink_write:3")
+        first = crash_child("after_sink_write:3", LAKESTREAM_WAREHOUSE=s3_warehouse)
         assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
-    crashed = _child(s3_child_env, crash_at)
+    crashed = crash_child(crash_at, LAKESTREAM_WAREHOUSE=s3_warehouse)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, s3_warehouse)
@@ -47,10 +41,11 @@ def test_crash_on_s3_then_recover_matches_the_local_oracle(spark, s3_warehouse, 
 
 @pytest.mark.slow
 def test_distributed_crash_on_s3_then_recover_matches_the_local_oracle(
-        spark, s3_warehouse, s3_child_env, distributed_oracle):
+        spark, s3_warehouse, crash_child, distributed_oracle):
     pipeline = cp.build_distributed()
     publish_all(spark, pipeline, s3_warehouse)
-    crashed = _child(s3_child_env, "before_checkpoint_commit:2", pipeline="distributed")
+    crashed = crash_child("before_checkpoint_commit:2", pipeline="distributed",
+                          LAKESTREAM_WAREHOUSE=s3_warehouse)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, s3_warehouse)

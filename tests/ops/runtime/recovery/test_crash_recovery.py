@@ -2,8 +2,6 @@
 
 import json
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -32,14 +30,6 @@ PLAIN_STEPS = [
 ]
 
 
-def _child(env, crash_at=None, pipeline="hooked", run="once"):
-    env = dict(env, CRASH_TEST_PIPELINE=pipeline, CRASH_TEST_RUN=run)
-    if crash_at:
-        env["LAKESTREAM_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-m", cp.__name__], env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 def test_oracle_is_what_the_pipeline_means(oracle):
     assert oracle["batch"] == 6
     assert oracle["tracked"]["total"] == 24
@@ -55,14 +45,14 @@ def test_plain_oracle_is_the_same_run_without_the_audit_table(oracle, plain_orac
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", STEPS)
-def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, published,
+def test_crash_then_recover_matches_oracle(spark, warehouse, crash_child, oracle, published,
                                            crash_at):
     pipeline = cp.build()
     published(pipeline, warehouse)
     if crash_at.startswith("hook_on_recover"):
-        first = _child(child_env, "after_sink_write:3")
+        first = crash_child("after_sink_write:3")
         assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
-    crashed = _child(child_env, crash_at)
+    crashed = crash_child(crash_at)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, warehouse)  # recovery in a fresh run, here in-process
@@ -73,19 +63,19 @@ def test_crash_then_recover_matches_oracle(spark, warehouse, child_env, oracle, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", PLAIN_STEPS)
-def test_crash_while_the_next_batch_writes_matches_oracle(spark, warehouse, child_env,
+def test_crash_while_the_next_batch_writes_matches_oracle(spark, warehouse, crash_child,
                                                           plain_oracle, published, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, published, "plain", crash_at, plain_oracle,
+    _crash_and_recover(spark, warehouse, crash_child, published, "plain", crash_at, plain_oracle,
                        batches=6)
 
 
-def _crash_and_recover(spark, warehouse, child_env, published, variant, crash_at, oracle,
+def _crash_and_recover(spark, warehouse, crash_child, published, variant, crash_at, oracle,
                        batches):
     """Kill a child running the ``variant`` pipeline at ``crash_at``; recover in a fresh run,
     here in-process; what it leaves must be the oracle's."""
     pipeline = cp.BUILDERS[variant]()
     published(pipeline, warehouse)
-    crashed = _child(child_env, crash_at, pipeline=variant)
+    crashed = crash_child(crash_at, pipeline=variant)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, warehouse)
@@ -103,11 +93,11 @@ CONTINUOUS_STEPS = ["after_sink_write:3"]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", CONTINUOUS_STEPS)
-def test_continuous_run_killed_then_recovered_matches_oracle(spark, warehouse, child_env, oracle,
+def test_continuous_run_killed_then_recovered_matches_oracle(spark, warehouse, crash_child, oracle,
                                                              published, crash_at):
     pipeline = cp.build()
     published(pipeline, warehouse)
-    crashed = _child(child_env, crash_at, run="continuous")
+    crashed = crash_child(crash_at, run="continuous")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = cp.run_until_drained(spark, pipeline, warehouse)
@@ -134,28 +124,28 @@ def test_distributed_oracle_is_what_the_pipeline_means(distributed_oracle):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", DISTRIBUTED_STEPS)
-def test_distributed_crash_then_recover_matches_oracle(spark, warehouse, child_env,
+def test_distributed_crash_then_recover_matches_oracle(spark, warehouse, crash_child,
                                                        distributed_oracle, published, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, published, "distributed", crash_at,
+    _crash_and_recover(spark, warehouse, crash_child, published, "distributed", crash_at,
                        distributed_oracle, batches=2)
 
 
 @pytest.mark.slow
 def test_a_killed_executor_python_worker_fails_the_batch_or_is_retried(
-        warehouse, child_env, tmp_path, spark, distributed_oracle, published):
+        warehouse, crash_child, tmp_path, spark, distributed_oracle, published):
     """Without task retries (``local[1]``) a worker killed mid-batch fails the run cleanly,
     nothing of the batch committed; the next run, whose worker is killed too but with retries
     (``local[1,4]``), has Spark retry the task, replays the batch and matches the oracle."""
     pipeline = cp.build_distributed()
     published(pipeline, warehouse)
-    failed = _child(dict(child_env, CRASH_TEST_KILL_WORKER=str(tmp_path / "killed_once")),
-                    pipeline="distributed")
+    failed = crash_child(pipeline="distributed",
+                         CRASH_TEST_KILL_WORKER=str(tmp_path / "killed_once"))
     assert failed.returncode == 1, failed.stdout + failed.stderr[-3000:]
     assert "DONE" not in failed.stdout
     assert outcome(spark, pipeline, warehouse)["batch"] == 1  # batch 2 was not committed
 
-    retried = _child(dict(child_env, CRASH_TEST_KILL_WORKER=str(tmp_path / "killed_again"),
-                          LAKESTREAM_SPARK_MASTER="local[1,4]"), pipeline="distributed")
+    retried = crash_child(pipeline="distributed", LAKESTREAM_SPARK_MASTER="local[1,4]",
+                          CRASH_TEST_KILL_WORKER=str(tmp_path / "killed_again"))
     assert retried.returncode == 0, retried.stderr[-3000:]
     assert "DONE checkpoint=2 batches=1" in retried.stdout  # batch 2 replayed, once
     assert (tmp_path / "killed_again").exists()  # its worker was killed, and Spark retried
@@ -178,9 +168,9 @@ def test_vectorized_oracle_is_the_per_key_sum(plain_oracle, vectorized_oracle):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", VECTORIZED_STEPS)
-def test_vectorized_crash_then_recover_matches_oracle(spark, warehouse, child_env,
+def test_vectorized_crash_then_recover_matches_oracle(spark, warehouse, crash_child,
                                                       vectorized_oracle, published, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, published, "vectorized", crash_at,
+    _crash_and_recover(spark, warehouse, crash_child, published, "vectorized", crash_at,
                        vectorized_oracle, batches=6)
 
 
@@ -196,8 +186,8 @@ EXECUTOR_STEPS = ["before_checkpoint_commit:1", "before_checkpoint_commit:2",
 @pytest.mark.slow
 @pytest.mark.parametrize("crash_at", EXECUTOR_STEPS)
 def test_vectorized_on_executors_crash_then_recover_matches_oracle(
-        spark, warehouse, child_env, distributed_oracle, published, crash_at):
-    _crash_and_recover(spark, warehouse, child_env, published, "vectorized_distributed",
+        spark, warehouse, crash_child, distributed_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "vectorized_distributed",
                        crash_at, distributed_oracle, batches=2)
     state = cp.build_vectorized_distributed().layout(warehouse).state
     added = [action["add"] for action in last_commit(state) if "add" in action]  # not Spark's

@@ -3,8 +3,6 @@ restart carries them, the checkpoint says when the next falls due, and a process
 a timer firing and the checkpoint leaves its output once (tests/ops/runtime/recovery/timer_child.py)."""
 
 import signal
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -113,12 +111,11 @@ CRASH_STEPS = [("driver", "after_sink_write:3"), ("driver", "before_checkpoint_c
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,crash_at", CRASH_STEPS)
 def test_a_timer_fires_once_when_the_process_dies_between_firing_and_checkpoint(
-        spark, warehouse, child_env, mode, crash_at):
+        spark, warehouse, child_env, warm_children, mode, crash_at):
     pipeline = tc.build(mode)
     _publish(spark, pipeline, warehouse)
-    crashed = subprocess.run([sys.executable, "-m", tc.__name__], timeout=600,
-                             env=dict(child_env, TIMER_TEST_MODE=mode, LAKESTREAM_CRASH_AT=crash_at),
-                             capture_output=True, text=True)
+    crashed = warm_children.run(tc.__name__, dict(child_env, TIMER_TEST_MODE=mode,
+                                                  LAKESTREAM_CRASH_AT=crash_at))
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     pipeline.run_once(spark, warehouse)  # recovery, here in-process
