@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ops.devservers.kafka_broker import free_port
+from tests.spark_settings import child_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 WARNINGS = ("DeprecationWarning", "SupersessionWarning", "PreviewWarning", "BetaWarning")
@@ -27,20 +28,25 @@ def graphql(port: int, query: str, variables: dict | None = None) -> dict:
         return json.load(response)
 
 
-@pytest.fixture
-def dagster_dev(tmp_path, child_env):
-    """Start ``dg dev``; yield its port once it answers; stop it (its whole group)."""
-    home = tmp_path / "dagster_home"
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    """Start ``dg dev`` (one for the module's tests: it takes ~20 s to start, and as long to
+    stop); yield its port once it answers; stop it (its whole group)."""
+    folder = tmp_path_factory.mktemp("dagster_dev")
+    home = folder / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / ".dagster_home" / "dagster.yaml", home / "dagster.yaml")
     port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dg")), "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=ROOT, env=dict(child_env, DAGSTER_HOME=str(home)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    env = dict(child_environment(str(folder / "warehouse")), DAGSTER_HOME=str(home))
+    log = folder / "dg_dev.log"  # a file: a pipe left unread while tests run would fill and stall it
+    with open(log, "w") as stderr:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).with_name("dg")), "dev", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while True:
-            assert server.poll() is None, server.stderr.read()[-3000:]
+            assert server.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "dg dev did not answer within 180 s"
             try:
                 graphql(port, "{ version }")
@@ -55,5 +61,5 @@ def dagster_dev(tmp_path, child_env):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
     # what a user sees at start: no deprecation, supersession or preview warning
-    said = server.stderr.read()
+    said = log.read_text()
     assert not [w for w in WARNINGS if w in said], said[-3000:]
