@@ -8,6 +8,7 @@ on object stores alike. One module per concern; every name other modules use is 
   date from the commits since (:class:`Snapshots`, :func:`table`);
 - :mod:`~state.delta_io.commits`: how a commit is made (``txn``, retries, log checkpoints);
 - :mod:`~state.delta_io.appends`: blind appends and the tables they create;
+- :mod:`~state.delta_io.columns_added`: nullable columns added in a commit of their own;
 - :mod:`~state.delta_io.task_files`: data files written by tasks, committed by the driver;
 - :mod:`~state.delta_io.merge`: upserts (delta-rs's MERGE);
 - :mod:`~state.delta_io.log`: versions, commit metadata and actions, schemas, the change feed;
@@ -20,6 +21,7 @@ with :data:`IO_SETTING` ``spark``), the writes and reads that may be left to Spa
 
 from .appends import ARROW_TYPES, Creation, append, blind_append_refusal, create
 from .cache import Snapshots, adopt_storage_environment, snapshots, table
+from .columns_added import add_columns
 from .files import data_files, file_statistics, newest_rows, read_data_files, rows_at_least, snapshot
 from .log import (
     FEED_PROPERTY,
@@ -39,7 +41,7 @@ from .stores import IO_SETTING, OBJECT_STORE_SCHEMES, local_path, on_object_stor
 from .task_files import commit_files, file_schema, write_file
 
 __all__ = [
-    "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create",
+    "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
     "Snapshots", "adopt_storage_environment", "snapshots", "table",
     "data_files", "file_statistics", "newest_rows", "read_data_files", "rows_at_least", "snapshot",
     "FEED_PROPERTY", "commit_actions", "commit_times", "feed_enabled", "feed_on", "inserted_rows",

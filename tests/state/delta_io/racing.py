@@ -21,6 +21,19 @@ WRITER = textwrap.dedent("""
         assert done is direct.Outcome.COMMITTED, done
 """)
 
+#: Adds columns ``count`` times as ``writer``: one of its own and one every writer adds, each
+#: time (argv: path, writer, count).
+COLUMN_ADDER = textwrap.dedent("""
+    import sys
+    import pyarrow as pa
+    from state import delta_io
+
+    path, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for i in range(count):
+        assert delta_io.add_columns(path, [pa.field(f"own_{writer}_{i}", pa.int64()),
+                                           pa.field(f"shared_{i}", pa.float64())])
+""")
+
 
 def started(script, path, writer, count):
     """``script`` started in a process of its own as ``writer``, writing ``count`` times."""
