@@ -10,11 +10,17 @@ Side by side in one run (1M events per batch over a key range of 1M, so ~630k di
 batch; a first batch untimed in each configuration, as in ``scale.py``):
 
 - ``limit``: the program above, batches 2..N;
-- lakestream ``warm``: one run drains batches 2..N (state held between batches);
-- lakestream ``cold``: one run per batch (as sensor-started runs are), each reading its keys'
-  state from ``_state`` first;
+- lakestream ``drained``: one run from an empty state through batches 1..N, so from batch 2 on
+  it holds its keys from the batch before, in the same run; timed by batches 2..N (their own
+  seconds) and as a whole run (every batch, wall clock);
+- lakestream ``cold``: after a one-batch run (untimed: Spark's start, batch 1), one run per
+  batch (as sensor-started runs are), each reading its keys' state from ``_state`` first;
+  timed by whole runs (wall clock) and by their batches' own seconds;
 
-in driver and distributed mode, with ratios against the limit and cold against warm.
+in driver and distributed mode, with ratios against the limit, cold against drained (whole
+runs against the whole drained run, batches against batches 2..N), and distributed against
+driver. (Until issue 52 the drained arm was a "warm" one that started after a one-batch run,
+so its first timed batch read every key from ``_state``: a cold run of two batches.)
 ``--before DIR`` adds the same arms run by another checkout (an earlier commit, say, made with
 ``git worktree add DIR <commit>``), with this checkout's virtual env: before and after, side by
 side.
@@ -81,6 +87,11 @@ def limit_run(batch_files: list[Path], out: Path) -> dict:
 
 def run_checkout(checkout: Path, config: dict) -> dict:
     """``scale.py``'s child for ``config``, run by the lakestream of ``checkout``."""
+    if config["temperature"] == "drained" and '"drained"' not in (
+            checkout / "bench" / "scale.py").read_text():
+        # its child would take the unknown arm for a cold one and say nothing
+        raise SystemExit(f"--before {checkout}: its bench/scale.py has no drained arm (added with "
+                         "issue 52); copy this checkout's bench/scale.py into it first")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join([str(checkout), str(checkout / "bench")]))
     done = subprocess.run([sys.executable, str(checkout / "bench" / "scale.py"), "--child",
@@ -101,6 +112,20 @@ def export_batches(source: str, out: Path) -> list[Path]:
         pq.write_table(rows.select(["k", "x", "seq"]).sort_by("seq"), path)
         files.append(path)
     return files
+
+
+def _ratios(speed: dict, modes: list[str]) -> list[dict]:
+    """Cold against drained, per mode, and distributed against driver, per arm: by batches
+    (``events_per_s``) and by whole runs."""
+    def row(arm, above, below):
+        return {"arm": arm, "events_per_s": above["batches"] / below["batches"],
+                "whole_runs_events_per_s": above["runs"] / below["runs"]}
+    rows = [row(f"{mode}: cold / drained", speed[(mode, "cold")], speed[(mode, "drained")])
+            for mode in modes]
+    if {"driver", "distributed"} <= set(modes):
+        rows += [row(f"distributed / driver, {arm}", speed[("distributed", arm)],
+                     speed[("driver", arm)]) for arm in ("drained", "cold")]
+    return rows
 
 
 def main() -> None:
@@ -125,26 +150,22 @@ def main() -> None:
     speed = {}
     checkouts = [("", None)] + ([("before: ", Path(args.before).resolve())] if args.before else [])
     for (label, checkout), mode, temperature in itertools.product(
-            checkouts, args.modes.split(","), ("warm", "cold")):
+            checkouts, args.modes.split(","), ("drained", "cold")):
         name = f"limit_{mode}_{temperature}{'_before' if checkout else ''}"
         config = {"master": "local[2]", "partitions": 8, "source": source,
                   "workload": "vectorized", "mode": mode, "name": name, "batches": args.batches,
                   "temperature": temperature, "warehouse": str(workdir / name)}
         got = run_child(config) if checkout is None else run_checkout(checkout, config)
+        by_batches = got.get("batches_events_per_s", got["events_per_s"])  # drained: the same
+        by_runs = got.get("whole_events_per_s", got["events_per_s"])        # cold: the same
         if checkout is None:
-            speed[(mode, temperature)] = got["events_per_s"]
-        rows.append({"arm": f"{label}lakestream {mode} {temperature}", "events_per_s": got["events_per_s"],
-                     "x limit": got["events_per_s"] / limit["events_per_s"],
-                     "batch_s": got["batch_s"], "checkpoint_s": got["checkpoint_s"],
-                     "driver_rss_mb": got["driver_rss_mb"]})
+            speed[(mode, temperature)] = {"batches": by_batches, "runs": by_runs}
+        rows.append({"arm": f"{label}lakestream {mode} {temperature}",
+                     "events_per_s": by_batches, "x limit": by_batches / limit["events_per_s"],
+                     "whole_runs_events_per_s": by_runs, "batch_s": got["batch_s"],
+                     "checkpoint_s": got["checkpoint_s"], "driver_rss_mb": got["driver_rss_mb"]})
         print(json.dumps(rows[-1]), flush=True)
-    for mode in args.modes.split(","):
-        rows.append({"arm": f"{mode}: cold / warm",
-                     "events_per_s": speed[(mode, "cold")] / speed[(mode, "warm")]})
-    if {"driver", "distributed"} <= {mode for mode, _ in speed}:
-        for temperature in ("warm", "cold"):
-            ratio = speed[("distributed", temperature)] / speed[("driver", temperature)]
-            rows.append({"arm": f"distributed / driver, {temperature}", "events_per_s": ratio})
+    rows.extend(_ratios(speed, args.modes.split(",")))
     header = list(dict.fromkeys(key for row in rows for key in row))
     print_table(f"running sum, {args.size:,} events per batch, local[2]", header,
                 [[row.get(key, "") for key in header] for row in rows])
