@@ -26,6 +26,6 @@ def slow_tests(report: str) -> list[str]:
 
 if __name__ == "__main__":
     tests = slow_tests(sys.argv[1])
-    LIST.write_text("# tests over %.1f s in a full run: written by tests/tiers.py\n" % SECONDS
+    LIST.write_text(f"# tests over {SECONDS:.1f} s in a full run: written by tests/tiers.py\n"
                     + "".join(f"{test}\n" for test in tests))
     print(f"{len(tests)} tests in {LIST}")

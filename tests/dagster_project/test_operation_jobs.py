@@ -108,8 +108,8 @@ def test_unknown_pipeline_is_refused_by_name(dagster_env, tmp_path):
     done = subprocess.run(command, cwd=ROOT, env=dagster_env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode != 0
-    assert "unknown pipeline 'nope'; choose one of ['running_sum', 'running_sum_unkeyed', 'item_totals', 'all']" \
-        in done.stdout + done.stderr
+    assert ("unknown pipeline 'nope'; choose one of "
+            "['running_sum', 'running_sum_unkeyed', 'item_totals', 'all']") in done.stdout + done.stderr
 
 
 def test_discard_plans_job_drops_what_no_checkpoint_covers(spark, warehouse, dagster_env):

@@ -5,8 +5,8 @@ port, and stopped by its pid)."""
 import pytest
 
 from ops.devservers.process import free_port, listening
-from ops.errors import ConfigError
 from ops.devservers.s3_server import LocalS3, check_bucket_name, main
+from ops.errors import ConfigError
 
 
 @pytest.fixture

@@ -37,8 +37,9 @@ def apply(fn, frame=FRAME, store=None, batch=1, **options):
 
 def test_arrays_give_what_frames_give_in_the_same_order_and_state():
     store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
+    frames_store = StateStore(None, PipelineLayout("/unused", "p"), as_of=None)
     for batch in (1, 2):  # the second batch continues from the first one's state
-        expected, frames_store = apply(on_frames, batch=batch, store=None if batch == 1 else frames_store)
+        expected, frames_store = apply(on_frames, batch=batch, store=frames_store)
         got, store = apply(on_arrays, store=store, batch=batch, data="arrays")
         pd.testing.assert_frame_equal(got, expected)
     keys = sorted(FRAME["k"].unique().tolist())

@@ -68,10 +68,13 @@ ALL_AGGREGATES = """CREATE TABLE seat_stats AS
   FROM sales WHERE ticket_total_value IS NOT NULL AND ticket_total_value > 1
   GROUP BY title, seat HAVING COUNT(*) >= 2"""
 BATCHES = [
-    [{"title": "A", "seat": "x", "ticket_total_value": 5}, {"title": "A", "seat": "x", "ticket_total_value": 3},
+    [{"title": "A", "seat": "x", "ticket_total_value": 5},
+     {"title": "A", "seat": "x", "ticket_total_value": 3},
      {"title": "B", "seat": "y", "ticket_total_value": 1}],                   # 1 fails WHERE
-    [{"title": "B", "seat": "y", "ticket_total_value": 7}, {"title": None, "seat": "y", "ticket_total_value": 4}],
-    [{"title": "B", "seat": "y", "ticket_total_value": 8}, {"title": "A", "seat": "x", "ticket_total_value": 9}],
+    [{"title": "B", "seat": "y", "ticket_total_value": 7},
+     {"title": None, "seat": "y", "ticket_total_value": 4}],
+    [{"title": "B", "seat": "y", "ticket_total_value": 8},
+     {"title": "A", "seat": "x", "ticket_total_value": 9}],
 ]
 
 
@@ -169,9 +172,12 @@ PRICED = """CREATE TABLE priced AS
   SELECT UCASE(title) AS title_upper, COUNT(*) AS orders, SUM(price * qty) / SUM(qty) AS unit_price
   FROM orders WHERE qty > 0 GROUP BY UCASE(title) HAVING MAX(qty) > 1 EMIT CHANGES;"""
 ORDER_BATCHES = [
-    [{"ID": "1", "TITLE": "heat", "PRICE": 10.0, "QTY": 1}, {"ID": "2", "TITLE": "up", "PRICE": 2.0, "QTY": 2}],
-    [{"ID": "3", "TITLE": "Heat", "PRICE": 4.0, "QTY": 2}, {"ID": "4", "TITLE": "up", "PRICE": 1.0, "QTY": 0}],
-    [{"ID": "5", "TITLE": "UP", "PRICE": 5.0, "QTY": 2}, {"ID": "6", "TITLE": "x", "PRICE": None, "QTY": 3}],
+    [{"ID": "1", "TITLE": "heat", "PRICE": 10.0, "QTY": 1},
+     {"ID": "2", "TITLE": "up", "PRICE": 2.0, "QTY": 2}],
+    [{"ID": "3", "TITLE": "Heat", "PRICE": 4.0, "QTY": 2},
+     {"ID": "4", "TITLE": "up", "PRICE": 1.0, "QTY": 0}],
+    [{"ID": "5", "TITLE": "UP", "PRICE": 5.0, "QTY": 2},
+     {"ID": "6", "TITLE": "x", "PRICE": None, "QTY": 3}],
 ]
 
 
@@ -215,7 +221,8 @@ def test_a_table_over_another_tables_changelog_retracts_and_resumes(spark, wareh
     catalog.register("moves", sp.read.from_callback("moves", schema={"user": "string", "region": "string"}))
     where = sp.sql("CREATE TABLE user_region AS SELECT user, LATEST_BY_OFFSET(region) AS region "
                    "FROM moves GROUP BY user", catalog=catalog)
-    counts_sql = "CREATE TABLE region_users AS SELECT region, COUNT(*) AS users FROM user_region GROUP BY region"
+    counts_sql = ("CREATE TABLE region_users AS SELECT region, COUNT(*) AS users FROM user_region "
+                  "GROUP BY region")
     counts = sp.sql(counts_sql, catalog=catalog, warehouse=warehouse)
 
     where.publish(spark, [{"user": "ann", "region": "east"}, {"user": "bob", "region": "east"}], warehouse)

@@ -162,9 +162,10 @@ def outcome(spark, pipeline, warehouse):
     return result
 
 
-def run_until_drained(spark, pipeline, warehouse=None, batches=len(INPUT)):
+def run_until_drained(spark, pipeline, warehouse=None, batches=None):
     """A continuous run of ``pipeline`` that stops once a checkpoint covers ``batches``
-    (bounded: at most a minute)."""
+    (bounded: at most a minute); every batch of :data:`INPUT` unless told."""
+    batches = len(INPUT) if batches is None else batches
     stop = sp.StopSignal()
 
     def checkpointed(report):
