@@ -1,4 +1,5 @@
-"""Spark and JVM settings for the suite: its data is small and most of its JVMs live briefly."""
+"""Spark and JVM settings for the suite (its data is small and most of its JVMs live briefly),
+and the environment its child processes run pipelines in."""
 
 import os
 import sys
