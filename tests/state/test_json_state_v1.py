@@ -18,12 +18,20 @@ def old_warehouse(tmp_path) -> str:
     return str(copy)
 
 
-@pytest.fixture
-def new_warehouse(spark, tmp_path) -> str:
-    """The same pipelines on the same batches, written by today's code."""
-    made = str(tmp_path / "new")
+@pytest.fixture(scope="module")
+def made_today(spark, tmp_path_factory) -> str:
+    """The same pipelines on the same batches, written by today's code (once: twelve runs)."""
+    made = str(tmp_path_factory.mktemp("json_state_today") / "new")
     v1.make(spark, made)
     return made
+
+
+@pytest.fixture
+def new_warehouse(made_today, tmp_path) -> str:
+    """A copy of :func:`made_today` of the test's own (a test may run on from it)."""
+    copy = tmp_path / "new"
+    shutil.copytree(made_today, copy)
+    return str(copy)
 
 
 def state_of(spark, pipeline, warehouse, operator="state") -> dict:
