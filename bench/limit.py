@@ -156,8 +156,7 @@ def main() -> None:
                   "workload": "vectorized", "mode": mode, "name": name, "batches": args.batches,
                   "temperature": temperature, "warehouse": str(workdir / name)}
         got = run_child(config) if checkout is None else run_checkout(checkout, config)
-        by_batches = got.get("batches_events_per_s", got["events_per_s"])  # drained: the same
-        by_runs = got.get("whole_events_per_s", got["events_per_s"])        # cold: the same
+        by_batches, by_runs = got["batches_events_per_s"], got["events_per_s"]
         if checkout is None:
             speed[(mode, temperature)] = {"batches": by_batches, "runs": by_runs}
         rows.append({"arm": f"{label}lakestream {mode} {temperature}",

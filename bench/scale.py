@@ -113,33 +113,33 @@ def child(config: dict) -> dict:
             for _ in range(config["batches"] - 1):
                 reports.append(built.run_once(spark, config["warehouse"], max_batches=1))
         seconds = time.perf_counter() - started
-    batches = [b for r in reports for b in r.batches]
-    checkpoints = [s for r in reports for s in r.checkpoint_seconds]
-    events = sum(b.rows_in for b in batches)
     spark.stop()
-    return {"events_per_s": events / seconds,
-            "batches_events_per_s": events / sum(b.seconds for b in batches),
-            "batch_s": sum(b.seconds for b in batches) / len(batches),
-            "checkpoint_s": sum(checkpoints) / max(len(checkpoints), 1), "events": events,
-            "driver_rss_mb": peak_rss_mb(), "jvm_heap_mb": result.get("peak_jvm_heap_mb", 0.0),
-            "modes": sorted({b.mode for b in batches})}
+    batches = [b for r in reports for b in r.batches]
+    return {**_figures(batches, batches, seconds, [s for r in reports for s in r.checkpoint_seconds]),
+            "jvm_heap_mb": result.get("peak_jvm_heap_mb", 0.0)}
 
 
 def _drained(spark, built: sp.Pipeline, warehouse: str) -> dict:
     """One run from an empty state through every batch: from batch 2 on it holds its keys from
-    the batch before, in the same run. ``events_per_s`` is batches 2..N by their own seconds;
-    ``whole_events_per_s`` the whole run, every batch, by the wall clock."""
+    the batch before, in the same run. Timed by batches 2..N (``batches_events_per_s``) and as
+    the whole run, every batch by the wall clock (``events_per_s``)."""
     started = time.perf_counter()
     report = built.run_once(spark, warehouse)
-    whole = time.perf_counter() - started
-    later = report.batches[1:]
+    seconds = time.perf_counter() - started
     spark.stop()
-    return {"events_per_s": sum(b.rows_in for b in later) / sum(b.seconds for b in later),
-            "whole_events_per_s": sum(b.rows_in for b in report.batches) / whole,
-            "batch_s": sum(b.seconds for b in later) / len(later),
-            "checkpoint_s": sum(report.checkpoint_seconds) / max(len(report.checkpoint_seconds), 1),
-            "events": sum(b.rows_in for b in later), "driver_rss_mb": peak_rss_mb(),
-            "modes": sorted({b.mode for b in report.batches})}
+    return _figures(report.batches[1:], report.batches, seconds, report.checkpoint_seconds)
+
+
+def _figures(timed: list, walled: list, seconds: float, checkpoints: list[float]) -> dict:
+    """A configuration's figures: ``events_per_s`` is ``walled``'s events over the wall clock's
+    ``seconds``; ``batches_events_per_s``, ``batch_s`` and ``events`` are of the ``timed``
+    batches, by their own seconds."""
+    busy = sum(b.seconds for b in timed)
+    events = sum(b.rows_in for b in timed)
+    return {"events_per_s": sum(b.rows_in for b in walled) / seconds,
+            "batches_events_per_s": events / busy, "batch_s": busy / len(timed),
+            "checkpoint_s": sum(checkpoints) / max(len(checkpoints), 1), "events": events,
+            "driver_rss_mb": peak_rss_mb(), "modes": sorted({b.mode for b in walled})}
 
 
 def executor_env() -> dict[str, str]:
