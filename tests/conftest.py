@@ -5,9 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark_settings import SMALL_DATA_CONF, child_environment
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.spark_settings import ROOT, SMALL_DATA_CONF, child_environment
 
 #: What ``bash .ci/test --fast`` (the inner loop's tier) leaves out, besides the crash tests
 #: marked ``slow`` and the tests listed in ``tests/full_tier.txt``: the tests that start a whole
