@@ -33,11 +33,12 @@ from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
 from .keygroups import DEFAULT_KEY_GROUPS, key_groups
 from .layout import PipelineLayout
+from .types import key_columns, value_columns
 
 CHECKPOINT_OPERATOR = "__checkpoint__"
 STATE_SCHEMA = StructType([
     StructField("operator", StringType(), False),
-    StructField("key", StringType(), False),
+    StructField("key", StringType(), True),  # null on a typed state's rows (its k__ columns)
     StructField("value", StringType(), True),
     StructField("deleted", BooleanType(), False),
     StructField("checkpoint_id", LongType(), False),
@@ -99,8 +100,9 @@ class StateRows(ChangedState):
 
     def append(self, commit: StateCommit) -> Outcome | None:
         rows = self._with_record(commit)
+        # the table may have typed states' columns these rows do not use: null in them
         done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
-                             create=_NEW_STATE_TABLE)
+                             create=_NEW_STATE_TABLE, fill_missing=True)
         if done is None:
             commit.by_spark(tables.to_frame(commit.spark, rows, STATE_SCHEMA))
         return done
@@ -108,12 +110,26 @@ class StateRows(ChangedState):
     def _with_record(self, commit: StateCommit) -> pd.DataFrame:
         state_rows = self.rows
         if len(state_rows):
-            state_rows = state_rows.assign(key_group=pd.array(
-                key_groups(state_rows["key"], commit.checkpoint.key_groups), dtype="Int32"))
+            state_rows = state_rows.assign(key_group=_key_groups(state_rows, commit.checkpoint.key_groups))
         rows = (pd.concat([state_rows, commit.record], ignore_index=True) if len(state_rows)
                 else commit.record.copy())
         rows["checkpoint_id"] = commit.checkpoint.checkpoint_id  # key_group: Int32 in both parts
-        return rows[STATE_SCHEMA.names]
+        typed = [*key_columns(rows.columns), *value_columns(rows.columns)]
+        return rows[[*STATE_SCHEMA.names, *typed]]
+
+
+def _key_groups(rows: pd.DataFrame, groups: int) -> pd.arrays.IntegerArray:
+    """The key group of each row: hashed from its key text; a typed state's row (no key text)
+    keeps the group its writer gave it, which hashed the same text."""
+    texts = rows["key"]
+    if texts.notna().all():
+        return pd.array(key_groups(texts, groups), dtype="Int32")
+    given = rows["key_group"] if "key_group" in rows else pd.Series(pd.NA, index=rows.index)
+    if given[texts.isna()].isna().any():  # a bug, never the user's
+        raise CorruptStateError("a typed state row came without its key group; nothing was committed")
+    found = pd.array(given, dtype="Int32")
+    found[texts.notna().to_numpy()] = key_groups(texts[texts.notna()], groups)
+    return found
 
 
 @dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
@@ -153,14 +169,15 @@ class WrittenState(ChangedState):
                 f"committed by checkpoint {checkpoint_id}; nothing was committed")
         record = write_state_files(commit.path, commit.record, checkpoint_id)
         committed = delta_io.commit_files(commit.path, [*self.actions, *record], STATE_FILE_SCHEMA,
-                                          txn=commit.txn, user_metadata=commit.stamp)
+                                          txn=commit.txn, user_metadata=commit.stamp, lacking=True)
         return Outcome.COMMITTED if committed else Outcome.SKIPPED
 
 
 def takes_state_files(layout: PipelineLayout) -> bool:
     """Whether ``layout``'s ``_state`` table exists and takes files written by
-    :func:`write_state_files` (a table delta-rs appends to, with today's columns)."""
-    return delta_io.file_schema(layout.state) == STATE_FILE_SCHEMA
+    :func:`write_state_files` (a table delta-rs appends to, with today's columns: and typed
+    states' columns, which these files leave null)."""
+    return delta_io.takes_files(layout.state, STATE_FILE_SCHEMA, lacking=True)
 
 
 def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list[str]:

@@ -107,12 +107,15 @@ def _delta_type(kind: pa.DataType) -> str | None:
 
 
 def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
-           user_metadata: str | None = None, create: NewTable | None = None) -> Outcome | None:
+           user_metadata: str | None = None, create: NewTable | None = None,
+           fill_missing: bool = False) -> Outcome | None:
     """Append ``rows`` to the Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
-    With ``create``, a table that does not exist yet is created by this commit."""
+    With ``create``, a table that does not exist yet is created by this commit; with
+    ``fill_missing``, nullable columns of the table the rows lack are null."""
     creation = None if create is None else create.creation(rows)
-    done = delta_io.append(rows, path, txn=txn, user_metadata=user_metadata, create=creation)
+    done = delta_io.append(rows, path, txn=txn, user_metadata=user_metadata, create=creation,
+                           fill_missing=fill_missing)
     return None if done is None else Outcome.COMMITTED if done else Outcome.SKIPPED
 
 

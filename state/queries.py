@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import tables
-from .checkpoint import CHECKPOINT_OPERATOR, STATE_SCHEMA, CheckpointLog
+from .checkpoint import CHECKPOINT_OPERATOR, CheckpointLog
 from .codecs import codec_named, decode_key, decode_value
 from .errors import CheckpointConflict, StateError
 from .keygroups import key_group_column
@@ -102,14 +102,16 @@ def compact(spark: SparkSession, layout: PipelineLayout, rows_per_file: int = RO
     if last is None:
         return 0
     changelog = tables.read(spark, layout.state).where(F.col("checkpoint_id") <= last.checkpoint_id)
-    # every kept row gets its key group, rows from before key groups existed included
+    # every kept row gets its key group, rows from before key groups existed included (a typed
+    # state's rows have no key text to hash: they were always written with their group)
     state_rows = (latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
                   .where(~F.col("deleted"))
-                  .withColumn("key_group", key_group_column(F.col("key"), last.key_groups)))
+                  .withColumn("key_group", F.coalesce(key_group_column(F.col("key"), last.key_groups),
+                                                      F.col("key_group"))))
     records = (changelog.where(F.col("operator") == CHECKPOINT_OPERATOR)
                .withColumn("key_group", F.lit(None).cast("int")))
-    compacted = (state_rows.select(*STATE_SCHEMA.names)
-                 .unionByName(records.select(*STATE_SCHEMA.names)).localCheckpoint())
+    columns = changelog.columns  # the table's: typed states' columns too
+    compacted = (state_rows.select(*columns).unionByName(records.select(*columns)).localCheckpoint())
     kept = compacted.count()
     files = max(1, -(-kept // rows_per_file))
     by_group = (compacted.repartitionByRange(files, "operator", "key_group")

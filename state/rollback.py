@@ -13,10 +13,13 @@ the new epoch's runs read no plan of the old one and plan again from the checkpo
 from __future__ import annotations
 
 import time
+from functools import reduce
+from operator import and_
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from .checkpoint import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog
 from .errors import StateError
@@ -24,24 +27,45 @@ from .layout import PipelineLayout
 from .plans import BatchPlans
 from .queries import changelog_as_of
 from .store import latest_per_key
+from .types import key_columns, value_columns
 
 
-def _live_state(changelog: DataFrame, upto: int) -> DataFrame:
+def _live_state(changelog: DataFrame, upto: int, typed: StructType) -> DataFrame:
+    """The live rows of ``changelog`` up to checkpoint ``upto``, with the ``typed`` columns
+    (a table's, now: an older version of it may lack some, which are null then)."""
+    for field in typed:
+        if field.name not in changelog.columns:
+            changelog = changelog.withColumn(field.name, F.lit(None).cast(field.dataType))
     rows = changelog.where((F.col("operator") != CHECKPOINT_OPERATOR) & (F.col("checkpoint_id") <= upto))
-    return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
+    return (latest_per_key(rows).where(~F.col("deleted"))
+            .select("operator", "key", *key_columns(typed.names), "value", *value_columns(typed.names),
+                    "key_group"))
 
 
 def revert_rows(spark: SparkSession, layout: PipelineLayout, checkpoint_id: int) -> pd.DataFrame:
     """Changelog rows (without ``checkpoint_id``) that turn the latest state into the state at
-    ``checkpoint_id``: the old value where it differs, a tombstone where the key did not exist."""
+    ``checkpoint_id``: the old value where it differs, a tombstone where the key did not exist.
+    A key is ``key`` with the typed key columns, a value ``value`` with the typed value
+    columns (see :func:`~state.store.latest_per_key`); both compared with nulls equal."""
     then_log, _ = changelog_as_of(spark, layout, checkpoint_id)
     now_log, latest = changelog_as_of(spark, layout, None)
-    then = _live_state(then_log, checkpoint_id).alias("then")
-    now = _live_state(now_log, latest).alias("now")
-    differing = (then.join(now, ["operator", "key"], "full_outer")
-                 .where(~F.col("then.value").eqNullSafe(F.col("now.value")))
-                 .select("operator", "key", F.col("then.value").alias("value"),
-                         F.col("then.value").isNull().alias("deleted")))
+    typed = StructType([field for field in now_log.schema
+                        if field.name in {*key_columns(now_log.columns), *value_columns(now_log.columns)}])
+    then = _live_state(then_log, checkpoint_id, typed).alias("then")
+    now = _live_state(now_log, latest, typed).alias("now")
+    keys = ["operator", "key", *key_columns(then.columns)]
+    values = ["value", *value_columns(then.columns)]
+    same_key = [F.col(f"then.{c}").eqNullSafe(F.col(f"now.{c}")) for c in keys]
+    same_value = [F.col(f"then.{c}").eqNullSafe(F.col(f"now.{c}")) for c in values]
+    # a key only now: its columns come from "now", and a tombstone is written for it
+    there = F.col("then.operator").isNotNull()
+    differing = (then.join(now, reduce(and_, same_key), "full_outer")
+                 .where(~reduce(and_, same_value))
+                 .select(*(F.coalesce(F.col(f"then.{c}"), F.col(f"now.{c}")).alias(c) for c in keys),
+                         *(F.when(there, F.col(f"then.{c}")).alias(c) for c in values),
+                         (~there).alias("deleted"),
+                         # a typed key's group, which it has no text to be hashed from again
+                         F.coalesce(F.col("then.key_group"), F.col("now.key_group")).alias("key_group")))
     return differing.toPandas()
 
 

@@ -19,6 +19,7 @@ from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
 from .objects import ObjectValues
 from .timers import Timers, timer_state
+from .types import key_columns, value_columns
 
 
 class OperatorState:
@@ -323,8 +324,15 @@ def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[s
 
 
 def latest_per_key(rows: DataFrame) -> DataFrame:
-    """The newest changelog row of each (operator, key): what the state is after ``rows``."""
-    return (rows.groupBy("operator", "key")
-            .agg(F.max_by(F.struct("value", "deleted", "checkpoint_id"), "checkpoint_id")
-                 .alias("last"))
-            .select("operator", "key", "last.value", "last.deleted", "last.checkpoint_id"))
+    """The newest changelog row of each (operator, key): what the state is after ``rows``.
+
+    A typed state's rows leave ``key`` and ``value`` null and hold their key and value in
+    typed columns (``k__…``, ``v__…``): a key is ``key`` and every typed key column together
+    (Spark groups nulls as equal, so an untyped row is told apart by ``key`` alone, a typed
+    one by its own columns), and its value is ``value`` and every typed value column."""
+    keys = ["key", *key_columns(rows.columns)]
+    values = ["value", *value_columns(rows.columns), "key_group"]
+    newest = F.max_by(F.struct(*values, "deleted", "checkpoint_id"), "checkpoint_id").alias("last")
+    return (rows.groupBy("operator", *keys).agg(newest)
+            .select("operator", *keys, *(f"last.{column}" for column in values),
+                    "last.deleted", "last.checkpoint_id"))

@@ -95,6 +95,25 @@ class StateType:
                         for name, scalar in self.fields))
 
 
+#: What starts the name of a ``_state`` column that holds a typed state's keys (``k__``) or
+#: values (``v__``); ``key`` and ``value`` hold the untyped states' JSON or pickled text.
+KEY_PREFIX, VALUE_PREFIX = "k__", "v__"
+
+
+def key_columns(columns: Iterable[str]) -> list[str]:
+    """The typed key columns among ``columns`` (a ``_state`` table's), in their order.
+
+    >>> key_columns(["operator", "key", "k__sum", "v__sum"]), value_columns(["value", "v__sum"])
+    (['k__sum'], ['v__sum'])
+    """
+    return [column for column in columns if column.startswith(KEY_PREFIX)]
+
+
+def value_columns(columns: Iterable[str]) -> list[str]:
+    """The typed value columns among ``columns`` (a ``_state`` table's), in their order."""
+    return [column for column in columns if column.startswith(VALUE_PREFIX)]
+
+
 def declared(spec: Any) -> StateType | None:
     """The type a ``state_type=`` declaration names: ``int``, ``float``, ``bool``, ``str``,
     ``pd.Timestamp`` (or ``datetime``), one of :data:`SCALARS`' names, or a dict of these by

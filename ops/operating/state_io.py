@@ -41,6 +41,7 @@ from state.codecs import encode_value
 from state.global_tables import CHECKPOINT_COLUMN, RUN_COLUMN
 from state.queries import changelog_as_of
 from state.store import latest_per_key
+from state.types import key_columns, value_columns
 
 from ..operators import Operator, StateKind
 from ..operators.aggregates import to_python
@@ -94,10 +95,11 @@ def export_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
         "operator": CHECKPOINT_OPERATOR, "key": "", "value": checkpoint.to_json(),
         "deleted": False, "checkpoint_id": upto, "key_group": None}]).astype(
             {"key_group": "Int32"}), STATE_SCHEMA)
+    # a key text's group is the importer's to work out; a typed state's row keeps its own
     live = (state_rows.where(~F.col("deleted"))
-            .withColumn("key_group", F.lit(None).cast("int"))  # the importer's groups decide
-            .select(*STATE_SCHEMA.names))
-    _replace(live.unionByName(record), _state_path(path))
+            .withColumn("key_group", F.when(F.col("key").isNull(), F.col("key_group")))
+            .select(*changelog.columns))  # typed states' columns too
+    _replace(live.unionByName(record, allowMissingColumns=True), _state_path(path))
     committed = (CheckpointLog(spark, layout).records()
                  .select(F.col("checkpoint_id").alias(CHECKPOINT_COLUMN),
                          F.get_json_object("value", "$.run_id").alias(RUN_COLUMN)))
@@ -130,6 +132,12 @@ def import_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
     exported: pd.DataFrame = tables.read(spark, _state_path(path)).toPandas()
     records = exported[exported["operator"] == CHECKPOINT_OPERATOR]
     was = Checkpoint.from_json(records["value"].iloc[0])
+    state_rows = exported[exported["operator"] != CHECKPOINT_OPERATOR]
+    if state_rows["key"].isna().any() and was.key_groups != pipeline.key_groups:
+        raise MigrationError(  # a typed key's group is kept, not hashed again
+            f"import into {pipeline.id!r}: the export holds typed state in {was.key_groups} key "
+            f"groups and the pipeline has {pipeline.key_groups}; give the pipeline "
+            f"key_groups={was.key_groups}. Nothing was written.")
     run_id = uuid.uuid4().hex
     for table in _global_tables(pipeline):  # before the commit: a crash here is redone
         source = _global_path(path, table.name)
@@ -142,8 +150,9 @@ def import_state(spark: SparkSession, pipeline: Pipeline, path: str, *,
         was, checkpoint_id=1, epoch=0, run_id=run_id, created_at=time.time(),
         reset_to_batch=None, resumed_from=None, key_groups=pipeline.key_groups,
         offsets=_rewritten(was.offsets, offsets), migration=f"imported from {path}")
-    state_rows = exported[exported["operator"] != CHECKPOINT_OPERATOR]
-    CheckpointLog(spark, layout).commit(first, state_rows[["operator", "key", "value", "deleted"]])
+    typed = [*key_columns(state_rows.columns), *value_columns(state_rows.columns)]
+    kept = ["operator", "key", "value", "deleted", *(["key_group", *typed] if typed else [])]
+    CheckpointLog(spark, layout).commit(first, state_rows[kept])
     log.info("%s: imported checkpoint %d of %s as checkpoint 1 (%d keys; positions %s)",
              pipeline.id, was.checkpoint_id, path, len(state_rows), first.offsets)
     return first

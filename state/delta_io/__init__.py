@@ -38,7 +38,7 @@ from .log import (
 )
 from .merge import Upsert, merge_refusal, upsert
 from .stores import IO_SETTING, OBJECT_STORE_SCHEMES, local_path, on_object_store, serves, storage_environment
-from .task_files import commit_files, file_schema, write_file
+from .task_files import commit_files, file_schema, takes_files, write_file
 
 __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
@@ -49,5 +49,5 @@ __all__ = [
     "metadata_at", "reads_inserts", "recent_metadata", "schema_json",
     "Upsert", "merge_refusal", "upsert",
     "IO_SETTING", "OBJECT_STORE_SCHEMES", "local_path", "on_object_store", "serves", "storage_environment",
-    "commit_files", "file_schema", "write_file",
+    "commit_files", "file_schema", "takes_files", "write_file",
 ]

@@ -62,12 +62,15 @@ class Creation:
 
 
 def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
-           user_metadata: str | None = None, create: Creation | None = None) -> bool | None:
+           user_metadata: str | None = None, create: Creation | None = None,
+           fill_missing: bool = False) -> bool | None:
     """Append ``rows`` to the table at ``path`` in one commit; ``True`` when committed, ``False``
     when skipped (the table has seen ``txn``'s version, or a later one, for its app id), ``None``
     when this writer leaves the append to Spark: the path is not one it serves, the table's
     protocol asks for more than a blind append, the rows do not have exactly its columns, or
     there is no table and ``create`` is not given or has a column of a type left to Spark.
+    With ``fill_missing``, the rows may lack nullable columns of the table: they are null
+    there (as Spark appends them), as when the table gained columns the writer does not use.
 
     Idempotence is Delta's ``txn`` action: checked against the snapshot the commit is made on,
     and written with it, so a racing writer with the same app id makes this commit fail (then
@@ -77,7 +80,7 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     with snapshots.lock_for(path):
         current = synced(path)
         try:
-            return _append_to(current, rows, path, txn, user_metadata, create)
+            return _append_to(current, rows, path, txn, user_metadata, create, fill_missing)
         except StorageError as failure:
             if current is not None and synced(path, fresh=True) is None:
                 raise StorageError(f"{path}: the table is gone (deleted while this run was "
@@ -86,10 +89,11 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
 
 
 def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
-               user_metadata: str | None, create: Creation | None) -> bool | None:
+               user_metadata: str | None, create: Creation | None, fill_missing: bool) -> bool | None:
     """:func:`append` once the table is read (``current``; ``None``: no table yet)."""
     def attempt(current: DeltaTable | None) -> bool | None:
-        data = _arrow(rows, current, create)
+        filled = _filled(rows, current) if fill_missing and current is not None else rows
+        data = _arrow(filled, current, create)
         if data is None:
             return None
         _write(path, current, data, txn, user_metadata, create)
@@ -135,6 +139,14 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
         configuration={**_CREATED_PROPERTIES, **dict(create.properties)},
         commit_properties=properties, writer_properties=writer_properties(data.schema)))
     snapshots.forget(path)  # opened on the next use, as the table it made
+
+
+def _filled(rows: pd.DataFrame, current: DeltaTable) -> pd.DataFrame:
+    """``rows`` with a null column for each nullable column of the table they lack."""
+    fields = json.loads(current.schema().to_json())["fields"]
+    missing = [field["name"] for field in fields
+               if field["name"] not in rows.columns and field.get("nullable", True)]
+    return rows.assign(**{name: None for name in missing}) if missing else rows
 
 
 def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | None) -> pa.Table | None:

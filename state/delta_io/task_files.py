@@ -46,6 +46,37 @@ def _file_schema(found: DeltaTable) -> pa.Schema | None:
     return schema
 
 
+def takes_files(path: str, schema: pa.Schema, *, lacking: bool = False) -> bool:
+    """Whether the table at ``path`` takes data files of ``schema`` from :func:`write_file`:
+    this package appends to it, and its columns (partition columns aside) are the files'
+    ones, of the same types. With ``lacking``, the files may lack nullable columns of the
+    table: a file without a column reads as nulls in it, as files written before the column
+    was added do (a table whose writers fill only some columns, as ``_state``).
+
+    >>> import tempfile
+    >>> from deltalake import write_deltalake
+    >>> path = tempfile.mkdtemp()
+    >>> write_deltalake(path, pa.table({"x": pa.array([1], pa.int64()), "y": pa.array([2.0])}))
+    >>> x = pa.schema([("x", pa.int64())])
+    >>> takes_files(path, x), takes_files(path, x, lacking=True)
+    (False, True)
+    """
+    found = served_table(path)
+    return found is not None and _takes(found, schema, lacking)
+
+
+def _takes(found: DeltaTable, schema: pa.Schema, lacking: bool) -> bool:
+    takes = _file_schema(found)
+    if takes is None or not lacking:
+        return takes is not None and takes == schema
+    if any(name not in takes.names or takes.field(name).type != schema.field(name).type
+           for name in schema.names):
+        return False
+    nullable = {field["name"]: field.get("nullable", True)
+                for field in json.loads(found.schema().to_json())["fields"]}
+    return all(nullable[name] for name in takes.names if name not in schema.names)
+
+
 def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
                statistics: Iterable[str] = (), dictionary: Iterable[str] | None = None) -> str:
     """Write ``rows`` as a new Parquet data file of the table at ``path`` without committing
@@ -92,12 +123,14 @@ def _file_statistics(rows: pa.Table, columns: Iterable[str]) -> dict[str, Any]:
 
 
 def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
-                 txn: tuple[str, int] | None = None, user_metadata: str | None = None) -> bool:
+                 txn: tuple[str, int] | None = None, user_metadata: str | None = None,
+                 lacking: bool = False) -> bool:
     """Commit the data files :func:`write_file` wrote (``actions``, in the columns ``schema``
     that :func:`file_schema` gave) to the table at ``path`` in one commit; ``True`` when
     committed, ``False`` when skipped because the table has seen ``txn`` (as
-    :func:`state.delta_io.append`). A table whose columns or protocol changed since (so that it
-    no longer takes those files) raises :class:`StorageError`, with nothing committed.
+    :func:`state.delta_io.append`). A table that no longer takes those files (its columns or
+    protocol changed since; with ``lacking``, as :func:`takes_files` says) raises
+    :class:`StorageError`, with nothing committed.
 
     >>> import tempfile
     >>> from deltalake import write_deltalake
@@ -116,7 +149,7 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
     adds: list[AddAction | RemoveAction] = [AddAction(**json.loads(action)) for action in actions]
 
     def attempt(found: DeltaTable | None) -> bool:
-        current = _taking(path, found, schema)
+        current = _taking(path, found, schema, lacking)
         calling(path, "committing files to", lambda: current.create_write_transaction(
             adds, mode="append", schema=current.schema(),
             partition_by=current.metadata().partition_columns or None,
@@ -129,14 +162,14 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
         return bool(retrying(path, synced(path), txn, "committing files to", attempt))
 
 
-def _taking(path: str, current: DeltaTable | None, schema: pa.Schema) -> DeltaTable:
+def _taking(path: str, current: DeltaTable | None, schema: pa.Schema, lacking: bool) -> DeltaTable:
     """``current``, when it is there and still takes files of ``schema``; else
     :class:`StorageError`."""
     if current is None:
         raise StorageError(f"{path}: the table is gone (deleted while this run was writing "
                            "it); nothing was committed to it")
-    takes = _file_schema(current)
-    if takes != schema:
+    if not _takes(current, schema, lacking):
+        takes = _file_schema(current)
         raise StorageError(f"{path}: the table changed while this batch was written (its "
                            f"columns or protocol: it now takes {takes}, the "
                            f"batch's files hold {schema}); nothing was committed to it, and "
