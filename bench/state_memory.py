@@ -6,7 +6,9 @@ involved), a run's batch reads every one of them (``get_values``), sets each to 
 held as a Python object per key, and as columns (``--columns``: as a vectorized map's
 numbers are, read and set as whole Series). The process's
 resident memory is sampled after each step (freed memory handed back first); reported is the
-growth over the baseline, per million keys. ``--checkout DIR`` measures another checkout's
+growth over the baseline, per million keys. Then the changes are committed to a ``_state``
+table as a driver-mode checkpoint does, and its data files' bytes reported per million keys
+(what the state costs on disk). ``--checkout DIR`` measures another checkout's
 store in a child process with this interpreter (before and after, side by side).
 
     .venv/bin/python bench/state_memory.py --keys 1000000 --checkout /tmp/before
@@ -64,11 +66,28 @@ def measure(keys: int, columns: bool) -> dict:
     held = rss_mb()
     changed = store.changed_rows()
     encoded = rss_mb()
-    del changed
     per_million = 1_000_000 / keys
     return {"keys": keys, "read MB/M keys": (read - base) * per_million,
             "read+set MB/M keys": (held - base) * per_million,
-            "with encoded changes MB/M keys": (encoded - base) * per_million}
+            "with encoded changes MB/M keys": (encoded - base) * per_million,
+            "_state on disk MB/M keys": stored_bytes(changed) / 2**20 * per_million}
+
+
+def stored_bytes(changed) -> int:
+    """The bytes of the ``_state`` data files a checkpoint writes for ``changed`` (its rows of
+    operator ``sum``), committed as a driver-mode run commits them (delta-rs, no Spark)."""
+    import tempfile
+
+    import pyarrow.compute as pc
+
+    from state import CheckpointLog, PipelineLayout, delta_io
+    from state.checkpoint import new_checkpoint
+    with tempfile.TemporaryDirectory() as warehouse:
+        layout = PipelineLayout(warehouse, "memory")
+        first = new_checkpoint(None, batch_id=1, offsets={}, tracked={}, markers={}, run_id="bench")
+        CheckpointLog(None, layout).commit(first, changed)
+        files = delta_io.file_statistics(layout.state)
+        return pc.sum(files.filter(pc.equal(files["partition.operator"], "sum"))["size_bytes"]).as_py()
 
 
 def main() -> None:
