@@ -16,6 +16,11 @@ compaction (``compact``: files of contiguous group ranges) that lets a read of a
 groups skip most of the table. Rows written before key groups existed have none; their files
 are always read.
 
+A typed state (docs/plans/typed-state.md) keeps its keys and values in columns of their own
+(``k__<state>``, ``v__<state>…``) and leaves ``key`` and ``value`` null: :func:`stored_typed_values`
+reads it the same way, and also skips the files and rows from before the checkpoint the state
+moved to typed storage from.
+
 >>> import pyarrow as pa
 >>> rows = pa.table({"key": ["a", "b", "a", "c"], "value": ["1", "2", "5", None],
 ...                  "deleted": [False, False, False, True], "checkpoint_id": [1, 1, 2, 2]})
@@ -25,7 +30,8 @@ are always read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -34,13 +40,16 @@ import pyarrow.compute as pc
 
 from . import delta_io, tables
 from .codecs import encoded_integers
-from .keygroups import key_groups
+from .keygroups import key_groups, typed_key_groups
 
 #: Up to this many keys, a read skips files by the keys' groups: hashing a key costs about
 #: 0.4 µs, and a batch with more keys than a few times the groups touches nearly all of them.
 GROUP_PRUNING_KEYS = 20_000
 
 _COLUMNS = ["key", "value", "deleted", "checkpoint_id"]
+
+#: How a read hashes keys into their groups: encoded keys' text, or a typed state's keys.
+_Hashing = Callable[[pa.Array | pa.ChunkedArray], np.ndarray]
 
 
 def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequence[str] | None,
@@ -55,7 +64,8 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
     if files is None:
         return None
     wanted = keys if keys is None or isinstance(keys, pa.Array) else pa.array(keys, pa.string())
-    chosen = _files_to_read(files, operator, as_of, wanted, groups, within)
+    hashed = partial(_encoded_groups, groups=groups)
+    chosen = _files_to_read(files, operator, (0, as_of), _groups_to_read(wanted, within, hashed))
     # a table from before key groups has no such column: its keys' groups are worked out here
     grouped = within is not None and "key_group" in (tables.columns(path) or ())
     columns = _COLUMNS + (["key_group"] if grouped else [])
@@ -63,10 +73,105 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
     keep = rows["checkpoint_id"].to_numpy() <= as_of
+    if rows["key"].null_count:  # a typed state's rows: its keys are in its own columns
+        keep &= _valid(rows["key"])
     if within is not None:  # a file of a range of groups may hold a few groups beyond it
-        keep &= _in_groups(rows, within, groups)
+        keep &= _in_groups(rows, within, "key", hashed)
     latest = _newest_of_wanted(rows, wanted, keep)
     return latest.filter(pc.invert(latest["deleted"])).select(["key", "value"])
+
+
+def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | None, groups: int,
+                        key_column: str, value_columns: Sequence[str], since: int = 0,
+                        within: tuple[int, int] | None = None) -> pa.Table | None:
+    """:func:`stored_values` of a typed state: ``key_column`` and ``value_columns`` (their
+    stored types) of each of ``keys`` (an array of the key column's type; every key, when
+    ``None``) that holds a value for ``operator`` as of checkpoint ``as_of``, in no particular
+    order. Only rows of checkpoints from ``since`` on count (the state's typed storage began
+    there: its rows from before are in ``key``/``value``, and the files of no later row are not
+    read), and only rows with a key in ``key_column`` (not another state's, nor a JSON row of
+    this one such as a shared entry). ``None`` when delta-rs cannot read the table, as for
+    :func:`stored_values`. A table that lacks one of the columns holds no row of the state
+    (columns are added before the first checkpoint that writes them): no rows then, a lacking
+    column typed ``null``. A null among ``keys``: ``ValueError`` (no typed key is null).
+
+    >>> import tempfile
+    >>> from deltalake import write_deltalake
+    >>> path, group = tempfile.mkdtemp(), int(typed_key_groups(pa.array([7]), 256)[0])
+    >>> write_deltalake(path, pa.table({  # 7 as JSON at checkpoint 1, typed from 2, changed at 3
+    ...     "operator": ["sums"] * 3, "key": ["7", None, None], "value": ["1", None, None],
+    ...     "deleted": [False] * 3, "checkpoint_id": [1, 2, 3],
+    ...     "key_group": pa.array([group] * 3, pa.int32()),
+    ...     "k__sums": pa.array([None, 7, 7], pa.int64()), "v__sums": [None, 2.5, 4.0]}),
+    ...     partition_by=["operator"])
+    >>> [stored_typed_values(path, "sums", as_of, pa.array([7]), 256, "k__sums", ["v__sums"],
+    ...                      since=2).to_pylist() for as_of in (1, 2, 3)]
+    [[], [{'k__sums': 7, 'v__sums': 2.5}], [{'k__sums': 7, 'v__sums': 4.0}]]
+    """
+    if keys is not None and keys.null_count:
+        raise ValueError(f"looking up {operator!r}'s typed state: a key is null, and no typed "
+                         "key is (a null key has no stored value)")
+    # the columns before the files: reading the log again in between could leave the files'
+    # version, and a later one has the same columns and more (none is ever dropped here)
+    types = _column_types(path)
+    files = delta_io.file_statistics(path)
+    if files is None:
+        return None
+    names = [key_column, *value_columns]
+    if not set(names) <= set(types):
+        return _no_rows(names, types)
+    chosen = _typed_files_to_read(files, operator, as_of, keys, groups, since, within)
+    columns = [*names, "deleted", "checkpoint_id"]
+    columns += ["key_group"] if within is not None and "key_group" in types else []
+    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
+    if not chosen or rows.num_rows == 0:
+        return _no_rows(names, types)
+    key = rows[key_column]
+    checkpoints = rows["checkpoint_id"].to_numpy()
+    keep = (checkpoints >= since) & (checkpoints <= as_of) & _valid(key)
+    if keys is not None:
+        keep &= pc.fill_null(pc.is_in(key, value_set=keys.cast(key.type)), False).to_numpy(
+            zero_copy_only=False)
+    if within is not None:  # a file of a range of groups may hold a few groups beyond it
+        keep &= _in_groups(rows, within, key_column, partial(typed_key_groups, groups=groups))
+    latest = _newest_where(rows, keep, _key_numbers(key))
+    return latest.filter(pc.invert(latest["deleted"])).select(names)
+
+
+def _typed_files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
+                         groups: int, since: int, within: tuple[int, int] | None) -> list[str]:
+    """The files :func:`stored_typed_values` reads (its arguments, ``files`` being
+    :func:`state.delta_io.file_statistics`'s)."""
+    hashed = partial(typed_key_groups, groups=groups)
+    return _files_to_read(files, operator, (since, as_of), _groups_to_read(keys, within, hashed))
+
+
+def _column_types(path: str) -> dict[str, pa.DataType]:
+    """The Arrow type of each column of the table of a plain type, by its log (no file read)."""
+    schema = delta_io.schema_json(path) or {"fields": []}
+    return {field["name"]: delta_io.ARROW_TYPES[field["type"]] for field in schema["fields"]
+            if isinstance(field["type"], str) and field["type"] in delta_io.ARROW_TYPES}
+
+
+def _no_rows(names: list[str], types: dict[str, pa.DataType]) -> pa.Table:
+    """No rows of columns ``names``, of their types in the table (``null``: not in it)."""
+    return pa.table({name: pa.array([], types.get(name, pa.null())) for name in names})
+
+
+def _valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Per row: whether ``column`` holds a value there."""
+    return np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _key_numbers(keys: pa.ChunkedArray) -> np.ndarray:
+    """One number per row standing for its typed key, for :func:`_newest_where`: an integer
+    or timestamp key itself, any other its dictionary code (a null key's number is of no
+    key: the rows it is on are never kept)."""
+    if pa.types.is_integer(keys.type) or pa.types.is_timestamp(keys.type):
+        # unsafe: an uint64 above int64's range wraps, still one number per key
+        return pc.fill_null(keys.cast(pa.int64(), safe=False), 0).to_numpy()
+    codes = pc.dictionary_encode(keys).combine_chunks().indices
+    return pc.fill_null(codes, -1).to_numpy()
 
 
 def _newest_of_wanted(rows: pa.Table, wanted: pa.Array | None, keep: np.ndarray) -> pa.Table:
@@ -100,20 +205,32 @@ def _newest_where(rows: pa.Table, keep: np.ndarray, keys: np.ndarray) -> pa.Tabl
     return rows.take(newest_first[~pd.Series(keys[newest_first]).duplicated().to_numpy()])
 
 
-def _files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
-                   groups: int, within: tuple[int, int] | None) -> list[str]:
-    """The data files of ``operator``'s partition that can hold a row of ``keys`` written by a
-    checkpoint up to ``as_of``, by their statistics (a file without them is read)."""
+def _groups_to_read(keys: pa.Array | None, within: tuple[int, int] | None,
+                    hashed: _Hashing) -> np.ndarray | None:
+    """The key groups whose files a read needs: those of ``within``, or for few keys (see
+    :data:`GROUP_PRUNING_KEYS`) the keys' own, ``hashed``; ``None``: every group's."""
+    if within is not None:
+        return np.arange(*within)
+    if keys is not None and len(keys) <= GROUP_PRUNING_KEYS:
+        return hashed(keys)
+    return None
+
+
+def _files_to_read(files: pa.Table, operator: str, checkpoints: tuple[int, int],
+                   wanted: np.ndarray | None) -> list[str]:
+    """The data files of ``operator``'s partition that can hold a row of a key group of
+    ``wanted`` (any, for ``None``) written by a checkpoint ``since <= id <= as_of``
+    (``checkpoints=(since, as_of)``), by their statistics (a file without them is read)."""
+    since, as_of = checkpoints
     names = files.column_names
     keep = pc.equal(files["partition.operator"], operator)
     if "min.checkpoint_id" in names:
         keep = pc.and_(keep, pc.fill_null(pc.less_equal(files["min.checkpoint_id"], as_of), True))
+    if since > 0 and "max.checkpoint_id" in names:
+        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(files["max.checkpoint_id"], since), True))
     chosen = files.filter(keep)
-    if "min.key_group" in names:
-        if within is not None:
-            chosen = chosen.filter(_holds_a_group(chosen, np.arange(*within)))
-        elif keys is not None and len(keys) <= GROUP_PRUNING_KEYS:
-            chosen = chosen.filter(_holds_a_group(chosen, key_groups(keys.to_pylist(), groups)))
+    if wanted is not None and "min.key_group" in names:
+        chosen = chosen.filter(_holds_a_group(chosen, wanted))
     return chosen["path"].to_pylist()
 
 
@@ -127,6 +244,8 @@ def _holds_a_group(files: pa.Table, wanted: np.ndarray) -> np.ndarray:
         unknown |= pc.fill_null(pc.greater(files["null_count.key_group"], 0), True).to_numpy(
             zero_copy_only=False)
     groups = np.unique(wanted)
+    if len(groups) == 0:  # no key asked for: a file holds none of them, whatever its range
+        return unknown
     # the first wanted group at or above each file's lowest: inside the file's range?
     at = np.searchsorted(groups, np.nan_to_num(lowest, nan=0).astype(np.int64))
     inside = (at < len(groups)) & (groups[np.minimum(at, len(groups) - 1)]
@@ -134,16 +253,21 @@ def _holds_a_group(files: pa.Table, wanted: np.ndarray) -> np.ndarray:
     return unknown | inside
 
 
-def _in_groups(rows: pa.Table, within: tuple[int, int], groups: int) -> np.ndarray:
-    """Per row: whether its key is of a group ``first <= group < end`` (rows written before
-    key groups existed have none: their keys are hashed here)."""
-    if "key_group" not in rows.column_names:
-        group = key_groups(rows["key"].to_pylist(), groups)
-    else:
-        group = rows["key_group"].to_numpy(zero_copy_only=False)
-        if rows["key_group"].null_count:
-            unknown = np.isnan(group)
-            group[unknown] = key_groups(np.asarray(rows["key"].to_pylist(), object)[unknown], groups)
+def _encoded_groups(texts: pa.Array | pa.ChunkedArray, groups: int) -> np.ndarray:
+    """:func:`state.key_groups` of encoded keys held in Arrow."""
+    return key_groups(texts.to_pylist(), groups)
+
+
+def _in_groups(rows: pa.Table, within: tuple[int, int], key_column: str,
+               hashed: _Hashing) -> np.ndarray:
+    """Per row: whether its key is of a group ``first <= group < end``. Rows written before
+    key groups existed have none: their keys (in ``key_column``) are ``hashed`` here; a row
+    with neither a group nor a key there is of none."""
+    group = (rows["key_group"].to_numpy(zero_copy_only=False) if "key_group" in rows.column_names
+             else np.full(rows.num_rows, np.nan))
+    if group.dtype.kind == "f":  # some groups are null (NaN here)
+        unknown = np.isnan(group) & _valid(rows[key_column])
+        group[unknown] = hashed(rows[key_column].filter(pa.array(unknown)))
     return (group >= within[0]) & (group < within[1])
 
 
