@@ -24,6 +24,7 @@ from state import timer_state as timers_name
 from ..operators import TimerDeclaration
 from ..operators.event_time import NO_TIME
 from ..operators.timing import event_ms
+from .instants import Instants
 
 _WATERMARK_KEY = encode_key(WATERMARK)
 
@@ -52,8 +53,10 @@ def due_keys(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
 
 
 def latest_event(rows: DataFrame, clock: TimerDeclaration) -> int | None:
-    """The largest event time (epoch ms) among ``rows``, or ``None``."""
-    found = (rows.mapInPandas(lambda chunks: _latest(chunks, clock), "latest long")
+    """The largest event time (epoch ms) among ``rows``, or ``None``. Times are read as the
+    operator got them (instants: see Instants), not as naive times of the session's zone."""
+    instants = Instants.of(rows)
+    found = (rows.mapInPandas(lambda chunks: _latest(instants.each(chunks), clock), "latest long")
              .agg(F.max("latest")).collect())
     return found[0][0] if found and found[0][0] is not None else None
 

@@ -80,15 +80,17 @@ def measure_stream_time(output: StageOutput, task: TaskSpec, clock: StateStore) 
                          .withColumn(PART_COLUMN, F.spark_partition_id()))
     latest: dict[int, int] = {}
     progress: int | None = None
-    for part, time, reached in ranged.mapInPandas(lambda chunks: latest_times(chunks, operator),
-                                                  "part int, latest long, reached long").collect():
+    measured = ranged.mapInPandas(lambda chunks: latest_times(chunks, operator, task.instants),
+                                  "part int, latest long, reached long")
+    for part, time, reached in measured.collect():
         latest[part] = max(latest.get(part, NO_TIME), time)
         progress = progress if reached is None else max(progress or NO_TIME, reached)
     starts, running = {}, NO_TIME if held["time"] is None else held["time"]
     for part in sorted(latest):
         starts[part], running = running, max(running, latest[part])
     schema = StructType([*output.rows.schema.fields, StructField(STREAM_TIME_COLUMN, LongType())])
-    output.rows = ranged.mapInPandas(lambda chunks: stamped(chunks, operator, starts), schema)
+    output.rows = ranged.mapInPandas(lambda chunks: stamped(chunks, operator, starts, task.instants),
+                                     schema)
     after = None if running == NO_TIME else running
     if progress is not None:  # the operator's progress column (see EventTimeAggregate)
         after = progress if after is None else max(after, progress)

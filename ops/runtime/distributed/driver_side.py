@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +30,7 @@ from ...operators.event_time import (
     CLOCK,
 )
 from ..failures import OperatorFailure
+from ..instants import Instants
 from .clocks import after_timers, before_timers, measure_stream_time, one_key, ticked
 from .on_executors import (
     bucket_task,
@@ -52,7 +54,8 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
     """Run ``stages`` over ``rows`` (with ``__order``) on executors; see the package docstring."""
     output = StageOutput(rows)
     for number, stage in enumerate(stages):
-        task = spec(stage)
+        # which of the stage's input columns its tasks turn back into instants (see Instants)
+        task = replace(spec(stage), instants=Instants.of(output.rows))
         clock = StateStore.of_rows(stored_values(spark, layout, stage.names, as_of, one_key(
             spark, CLOCK)).toPandas()) if stage.clocked else None
         if clock is not None:

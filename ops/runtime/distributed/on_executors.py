@@ -30,6 +30,7 @@ from ...operators.event_time import (
     running_max_before,
 )
 from ..failures import first_rows
+from ..instants import Instants
 from ..reports import distinct_keys
 from .rows import Done, Failed, FileWritten, SinkWritten, results_frame, typed
 from .tasks import BUCKET_COLUMN, KEY_COLUMN, PART_COLUMN, TaskSpec
@@ -77,11 +78,12 @@ def owned(chunks: Iterator[pd.DataFrame], task: TaskSpec) -> Iterator[pd.DataFra
         yield chunk.assign(**{BUCKET_COLUMN: task.owning_bucket(chunk["key"]).astype("int32")})
 
 
-def latest_times(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate
-                  ) -> Iterator[pd.DataFrame]:
-    """Per chunk of a range partition: its number, its largest event time and the stream time
-    its progress column says was reached (``None`` without one)."""
-    for chunk in chunks:
+def latest_times(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate,
+                 instants: Instants) -> Iterator[pd.DataFrame]:
+    """Per chunk of a range partition: its number, its largest event time (of the instants
+    the operator gets) and the stream time its progress column says was reached (``None``
+    without one)."""
+    for chunk in instants.each(chunks):
         if len(chunk):
             yield pd.DataFrame({"part": [int(chunk[PART_COLUMN].iloc[0])],
                                 "latest": [int(operator.event_ms(chunk).max())],
@@ -90,10 +92,10 @@ def latest_times(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate
 
 
 def stamped(chunks: Iterator[pd.DataFrame], operator: EventTimeAggregate,
-             starts: dict[int, int]) -> Iterator[pd.DataFrame]:
+            starts: dict[int, int], instants: Instants) -> Iterator[pd.DataFrame]:
     """A range partition's rows (in input order), each with the stream time before it."""
     running: int | None = None
-    for chunk in chunks:
+    for chunk in instants.each(chunks):
         if not len(chunk):
             continue
         if running is None:  # a partition's first chunk: what every earlier partition saw
@@ -127,7 +129,7 @@ def reading_task(task: TaskSpec, rows: pd.DataFrame) -> pd.DataFrame:
 
 def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | None) -> pd.DataFrame:
     """Run the stage's operators on one bucket's rows; its result rows (see STAGE_SCHEMA)."""
-    rows = rows.sort_values(ORDER_COLUMN, kind="stable")
+    rows = task.instants.restored(rows).sort_values(ORDER_COLUMN, kind="stable")
     frame = rows.drop(columns=[c for c in (ORDER_COLUMN, KEY_COLUMN, BUCKET_COLUMN) if c in rows])
     frame.index = pd.Index(rows[ORDER_COLUMN].to_numpy(), name=None)
     keys = distinct_keys(frame, task.stage.keys or task.stage.operators[0].declares().keys

@@ -17,6 +17,7 @@ from state import (
 )
 
 from ...sinks import FileTarget
+from ..instants import Instants
 from .stages import Stage, is_event_time
 
 KEY_COLUMN, BUCKET_COLUMN, PART_COLUMN = "__key", "__bucket", "__part"
@@ -44,6 +45,9 @@ class TaskSpec:
     state_files: StateFiles | None = None
     #: the sinks whose files the (last) stage's tasks write themselves (see FileSink.file_target)
     sink_files: tuple[FileTarget, ...] = ()
+    #: the stage's input columns that Spark's pandas conversion hands the tasks as naive times,
+    #: which they turn back into the instants driver mode gives (see Instants)
+    instants: Instants = Instants()
 
     @property
     def writes_state(self) -> bool:

@@ -5,6 +5,8 @@ import dataclasses
 
 import pandas as pd
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 
 import ops as sp
 from ops.testing import run_records
@@ -215,3 +217,102 @@ def test_each_bucket_gets_a_shuffle_partition_of_its_own(spark):
                   .select("tag", F.spark_partition_id().alias("partition")).collect())
         assert sorted((tags.index(row["tag"]), row["partition"]) for row in placed) == \
             [(p, p) for p in range(partitions)]
+
+
+# Times: an instant column (Delta's and Spark's ``timestamp``) is UTC instants for the functions
+# in both modes, and so reaches a sink with one type whichever mode wrote a batch.
+#: winter and summer times (another offset in a zone with daylight saving time) and a null one
+TIMED_BATCHES = [[{"k": "a", "ts": "2026-01-01T00:00:10Z", "x": 1},
+                  {"k": "b", "ts": "2026-07-01T12:00:00Z", "x": 2},
+                  {"k": "a", "ts": "2026-01-01T00:00:50Z", "x": 3}],
+                 [{"k": "b", "ts": "2026-01-01T00:01:10Z", "x": 4},
+                  {"k": "a", "x": 5},
+                  {"k": "a", "ts": "2026-07-01T12:00:20Z", "x": 6}]]
+INSTANT, NAIVE = "datetime64[ns, UTC]", "datetime64[ns]"
+
+
+def with_wall_clock(data):
+    """A naive time the user makes: naive in both modes (``timestamp_ntz`` between stages)."""
+    return data.assign(wall=data["ts"].dt.tz_localize(None))
+
+
+def running_seen(op, md, data):
+    """A running sum that tells, in its rows, the dtypes its function got."""
+    total = sp.get(op, md) + data["x"].cumsum()
+    sp.set(op, md, int(total.iloc[-1]))
+    return data.drop(columns=["wall"]).assign(total=total, ts_type=str(data["ts"].dtype),
+                                              wall_type=str(data["wall"].dtype))
+
+
+@pytest.fixture(params=["UTC", "America/New_York"])
+def time_zone(spark, request):
+    """The session's time zone, in which Spark's pandas conversion shows instants."""
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", request.param)
+    yield request.param
+    spark.conf.set("spark.sql.session.timeZone", before)
+
+
+def test_times_reach_a_sink_alike_when_a_pipeline_switches_to_distributed(spark, tmp_path, time_zone):
+    # a stateless map (a stage of its own on executors, then Spark's rows again) and a keyed one
+    pipeline = (source().map(with_wall_clock).map(running_seen, state=0).write.to_delta("out")
+                .named("modes_times"))
+    warehouse = str(tmp_path)
+    for batch, mode in zip(TIMED_BATCHES, ("driver", "distributed"), strict=True):
+        pipeline.publish(spark, batch, warehouse)
+        pipeline.run_once(spark, warehouse, mode=mode)
+    sink = tables.read(spark, pipeline.table_path("out", warehouse))
+    assert sink.schema["ts"].dataType == TimestampType()  # as driver mode made the table
+    got = (sink.orderBy("_batch_id", "_row")  # instants as epoch micros: no time zone involved
+           .select("_batch_id", "k", F.unix_micros("ts"), "x", "total", "ts_type", "wall_type")
+           .collect())
+    micros = [None if "ts" not in r else pd.Timestamp(r["ts"]).value // 1000
+              for batch in TIMED_BATCHES for r in batch]
+    batches, keys = [1, 1, 1, 2, 2, 2], ["a", "b", "a", "b", "a", "a"]
+    xs, totals = [1, 2, 3, 4, 5, 6], [1, 2, 4, 6, 9, 15]
+    assert [tuple(row) for row in got] == [
+        (batch, k, t, x, total, INSTANT, NAIVE)  # the same dtypes in both modes
+        for batch, k, t, x, total in zip(batches, keys, micros, xs, totals, strict=True)]
+
+
+def timer_seen(op, md, data):
+    """An event-time timer a minute after a key's latest row; rows tell the dtype the function
+    got and the watermark (from the event times distributed mode measured the batch before)."""
+    if md.timer is not None:
+        return pd.DataFrame({"k": [md.key], "fired": [md.timer]})
+    sp.set_timer(op, md, at=data["ts"].max() + pd.Timedelta("1min"))
+    return data.assign(ts_type=str(data["ts"].dtype), watermark=md.watermark)
+
+
+TIMED_PIPELINES = {
+    "window": lambda: source().group_by("k").window(sp.tumbling("ts", "1min"))
+    .agg(n=sp.count(), total=sp.sum_("x")).write.to_table("out"),
+    "timers": lambda: source().filter(lambda d: d["ts"].notna())
+    .map(timer_seen, state=0, timers=True, event_time="ts", delay="10s").write.to_delta("out"),
+}
+
+
+def sink_rows(spark, pipeline, warehouse):
+    """Sink ``out``'s schema and rows (but ``_row``, numbered per mode), instants as epoch
+    micros: what they are, whatever the session's time zone."""
+    sink = tables.read(spark, pipeline.table_path("out", warehouse)).drop("_row")
+    columns = [F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType)
+               else F.col(f.name) for f in sink.schema.fields]
+    return sink.schema.simpleString(), sorted(map(tuple, sink.select(*columns).collect()), key=str)
+
+
+# a zone with daylight saving time: a naive time taken as UTC would be 4 or 5 hours off
+@pytest.mark.parametrize("time_zone", ["America/New_York"], indirect=True)
+@pytest.mark.parametrize("name", sorted(TIMED_PIPELINES))
+def test_event_times_of_windows_and_timers_are_alike_in_both_modes(spark, tmp_path, time_zone, name):
+    pipeline = TIMED_PIPELINES[name]().named("modes_times_" + name)
+    # b's time is late (its window closed at 12:31) only by the stream time 13:00 before it
+    batches = [*TIMED_BATCHES, [{"k": "a", "ts": "2026-07-01T13:00:00Z", "x": 7},
+                                {"k": "b", "ts": "2026-07-01T12:30:00Z", "x": 8}]]
+    for warehouse, modes in (("switched", ("driver", "distributed", "distributed")),
+                             ("driver", ("driver",) * 3)):
+        for batch, mode in zip(batches, modes, strict=True):
+            pipeline.publish(spark, batch, str(tmp_path / warehouse))
+            pipeline.run_once(spark, str(tmp_path / warehouse), mode=mode)
+    assert sink_rows(spark, pipeline, str(tmp_path / "switched")) == \
+        sink_rows(spark, pipeline, str(tmp_path / "driver"))
