@@ -40,7 +40,7 @@ def last_commit(path: str) -> dict:
     return DeltaTable(path).history(1)[0]
 
 
-@pytest.mark.parametrize("mode", ["driver"])
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
 def test_runs_carry_on_on_a_widened_table_as_on_the_plain_one(spark, warehouses, mode):
     plain, wide = warehouses
     pipeline = v1.pipelines()["int_sums"]
