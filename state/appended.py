@@ -57,10 +57,13 @@ _SAME_IN_PANDAS: dict[type[T.DataType], Callable[[pa.DataType], bool]] = {
 
 
 def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
-                  order_by: tuple[str, ...] = ()) -> pd.DataFrame:
+                  order_by: tuple[str, ...] = (), instants: bool = False) -> pd.DataFrame:
     """Rows inserted by commits ``first..last`` (inclusive) of the table at ``path``, with their
     commit version in column ``_commit_version``, sorted by version then ``order_by`` (default:
     every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
+    Timestamps are as Spark's ``toPandas`` gives them (naive, in the session's time zone), or
+    with ``instants``, a ``timestamp`` column as UTC instants (what executors' tasks get too:
+    ``ops.runtime.instants``); a ``timestamp_ntz`` column is naive either way.
     """
     known = delta_io.schema_json(path)  # from its log where delta-rs serves it: no Spark job to plan
     schema = T.StructType.fromJson(known) if known else _table(spark, path).schema
@@ -76,7 +79,21 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     keys = [VERSION, *(order_by or schema.names)]
     if not _in_order(rows, keys):
         rows = rows.sort_values(keys, kind="stable", na_position="first")
-    return rows.reset_index(drop=True)
+    rows = rows.reset_index(drop=True)
+    return _as_instants(rows, schema, time_zone) if instants else rows
+
+
+def _as_instants(rows: pd.DataFrame, schema: T.StructType, time_zone: str) -> pd.DataFrame:
+    """``rows`` (as ``toPandas`` gives them) with each ``timestamp`` column as UTC instants. A
+    time the clocks show twice in ``time_zone`` is taken as standard time, as Spark takes it."""
+    for field in schema.fields:
+        if isinstance(field.dataType, T.TimestampType) and field.name in rows.columns:
+            column = rows[field.name]
+            if isinstance(column.dtype, pd.DatetimeTZDtype):
+                rows[field.name] = column.dt.tz_convert("UTC")
+            elif pd.api.types.is_datetime64_dtype(column.dtype):
+                rows[field.name] = column.dt.tz_localize(time_zone, ambiguous=False).dt.tz_convert("UTC")
+    return rows
 
 
 def _table(spark: SparkSession, path: str) -> DataFrame:

@@ -176,8 +176,9 @@ class DeltaTableSource(Source):
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         try:
+            # timestamps as instants: what the same function gets on executors
             rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end),
-                                          self.order_by).drop(columns=[appended.VERSION])
+                                          self.order_by, instants=True).drop(columns=[appended.VERSION])
         except Exception as exc:
             reason = appended.missing_change_data(exc)
             if reason is None:

@@ -275,6 +275,23 @@ def test_times_reach_a_sink_alike_when_a_pipeline_switches_to_distributed(spark,
         for batch, k, t, x, total in zip(batches, keys, micros, xs, totals, strict=True)]
 
 
+def test_a_delta_sources_times_reach_the_function_as_instants_in_both_modes(spark, tmp_path, time_zone):
+    events = str(tmp_path / "events")
+    rows = [dict(r, ts=pd.Timestamp(r["ts"]) if "ts" in r else None) for r in TIMED_BATCHES[0]]
+    frame = pd.DataFrame(rows)[["k", "ts", "x"]]
+    pipeline = (sp.read.from_delta(events, key="k", name="events").map(with_wall_clock)
+                .map(running_seen, state=0).write.to_delta("out").named("modes_delta_times"))
+    for n, mode in enumerate(("driver", "distributed")):
+        # Spark writes the source: its ts is a Delta timestamp (instants), as a user's table is
+        spark.createDataFrame(frame.assign(x=frame["x"] + 10 * n)).write.format("delta") \
+            .mode("append").option("delta.enableChangeDataFeed", "true").save(events)
+        pipeline.run_once(spark, str(tmp_path), mode=mode)
+    sink = tables.read(spark, pipeline.table_path("out", str(tmp_path)))
+    got = sink.select("_batch_id", F.unix_micros("ts"), "ts_type").collect()
+    micros = [pd.Timestamp(r["ts"]).value // 1000 for r in rows]
+    assert sorted(map(tuple, got)) == sorted((batch, t, INSTANT) for batch in (1, 2) for t in micros)
+
+
 def timer_seen(op, md, data):
     """An event-time timer a minute after a key's latest row; rows tell the dtype the function
     got and the watermark (from the event times distributed mode measured the batch before)."""
