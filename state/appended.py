@@ -84,16 +84,30 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
 
 
 def _as_instants(rows: pd.DataFrame, schema: T.StructType, time_zone: str) -> pd.DataFrame:
-    """``rows`` (as ``toPandas`` gives them) with each ``timestamp`` column as UTC instants. A
-    time the clocks show twice in ``time_zone`` is taken as standard time, as Spark takes it."""
+    """``rows`` (as ``toPandas`` gives them) with each ``timestamp`` column as UTC instants."""
     for field in schema.fields:
         if isinstance(field.dataType, T.TimestampType) and field.name in rows.columns:
-            column = rows[field.name]
-            if isinstance(column.dtype, pd.DatetimeTZDtype):
-                rows[field.name] = column.dt.tz_convert("UTC")
-            elif pd.api.types.is_datetime64_dtype(column.dtype):
-                rows[field.name] = column.dt.tz_localize(time_zone, ambiguous=False).dt.tz_convert("UTC")
+            rows[field.name] = utc_instants(rows[field.name], time_zone)
     return rows
+
+
+def utc_instants(times: pd.Series, time_zone: str) -> pd.Series:
+    """Times as Spark's pandas conversion gives a ``timestamp`` column (naive wall-clock times
+    of ``time_zone``, the session's) as UTC instants; times that have a zone already are
+    converted, anything else is returned as it is.
+
+    A time the clocks show twice (the hour a change from daylight saving time repeats) is taken
+    as standard time, as Spark takes a naive time it gets back: its conversion to pandas already
+    made the two instants one. The sessions lakestream starts keep UTC, which repeats no hour.
+
+    >>> utc_instants(pd.Series(pd.to_datetime(["2026-07-01 02:00"])), "Europe/Berlin").iloc[0]
+    Timestamp('2026-07-01 00:00:00+0000', tz='UTC')
+    """
+    if isinstance(times.dtype, pd.DatetimeTZDtype):
+        return times.dt.tz_convert("UTC")
+    if not pd.api.types.is_datetime64_dtype(times.dtype):
+        return times
+    return times.dt.tz_localize(time_zone, ambiguous=False).dt.tz_convert("UTC")
 
 
 def _table(spark: SparkSession, path: str) -> DataFrame:

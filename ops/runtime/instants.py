@@ -21,6 +21,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.types import TimestampType
 
+from state import appended
+
 
 @dataclass(frozen=True)
 class Instants:
@@ -52,23 +54,10 @@ class Instants:
         instants."""
         for name in self.columns:
             if name in rows.columns:
-                rows[name] = _utc(rows[name], self.time_zone)
+                rows[name] = appended.utc_instants(rows[name], self.time_zone)
         return rows
 
     def each(self, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         """:meth:`restored` over a ``mapInPandas`` function's chunks."""
         return (self.restored(chunk) for chunk in chunks)
 
-
-def _utc(times: pd.Series, zone: str) -> pd.Series:
-    """Wall-clock times of ``zone`` as UTC instants (other columns as they are).
-
-    A time the clocks show twice (the hour a change from daylight saving time repeats) is taken
-    as standard time, as Spark takes a naive time it gets back: its conversion to pandas already
-    made the two instants one. The sessions lakestream starts keep UTC
-    (:class:`~ops.spark.SparkConfig`), which repeats no hour."""
-    if isinstance(times.dtype, pd.DatetimeTZDtype):  # a pandas or Spark that keeps the zone
-        return times.dt.tz_convert("UTC")
-    if not pd.api.types.is_datetime64_dtype(times.dtype):
-        return times
-    return times.dt.tz_localize(zone, ambiguous=False).dt.tz_convert("UTC")

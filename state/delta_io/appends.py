@@ -143,8 +143,7 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
 
 def _filled(rows: pd.DataFrame, current: DeltaTable) -> pd.DataFrame:
     """``rows`` with a null column for each nullable column of the table they lack."""
-    fields = json.loads(current.schema().to_json())["fields"]
-    missing = [field["name"] for field in fields
+    missing = [field["name"] for field in table_fields(current)
                if field["name"] not in rows.columns and field.get("nullable", True)]
     return rows.assign(**{name: None for name in missing}) if missing else rows
 
@@ -175,7 +174,7 @@ def writable_schema(current: DeltaTable) -> pa.Schema | None:
     """The table's columns as Arrow types, when a blind append by this writer is all its
     protocol and metadata ask for; else ``None``."""
     protocol = current.protocol()
-    fields = json.loads(current.schema().to_json())["fields"]
+    fields = table_fields(current)
     refused = blind_append_refusal(protocol.min_reader_version, protocol.min_writer_version,
                                    set(protocol.writer_features or ()),
                                    current.metadata().configuration or {}, fields, set(ARROW_TYPES))
@@ -183,6 +182,11 @@ def writable_schema(current: DeltaTable) -> pa.Schema | None:
         log.debug("append left to Spark: %s", refused)
         return None
     return Creation(tuple(fields)).arrow_schema()
+
+
+def table_fields(current: DeltaTable) -> list[dict[str, Any]]:
+    """The table's columns as its log describes them (``name``, ``type``, ``nullable``, …)."""
+    return list(json.loads(current.schema().to_json())["fields"])
 
 
 def blind_append_refusal(reader: int, writer: int, features: set[str], configuration: Mapping[str, str],

@@ -19,7 +19,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..errors import StorageError
-from .appends import repeats, writable_schema
+from .appends import repeats, table_fields, writable_schema
 from .cache import remember, served_table, snapshots, synced
 from .commits import checkpoint_now_and_then, commit_properties, retrying
 from .stores import calling, location
@@ -72,8 +72,7 @@ def _takes(found: DeltaTable, schema: pa.Schema, lacking: bool) -> bool:
     if any(name not in takes.names or takes.field(name).type != schema.field(name).type
            for name in schema.names):
         return False
-    nullable = {field["name"]: field.get("nullable", True)
-                for field in json.loads(found.schema().to_json())["fields"]}
+    nullable = {field["name"]: field.get("nullable", True) for field in table_fields(found)}
     return all(nullable[name] for name in takes.names if name not in schema.names)
 
 
