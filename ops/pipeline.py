@@ -24,6 +24,7 @@ from state import (
     Tracked,
     check_key_groups,
     check_name,
+    declared_state_type,
     resolve_warehouse,
 )
 
@@ -73,7 +74,8 @@ class Stream:
     def map(self, fn: Callable[..., Any], *, state: Any = STATELESS, name: str | None = None,
             vectorized: bool = False, codec: str = "json", hooks: Hooks | None = None,
             timers: bool = False, ttl: Any = None, event_time: str | None = None,
-            delay: Any = None, late: str = "keep", data: str = "frame") -> Stream:
+            delay: Any = None, late: str = "keep", data: str = "frame",
+            state_type: Any = None) -> Stream:
         """Apply ``fn`` to each batch.
 
         Without ``state``: ``fn(data) -> DataFrame``. With ``state`` (the initial state of every
@@ -97,6 +99,12 @@ class Stream:
         as a KX or Flink process function does) or ``"drop"`` (Spark's rule for a stateful
         function with event-time timeouts: dropped before ``fn``, counted in the log).
 
+        ``state_type`` stores a keyed state in typed columns of ``_state`` rather than as JSON
+        text: ``int``, ``float``, ``bool``, ``str``, ``pd.Timestamp``, or a flat record of these
+        (``{"n": int, "mean": float}``), for keys of one int or string column. Any engine then
+        reads the values with their types, and a checkpoint neither encodes nor parses text. A
+        value that does not fit stops the batch before anything of it is written.
+
         >>> import ops as sp
         >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
         >>> def running_sum(op, md, data):
@@ -113,9 +121,13 @@ class Stream:
         if late not in ("keep", "drop") or (late == "drop" and event_time is None):
             raise PipelineDefinitionError(
                 f"map {named!r}: late= is 'keep' or 'drop' (with event_time=), not {late!r}")
+        try:
+            typed = declared_state_type(state_type)
+        except ValueError as error:
+            raise PipelineDefinitionError(f"map {named!r}: {error}") from None
         op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
                  keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data,
-                 drop_late=late == "drop")
+                 drop_late=late == "drop", state_type=typed)
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:

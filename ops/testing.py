@@ -55,12 +55,12 @@ __all__ = ["PROTOCOL_STEPS", "ManualClock", "TestRun", "run_records"]
 #: Where ``crash_at_step`` can stop a run, in protocol order. The ``hook_*`` steps come right
 #: after the hooks of that name ran (with or without hooks); the global-table ones around an
 #: append to a ``sp.global_table``; ``table_changelog_written`` between a state table's
-#: changelog append and its upsert.
+#: changelog append and its upsert; ``state_columns_added`` between the commit that adds a
+#: typed state's columns to ``_state`` and the checkpoint's own.
 PROTOCOL_STEPS = ("hook_on_setup", "hook_on_recover", "hook_on_start", "after_plan",
                   "before_global_append", "after_global_append", "table_changelog_written",
-                  "after_sink_write",
-                  "hook_on_checkpoint", "before_checkpoint_commit", "after_checkpoint_commit",
-                  "hook_on_post_checkpoint")
+                  "after_sink_write", "hook_on_checkpoint", "before_checkpoint_commit",
+                  "state_columns_added", "after_checkpoint_commit", "hook_on_post_checkpoint")
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ from .rollback import discard_plans, reset_checkpoint
 from .store import OperatorState, StateStore, stored_values
 from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
 from .tracking import Tracked, restore_all, save_all, track
+from .types import StateType
+from .types import declared as declared_state_type
 from .warmup import TransactionWarmer, warming
 
 __all__ = [
@@ -61,5 +63,5 @@ __all__ = [
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
     "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
-    "takes_state_files", "write_state_files",
+    "takes_state_files", "write_state_files", "StateType", "declared_state_type",
 ]

@@ -33,7 +33,7 @@ from .errors import CheckpointConflict, CorruptStateError
 from .faults import fault_point
 from .keygroups import DEFAULT_KEY_GROUPS, key_groups
 from .layout import PipelineLayout
-from .types import key_columns, value_columns
+from .types import KEY_PREFIX, VALUE_PREFIX, key_columns, value_columns
 
 CHECKPOINT_OPERATOR = "__checkpoint__"
 STATE_SCHEMA = StructType([
@@ -53,6 +53,10 @@ STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id,key_g
 _RECORDS = ("operator", CHECKPOINT_OPERATOR)  # the partition of the checkpoint records
 _NEW_STATE_TABLE = tables.new_table(STATE_SCHEMA, ("operator",), STATE_TABLE_PROPERTIES)
 
+
+_STATE_ARROW = pa.schema([("operator", pa.string()), ("key", pa.string()), ("value", pa.string()),
+                          ("deleted", pa.bool_()), ("checkpoint_id", pa.int64()),
+                          ("key_group", pa.int32())])
 
 #: A ``_state`` data file's columns (``operator`` is the partition, in the folder and the log).
 STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("deleted", pa.bool_()),
@@ -94,17 +98,41 @@ class ChangedState(ABC):
 @dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class StateRows(ChangedState):
     """``operator, key, value, deleted`` as pandas: the driver's store, a migration, an
-    import. Appended by this process where delta-rs can (:mod:`state.direct`), else by Spark."""
+    import; and ``typed``, the typed states' changes as Arrow (``operator``, their ``k__`` and
+    ``v__`` columns, ``deleted``, ``key_group``). Appended by this process where delta-rs can
+    (:mod:`state.direct`), else by Spark."""
 
     rows: pd.DataFrame
+    typed: tuple[pa.Table, ...] = ()
 
     def append(self, commit: StateCommit) -> Outcome | None:
+        if self.typed:
+            return self._append_typed(commit)
         rows = self._with_record(commit)
         # the table may have typed states' columns these rows do not use: null in them
         done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
                              create=_NEW_STATE_TABLE, fill_missing=True)
         if done is None:
             commit.by_spark(tables.to_frame(commit.spark, rows, STATE_SCHEMA))
+        return done
+
+    def _append_typed(self, commit: StateCommit) -> Outcome | None:
+        """The rows, typed ones among them, in one append: the table gets the typed columns
+        it lacks first, in a commit of their own that changes no row (so this checkpoint is
+        still one blind append, and a crash in between leaves only empty columns)."""
+        untyped = pa.Table.from_pandas(self._with_record(commit)[STATE_SCHEMA.names],
+                                       schema=_STATE_ARROW, preserve_index=False)
+        stamped = [typed.append_column("checkpoint_id", pa.array(
+            [commit.checkpoint.checkpoint_id] * typed.num_rows, pa.int64())) for typed in self.typed]
+        rows = pa.concat_tables([untyped, *stamped], promote_options="default")
+        done = None
+        if _widened(commit.path, [field for typed in self.typed for field in typed.schema
+                                  if field.name.startswith((KEY_PREFIX, VALUE_PREFIX))]):
+            fault_point("state_columns_added")
+            done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
+                                 fill_missing=True)
+        if done is None:
+            commit.by_spark(commit.spark.createDataFrame(rows))
         return done
 
     def _with_record(self, commit: StateCommit) -> pd.DataFrame:
@@ -116,6 +144,19 @@ class StateRows(ChangedState):
         rows["checkpoint_id"] = commit.checkpoint.checkpoint_id  # key_group: Int32 in both parts
         typed = [*key_columns(rows.columns), *value_columns(rows.columns)]
         return rows[[*STATE_SCHEMA.names, *typed]]
+
+
+def _widened(path: str, fields: list[pa.Field]) -> bool:
+    """Whether the ``_state`` table at ``path`` exists with ``fields`` among its columns, made
+    or added here (``False``: delta-rs does not serve the path; Spark's append adds them)."""
+    creation = _NEW_STATE_TABLE.creation(pd.DataFrame())
+    if creation is None or not delta_io.create(path, creation):
+        return False
+    try:
+        return delta_io.add_columns(path, fields)
+    except ValueError as error:  # a column of another type: the state's type changed
+        raise CorruptStateError(f"{error}: a typed state's columns are of the type it was "
+                                "first stored with; nothing was committed") from error
 
 
 def _key_groups(rows: pd.DataFrame, groups: int) -> pd.arrays.IntegerArray:

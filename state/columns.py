@@ -13,7 +13,8 @@ large for 64 bits, a stored text that is not such a number) raises :class:`Value
 before anything changes; the operator's state is then held as objects for the rest of the run.
 
 >>> from state.codecs import JsonCodec
->>> held = ColumnValues("sum", 0, JsonCodec(), loader=None)
+>>> from state.encodings import JsonEncoding
+>>> held = ColumnValues("sum", 0, JsonEncoding("sum", JsonCodec(), loader=None))
 >>> held.set_many(pd.Series([5, 7], index=[1, 2])); held.delete_many([2])
 >>> held.get_many(pd.Index([1, 2, 3])).tolist(), held.changed_rows()["value"].tolist()
 ([5, 0, 0], ['5'])
@@ -28,10 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from .codecs import JSON_FLOAT_PATTERN, JSON_INT_PATTERN, Codec, decode_values, encode_keys
-from .held import DROPPED, Loader, change_frame, checkpoint_rows, stored_texts
+from .encodings import Encoding
+from .held import DROPPED, ValuesNeedObjects
 from .objects import ObjectValues
 
 #: what the last checkpoint holds for a key, as an int8: a value, none, or not known (the key
@@ -44,10 +44,6 @@ _STORED_AS = np.array([False, True, None], dtype=object)  # indexed by those cod
 _RECENT_KEYS = 4096
 
 
-class ValuesNeedObjects(Exception):
-    """A value set or stored is not of the state's column type: hold the state as objects."""
-
-
 class ColumnValues:
     """Numeric state of one operator during a run, in arrays (a :class:`HeldValues`).
 
@@ -56,59 +52,39 @@ class ColumnValues:
     and since the last :meth:`encode_changes`. Positions are never reused within a run.
     """
 
-    def __init__(self, name: str, initial: int | float, codec: Codec, loader: Loader | None):
-        assert self.holds(initial, codec), "ColumnValues.holds() decides"
+    def __init__(self, name: str, initial: int | float, encoding: Encoding):
+        dtype = encoding.column_dtype(initial)
+        assert dtype is not None, "ColumnValues.holds() decides"
         self.name = name
         self._initial = initial
-        self._codec = codec
-        self._loader = loader
-        self._dtype = np.dtype(np.int64 if type(initial) is int else np.float64)
-        self._unread = _NOT_STORED if loader is None else _UNKNOWN
+        self._encoding = encoding
+        self._dtype = dtype
+        self._unread = _UNKNOWN if encoding.loads else _NOT_STORED
         self._keys = KeyPositions()
         self._values = np.zeros(0, self._dtype)
         self._holding = np.zeros(0, bool)
         self._stored = np.zeros(0, np.int8)
         self._changed = np.zeros(0, bool)
         self._dirty = np.zeros(0, bool)  # changed since the last encode_changes()
-        self._encoded: list[pd.DataFrame] = []
+        self._encoded: list[Any] = []
 
     @staticmethod
-    def holds(initial: Any, codec: Codec) -> bool:
-        """Whether state of this initial value and codec can be held as a column: JSON
-        numbers (an int of 64 bits, or a float; not a bool)."""
-        if codec.name != "json":
-            return False
-        return type(initial) is float or (type(initial) is int and -2**63 <= initial < 2**63)
+    def holds(initial: Any, encoding: Encoding) -> bool:
+        """Whether state of this initial value can be held as a column by ``encoding``
+        (numbers: an int of 64 bits, or a float; not a bool)."""
+        return encoding.column_dtype(initial) is not None
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
-        if self._loader is None:  # the run started from no checkpoint: nothing is stored
+        if not self._encoding.loads:  # the run started from no checkpoint: nothing is stored
             return
         index = _index(keys)
         unseen = index[self._keys.find(index) < 0].unique()
         if not len(unseen):
             return
-        encoded = _encoded_keys(unseen)
-        holding, texts = stored_texts(encoded, self._loader(self.name, encoded))
+        holding, stored = self._encoding.load(unseen)
         values = np.zeros(len(unseen), self._dtype)
-        values[holding] = self._decoded(texts, unseen[holding])
+        values[holding] = self._encoding.numbers(stored, unseen[holding], self._dtype)
         self._add(unseen, values, holding, holding.astype(np.int8))
-
-    def _decoded(self, texts: pa.Array | pa.ChunkedArray, keys: pd.Index) -> np.ndarray:
-        """Stored JSON ``texts`` (of ``keys``) as this column's numbers; else ValuesNeedObjects."""
-        if not len(texts):
-            return np.zeros(0, self._dtype)
-        pattern = JSON_INT_PATTERN if self._dtype.kind == "i" else JSON_FLOAT_PATTERN
-        if texts.null_count == 0 and pc.all(pc.match_substring_regex(texts, pattern)).as_py():
-            return pc.cast(texts, pa.from_numpy_dtype(self._dtype)).to_numpy(zero_copy_only=False)
-        # NaN, Infinity, or values of another type: decoded one by one (errors name the key)
-        values = decode_values(self._codec, texts, keys.tolist(), operator=self.name)
-        kind = int if self._dtype.kind == "i" else float
-        if set(map(type, values)) - {kind}:
-            raise ValuesNeedObjects(f"{self.name}: a stored value is not a {kind.__name__}")
-        try:
-            return np.array(values, self._dtype)
-        except OverflowError:
-            raise ValuesNeedObjects(f"{self.name}: a stored int exceeds 64 bits") from None
 
     def get_many(self, index: pd.Index) -> pd.Series:
         self.prefetch(index)
@@ -184,25 +160,18 @@ class ColumnValues:
             return
         holding = self._holding[dirty]
         held, gone = dirty[holding], dirty[~holding]
-        keys = _encoded_keys(self._keys.keys_at(np.concatenate([held, gone])))
+        keys = self._keys.keys_at(np.concatenate([held, gone]))
         # a key set and deleted again before any checkpoint held it writes nothing (and a row
         # encoded for it earlier is dropped: DROPPED)
         never_held = self._stored[gone] == _NOT_STORED
         deleted = np.concatenate([np.zeros(len(held), np.int8),
                                   np.where(never_held, DROPPED, 1).astype(np.int8)])
-        texts = np.concatenate([self._texts(self._values[held]), np.full(len(gone), None, object)])
-        self._encoded.append(change_frame(self.name, keys, texts, deleted))
+        self._encoded.append(self._encoding.changes(keys, self._values[held], deleted))
         self._dirty[dirty] = False
 
-    def _texts(self, values: np.ndarray) -> np.ndarray:
-        """The JSON text of each number, as the JSON codec writes it."""
-        if self._dtype.kind == "i":  # Arrow writes an int's digits as str() does, in one cast
-            return pc.cast(pa.array(values), pa.string()).to_numpy(zero_copy_only=False)
-        return np.array(self._codec.encode_many(values.tolist()), dtype=object)  # NaN, 1e+20
-
-    def changed_rows(self) -> pd.DataFrame:
+    def changed_rows(self) -> pd.DataFrame | pa.Table:
         self.encode_changes()
-        return checkpoint_rows(self._encoded)
+        return self._encoding.checkpoint_rows(self._encoded)
 
     def mark_checkpointed(self) -> None:
         changed = np.flatnonzero(self._changed[:len(self._keys)])
@@ -224,7 +193,7 @@ class ColumnValues:
         keys = self._keys.keys_at(np.arange(size)).tolist()
         holding = self._holding[:size]
         return ObjectValues.taking_over(
-            self.name, self._initial, self._codec, self._loader,
+            self.name, self._initial, self._encoding,
             values=dict(zip(compress(keys, holding), self._values[:size][holding].tolist())),
             stored=dict(zip(keys, _STORED_AS[self._stored[:size]])),
             changed=set(compress(keys, self._changed[:size])),
@@ -300,13 +269,6 @@ def _joined(parts: list[pd.Index]) -> pd.Index:
     """``parts`` one after the other (empty ones left out: they would make ints objects)."""
     kept = [part for part in parts if len(part)] or parts[:1]
     return kept[0].append(kept[1:]) if len(kept) > 1 else kept[0]
-
-
-def _encoded_keys(keys: pd.Index) -> pa.Array:
-    """:func:`~state.codecs.encode_keys` of an Index; ints (the usual key) in one Arrow cast."""
-    if keys.dtype.kind in "iu":
-        return pc.cast(pa.array(keys.to_numpy()), pa.string())
-    return pa.array(encode_keys(keys.tolist()), pa.string())
 
 
 def _room_for(array: np.ndarray, size: int) -> np.ndarray:

@@ -72,7 +72,7 @@ class NewTable:
     properties: tuple[tuple[str, str], ...] = ()
     fields: tuple[dict[str, Any], ...] | None = None
 
-    def creation(self, rows: pd.DataFrame) -> delta_io.Creation | None:
+    def creation(self, rows: pd.DataFrame | pa.Table) -> delta_io.Creation | None:
         """The table as its first commit will make it, or ``None`` when its creation is left
         to Spark (a column of a type Spark would type otherwise)."""
         fields = list(self.fields) if self.fields is not None else _inferred_fields(rows)
@@ -81,11 +81,12 @@ class NewTable:
         return delta_io.Creation(tuple(fields), self.partition_by, self.properties)
 
 
-def _inferred_fields(rows: pd.DataFrame) -> list[dict[str, Any]] | None:
+def _inferred_fields(rows: pd.DataFrame | pa.Table) -> list[dict[str, Any]] | None:
     """The Delta columns Spark would create from ``rows`` (``None``: a type this writer leaves
     to Spark, such as naive timestamps, lists or decimals)."""
     try:
-        schema = pa.Schema.from_pandas(rows, preserve_index=False)
+        schema = rows.schema if isinstance(rows, pa.Table) else pa.Schema.from_pandas(
+            rows, preserve_index=False)
     except (pa.ArrowException, TypeError, ValueError):
         return None
     fields = []
@@ -106,10 +107,10 @@ def _delta_type(kind: pa.DataType) -> str | None:
                  if arrow == kind and name != "timestamp"), None)
 
 
-def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
+def append(rows: pd.DataFrame | pa.Table, path: str, *, txn: tuple[str, int] | None = None,
            user_metadata: str | None = None, create: NewTable | None = None,
            fill_missing: bool = False) -> Outcome | None:
-    """Append ``rows`` to the Delta table at ``path`` in one commit written here; ``None``
+    """Append ``rows`` (pandas, or Arrow) to the Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     With ``create``, a table that does not exist yet is created by this commit; with
     ``fill_missing``, nullable columns of the table the rows lack are null."""

@@ -35,6 +35,10 @@ DROPPED = 2
 _ROWS = ["operator", "key", "value", "deleted"]
 
 
+class ValuesNeedObjects(Exception):
+    """A value set or stored is not of a column-held state's type: hold the state as objects."""
+
+
 class HeldValues(Protocol):
     """The values of one operator's keys during a run, and its changes since the last
     checkpoint. Values are read from ``_state`` the first time a key is seen in the run."""

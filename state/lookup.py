@@ -113,7 +113,7 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
                          "key is (a null key has no stored value)")
     # the columns before the files: reading the log again in between could leave the files'
     # version, and a later one has the same columns and more (none is ever dropped here)
-    types = _column_types(path)
+    types = column_types(path)
     files = delta_io.file_statistics(path)
     if files is None:
         return None
@@ -146,8 +146,9 @@ def _typed_files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Ar
     return _files_to_read(files, operator, (since, as_of), _groups_to_read(keys, within, hashed))
 
 
-def _column_types(path: str) -> dict[str, pa.DataType]:
-    """The Arrow type of each column of the table of a plain type, by its log (no file read)."""
+def column_types(path: str) -> dict[str, pa.DataType]:
+    """The Arrow type of each column of the table of a plain type, by its log (no file read);
+    none when there is no table or delta-rs does not serve its path."""
     schema = delta_io.schema_json(path) or {"fields": []}
     return {field["name"]: delta_io.ARROW_TYPES[field["type"]] for field in schema["fields"]
             if isinstance(field["type"], str) and field["type"] in delta_io.ARROW_TYPES}

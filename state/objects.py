@@ -1,7 +1,8 @@
-"""Operator state held as a Python object per key: any value its codec stores.
+"""Operator state held as a Python object per key: any value its encoding stores.
 
 >>> from state.codecs import JsonCodec
->>> held = ObjectValues("sum", 0, JsonCodec(), loader=None)
+>>> from state.encodings import JsonEncoding
+>>> held = ObjectValues("sum", 0, JsonEncoding("sum", JsonCodec(), loader=None))
 >>> held.set_values(["a", "b"], [3, {"n": 1}]); held.delete_many(["b"])
 >>> held.get_values(["a", "b"]), held.changed_keys, held.changed_rows()["key"].tolist()
 ([3, 0], 2, ['"a"'])
@@ -18,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .codecs import Codec, decode_key, decode_values, encode_keys, encode_value
-from .held import DROPPED, Loader, change_frame, checkpoint_rows, stored_texts
+from .encodings import Encoding
+from .held import DROPPED
 
 _MISSING = object()
 
@@ -29,59 +30,55 @@ class ObjectValues:
 
     Values are loaded from the ``_state`` table the first time a key is seen in the run (only the
     batch's keys, never the whole table) and kept in memory; ``set`` marks a key changed until the
-    next checkpoint writes it. Without a ``loader`` (the pipeline never checkpointed) nothing is
-    stored, so nothing is read. A key deleted before any checkpoint held a value for it (a window
-    opened and closed between two checkpoints) needs no tombstone, and gets none.
+    next checkpoint writes it; ``encoding`` says how values are read and written. When it loads
+    nothing (the pipeline never checkpointed) nothing is stored, so nothing is read. A key
+    deleted before any checkpoint held a value for it (a window opened and closed between two
+    checkpoints) needs no tombstone, and gets none.
     """
 
-    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None):
+    def __init__(self, name: str, initial: Any, encoding: Encoding):
         self.name = name
         self._initial = initial
-        self._codec = codec
-        self._loader = loader
+        self._encoding = encoding
         self._values: dict[Hashable, Any] = {}
         # Keys loaded or written in this run -> whether the last checkpoint holds a value for
-        # them; None when not known (set without being read). Without a loader the run started
+        # them; None when not known (set without being read). With nothing to load the run started
         # from no checkpoint, so a key it has not checkpointed holds none.
         self._stored: dict[Hashable, bool | None] = {}
-        self._unread = False if loader is None else None
+        self._unread = None if encoding.loads else False
         self._changed: set[Hashable] = set()
         self._dirty: set[Hashable] = set()  # changed since the last encode_changes()
         # their rows, a frame per encode_changes(); a later frame's row replaces an earlier's
-        self._encoded: list[pd.DataFrame] = []
+        self._encoded: list[Any] = []
         # keys whose value in _values is the initial state handed out by a read, not a value
         self._placeholders: set[Hashable] = set()
-        self._read_all = loader is None
+        self._read_all = not encoding.loads
 
     @classmethod
-    def taking_over(cls, name: str, initial: Any, codec: Codec, loader: Loader | None, *,
+    def taking_over(cls, name: str, initial: Any, encoding: Encoding, *,
                     values: dict[Hashable, Any], stored: dict[Hashable, bool | None],
                     changed: set[Hashable], dirty: set[Hashable],
-                    encoded: list[pd.DataFrame]) -> ObjectValues:
+                    encoded: list[Any]) -> ObjectValues:
         """The state another representation held, from now on held here: its values, what it
         knows of what the last checkpoint stored, and its changes since."""
-        held = cls(name, initial, codec, loader)
+        held = cls(name, initial, encoding)
         held._values, held._stored = values, stored
         held._changed, held._dirty, held._encoded = changed, dirty, encoded
         return held
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Load the stored values of ``keys`` not yet seen in this run, in one read."""
-        if self._loader is None or self._read_all:  # nothing stored, or all of it read already
+        if self._read_all:  # nothing stored, or all of it read already
             return
         wanted = list(filterfalse(self._stored.__contains__, dict.fromkeys(keys)))
-        if not wanted:
-            return
-        encoded = pa.array(encode_keys(wanted), pa.string())
-        self._take(wanted, encoded, self._loader(self.name, encoded))
+        if wanted:
+            self._take(wanted, *self._encoding.load(wanted))
 
-    def _take(self, keys: list[Hashable], encoded: pa.Array, stored: pa.Table) -> None:
-        """Cache the stored values (``stored``: by encoded key) of ``keys``, not yet seen in
-        this run. Column operations, no call per key: a run's first batch may take 600k."""
-        held, texts = stored_texts(encoded, stored)
+    def _take(self, keys: list[Hashable], held: np.ndarray, stored: pa.Array) -> None:
+        """Cache the ``stored`` values of the ``held`` ones of ``keys``, not yet seen in this
+        run. Column operations, no call per key: a run's first batch may take 600k."""
         holding = list(compress(keys, held))
-        self._values.update(zip(holding, decode_values(self._codec, texts, holding,
-                                                       operator=self.name)))
+        self._values.update(zip(holding, self._encoding.objects(stored, holding)))
         self._stored.update(zip(keys, held.tolist()))
 
     def held_keys(self) -> list[Hashable]:
@@ -89,12 +86,10 @@ class ObjectValues:
         The first call in a run reads all of the operator's stored keys, so this is for state
         that is small by construction (a window operator's open windows)."""
         if not self._read_all:
-            assert self._loader is not None
-            stored = self._loader(self.name, None)
-            unseen = [(decode_key(text), text) for text in stored["key"].to_pylist()]
-            unseen = [(key, text) for key, text in unseen if key not in self._stored]
-            self._take([key for key, _ in unseen],
-                       pa.array([text for _, text in unseen], pa.string()), stored)
+            keys, stored = self._encoding.load_all()
+            unseen = np.array([key not in self._stored for key in keys], bool)
+            self._take(list(compress(keys, unseen)), np.ones(int(unseen.sum()), bool),
+                       stored.filter(pa.array(unseen)))
             self._read_all = True
             self._unread = False  # every stored key is now known: any other key holds nothing
         return [key for key in self._values if key not in self._placeholders]
@@ -172,34 +167,28 @@ class ObjectValues:
         self._dirty.update(keys)
 
     def encode_changes(self) -> None:
-        """Encode the values changed since the last call: a value the codec cannot store raises
+        """Encode the values changed since the last call: a value the encoding cannot store raises
         an :class:`EncodingError` naming the operator and key here, at the end of the batch
         that set it, before any of that batch's output is written."""
         # A few passes over lists rather than one loop with a call per key: a windowed batch
         # changes tens of thousands of keys, and this runs between two batches.
         if not self._dirty:
             return
-        values, stored, unread, name = self._values, self._stored, self._unread, self.name
+        values, stored, unread = self._values, self._stored, self._unread
         held = list(filter(values.__contains__, self._dirty))
         gone = list(filterfalse(values.__contains__, self._dirty))
-        try:
-            texts = self._codec.encode_many(list(map(values.__getitem__, held)))
-        except Exception:
-            for key in held:  # find the value, and raise naming its key
-                encode_value(self._codec, values[key], operator=name, key=key)
-            raise
         # a key set and deleted again before any checkpoint held it writes nothing (and a row
         # encoded for it earlier is dropped: DROPPED)
         never_held = np.fromiter((stored.get(key, unread) is False for key in gone), bool, len(gone))
         deleted = np.concatenate([np.zeros(len(held), np.int8),
                                   np.where(never_held, DROPPED, 1).astype(np.int8)])
-        self._encoded.append(change_frame(name, encode_keys(held + gone),
-                                          texts + [None] * len(gone), deleted))
+        self._encoded.append(self._encoding.changes(held + gone, list(map(values.__getitem__, held)),
+                                                    deleted))
         self._dirty.clear()
 
-    def changed_rows(self) -> pd.DataFrame:
+    def changed_rows(self) -> pd.DataFrame | pa.Table:
         self.encode_changes()
-        return checkpoint_rows(self._encoded)
+        return self._encoding.checkpoint_rows(self._encoded)
 
     def mark_checkpointed(self) -> None:
         self._stored.update(zip(self._changed, map(self._values.__contains__, self._changed)))

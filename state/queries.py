@@ -6,6 +6,7 @@ import json
 import logging
 
 import pandas as pd
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,6 +18,7 @@ from .errors import CheckpointConflict, StateError
 from .keygroups import key_group_column
 from .layout import PipelineLayout
 from .store import latest_per_key
+from .types import KEY_PREFIX, VALUE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,37 @@ def _decoded(rows: pd.DataFrame, codec: str, operator: str) -> pd.DataFrame:
         "checkpoint_id": rows["checkpoint_id"].tolist()})
 
 
+def _typed(latest: DataFrame, operator: str) -> pd.DataFrame:
+    """A typed state's latest rows (``latest_per_key``'s) as ``key, value, deleted,
+    checkpoint_id``: the key and value as stored (a record's fields as a dict), read through
+    Arrow so that times stay UTC instants."""
+    key, value = KEY_PREFIX + operator, VALUE_PREFIX + operator
+    fields = [column for column in latest.columns if column.startswith(value + "__")]
+    rows = (latest.where(F.col(key).isNotNull())
+            .select(key, *(fields or [value]), "deleted", "checkpoint_id").toArrow())
+    if fields:  # a record: one dict per key, of every field
+        values = pa.Table.from_arrays(rows.select(fields).columns,
+                                      names=[name[len(value) + 2:] for name in fields]).to_pylist()
+    else:
+        values = rows[value].to_pylist()
+    return pd.DataFrame({"key": rows[key].to_pylist(), "value": values,
+                         "deleted": rows["deleted"].to_pylist(),
+                         "checkpoint_id": rows["checkpoint_id"].to_pylist()})
+
+
+def _decoded_state(latest: DataFrame, codec: str, operator: str) -> pd.DataFrame:
+    """``latest`` (``latest_per_key``'s rows of ``operator``) decoded: its text rows, and a
+    typed state's rows."""
+    if KEY_PREFIX + operator not in latest.columns:
+        return _decoded(latest.toPandas(), codec, operator)
+    latest = latest.localCheckpoint()  # read twice: its text rows, then its typed ones
+    decoded = _decoded(latest.where(F.col("key").isNotNull()).toPandas(), codec, operator)
+    typed = _typed(latest, operator)
+    if decoded.empty:
+        return typed.sort_values("key", kind="stable").reset_index(drop=True)
+    return pd.concat([decoded, typed], ignore_index=True)
+
+
 def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
                as_of: int | None = None, codec: str = "json") -> pd.DataFrame:
     """``key, value, checkpoint_id`` of every key of ``operator`` as of checkpoint ``as_of``.
@@ -71,8 +104,8 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     """
     changelog, upto = changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
-    latest = latest_per_key(rows).where(~F.col("deleted")).toPandas()
-    return _decoded(latest, codec, operator).drop(columns="deleted")
+    latest = latest_per_key(rows).where(~F.col("deleted"))
+    return _decoded_state(latest, codec, operator).drop(columns="deleted")
 
 
 def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, after: int,
@@ -80,9 +113,9 @@ def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, aft
     """Keys of ``operator`` changed by checkpoints ``after+1 .. upto``, with their value at
     ``upto`` (``deleted`` marks keys removed)."""
     changelog, upto = changelog_as_of(spark, layout, upto)
-    rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
-    latest = latest_per_key(rows).where(F.col("checkpoint_id") > after).toPandas()
-    return _decoded(latest, codec, operator)
+    rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto)
+                           & (F.col("checkpoint_id") > after))
+    return _decoded_state(latest_per_key(rows), codec, operator)
 
 
 # Rows per file that compaction writes. Files hold contiguous ranges of key groups, so a reader of

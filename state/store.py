@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -11,15 +12,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import lookup, tables
-from .codecs import Codec, codec_named, encode_value
-from .columns import ColumnValues, ValuesNeedObjects
+from .checkpoint import StateRows
+from .codecs import codec_named, encode_value
+from .columns import ColumnValues
+from .encodings import Encoding, JsonEncoding, TypedEncoding, TypedLoader
 from .errors import StateError
-from .held import Loader
+from .held import Loader, ValuesNeedObjects
 from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
 from .objects import ObjectValues
 from .timers import Timers, timer_state
-from .types import key_columns, value_columns
+from .types import KEY_PREFIX, StateType, key_columns, value_columns
 
 
 class OperatorState:
@@ -41,13 +44,12 @@ class OperatorState:
     ['b', 'c']
     """
 
-    def __init__(self, name: str, initial: Any, codec: Codec, loader: Loader | None,
-                 columns: bool = False):
+    def __init__(self, name: str, initial: Any, encoding: Encoding, columns: bool = False):
         self.name = name
-        self._codec = codec
+        self._encoding = encoding
         self._held: ObjectValues | ColumnValues = (
-            ColumnValues(name, initial, codec, loader) if columns and ColumnValues.holds(initial, codec)
-            else ObjectValues(name, initial, codec, loader))
+            ColumnValues(name, initial, encoding) if columns and ColumnValues.holds(initial, encoding)
+            else ObjectValues(name, initial, encoding))
 
     @property
     def in_columns(self) -> bool:
@@ -96,15 +98,21 @@ class OperatorState:
     def normalized(self, key: Hashable, value: Any) -> Any:
         """``value`` as the codec gives it back after storing it (JSON: a tuple as a list, dict
         keys as strings), so what a function reads in this run is what a restart reads. A value
-        the codec cannot store raises here, naming the operator and key."""
-        if _scalar(value):
+        the codec cannot store raises here, naming the operator and key. A typed state's
+        values are stored as they are (or refused at the checkpoint, naming the key)."""
+        if _scalar(value) or not isinstance(self._encoding, JsonEncoding):
             return value
-        return self._codec.decode(encode_value(self._codec, value, operator=self.name, key=key))
+        codec = self._encoding.codec
+        return codec.decode(encode_value(codec, value, operator=self.name, key=key))
 
     def detached(self, value: Any) -> Any:
         """A copy of a stored ``value`` that can be changed in place without changing the
         state (only ``set`` does, as after a restart); immutable values as they are."""
-        return value if _scalar(value) else self._codec.decode(self._codec.encode(value))
+        if _scalar(value):
+            return value
+        if not isinstance(self._encoding, JsonEncoding):  # a typed record: a flat dict
+            return dict(value) if isinstance(value, dict) else value
+        return self._encoding.codec.decode(self._encoding.codec.encode(value))
 
     def set(self, key: Hashable, value: Any) -> None:
         """Replace the value for ``key``; written at the next checkpoint."""
@@ -140,8 +148,9 @@ class OperatorState:
         that set it, before any of that batch's output is written."""
         self._held.encode_changes()
 
-    def changed_rows(self) -> pd.DataFrame:
-        """The rows the next checkpoint writes for this operator (encoded; raises on bad values)."""
+    def changed_rows(self) -> pd.DataFrame | pa.Table:
+        """The rows the next checkpoint writes for this operator (encoded; raises on bad values):
+        ``operator, key, value, deleted`` as pandas, or a typed state's columns as Arrow."""
         return self._held.changed_rows()
 
     def mark_checkpointed(self) -> None:
@@ -213,18 +222,35 @@ class StateStore:
         return self._spark
 
     def operator(self, name: str, initial: Any = None, codec: str = "json",
-                 columns: bool = False) -> OperatorState:
+                 columns: bool = False, state_type: StateType | None = None) -> OperatorState:
         """The state of operator ``name`` (created on first use; ``columns``: held in arrays
-        when its values allow, for an operator that gets and sets whole Series)."""
+        when its values allow, for an operator that gets and sets whole Series; ``state_type``:
+        stored in typed columns, see :class:`~state.encodings.TypedEncoding`)."""
         if name not in self._operators:
-            loader: Loader | None = None  # no checkpoint: nothing stored
-            if self._given is not None:
-                loader = self._given_values
-            elif self._as_of is not None:
-                loader = self._file_values if self._files is not None else self._load
-            self._operators[name] = OperatorState(name, initial, codec_named(codec), loader,
-                                                  columns)
+            encoding = (self._json(name, codec) if state_type is None
+                        else self._typed(name, state_type))
+            self._operators[name] = OperatorState(name, initial, encoding, columns)
         return self._operators[name]
+
+    def _json(self, name: str, codec: str) -> JsonEncoding:
+        loader: Loader | None = None  # no checkpoint: nothing stored
+        if self._given is not None:
+            loader = self._given_values
+        elif self._as_of is not None:
+            loader = self._file_values if self._files is not None else self._load
+        return JsonEncoding(name, codec_named(codec), loader)
+
+    def _typed(self, name: str, state_type: StateType) -> TypedEncoding:
+        if self.handed_in:  # the runtime refuses distributed runs of typed state first
+            raise StateError(f"state {name!r} is typed (state_type=), which runs on the driver "
+                             "only in this release: run the pipeline in driver mode")
+        assert self._layout is not None
+        key_type = lookup.column_types(self._layout.state).get(KEY_PREFIX + name)
+        loader: TypedLoader | None = None
+        if self._as_of is not None:
+            loader = partial(self._load_typed, name)
+        return TypedEncoding(name, state_type, key_type=key_type, key_groups=self._key_groups,
+                             loader=loader)
 
     def timers(self, operator: str, state: str | None = None) -> Timers:
         """The timers of ``operator`` (kept under ``state``, by default :func:`timer_state`),
@@ -240,11 +266,17 @@ class StateStore:
             op.encode_changes()
 
     def changed_rows(self) -> pd.DataFrame:
+        """Every untyped operator's changed rows (``operator, key, value, deleted``); a typed
+        state's are in :meth:`changes`."""
+        return self.changes().rows
+
+    def changes(self) -> StateRows:
         """Every operator's changed rows, for the checkpoint commit."""
-        frames = [op.changed_rows() for op in self._operators.values() if op.changed_keys]
-        if not frames:
-            return pd.DataFrame(columns=["operator", "key", "value", "deleted"])
-        return pd.concat(frames, ignore_index=True)
+        parts = [op.changed_rows() for op in self._operators.values() if op.changed_keys]
+        frames = [part for part in parts if isinstance(part, pd.DataFrame)]
+        rows = (pd.concat(frames, ignore_index=True) if frames
+                else pd.DataFrame(columns=["operator", "key", "value", "deleted"]))
+        return StateRows(rows, tuple(part for part in parts if isinstance(part, pa.Table)))
 
     def mark_checkpointed(self) -> None:
         for op in self._operators.values():
@@ -255,12 +287,12 @@ class StateStore:
         :attr:`OperatorState.keys_held`): what a run's metrics report of its state's size."""
         return {name: op.keys_held for name, op in self._operators.items()}
 
-    def take_changes(self) -> pd.DataFrame:
-        """The changed rows for a checkpoint; the store then counts changes anew, as after
+    def take_changes(self) -> StateRows:
+        """The changes for a checkpoint; the store then counts changes anew, as after
         :meth:`mark_checkpointed` (a run takes them in its encoder thread, between batches)."""
-        rows = self.changed_rows()
+        changes = self.changes()
         self.mark_checkpointed()
-        return rows
+        return changes
 
     def _given_values(self, operator: str, keys: pa.Array | None) -> pa.Table:
         assert self._given is not None
@@ -276,6 +308,24 @@ class StateStore:
             raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
                              "Spark (deletion vectors or column mapping?)")
         return found
+
+    def _load_typed(self, operator: str, keys: pa.Array | None, key_column: str,
+                    value_columns: list[str]) -> pa.Table:
+        assert self._as_of is not None and self._spark is not None and self._layout is not None
+        found = lookup.stored_typed_values(self._layout.state, operator, self._as_of, keys,
+                                           self._key_groups, key_column, value_columns)
+        if found is not None:
+            return found
+        rows = (tables.read(self._spark, self._layout.state)
+                .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= self._as_of)))
+        if key_column not in rows.columns:  # no row of the state was ever committed
+            return pa.table({name: pa.array([], pa.null()) for name in [key_column, *value_columns]})
+        rows = rows.where(F.col(key_column).isNotNull())
+        if keys is not None:
+            rows = rows.join(self._spark.createDataFrame(pa.table({key_column: keys})), key_column,
+                             "left_semi")
+        return (latest_per_key(rows).where(~F.col("deleted"))
+                .select(key_column, *value_columns).toArrow())
 
     def _load(self, operator: str, keys: pa.Array | None) -> pa.Table:
         # operator() hands out this loader only with a checkpoint (and a session)

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import Hooks, expiry_state, timer_state
+from state import Hooks, StateType, expiry_state, timer_state
 
 from ..context import BatchScope
 
@@ -125,6 +125,11 @@ class Operator(ABC):
         type of a map's initial value, an aggregate's functions, a window's size). Each
         checkpoint records it; a run whose operator gives another shape stops before reading
         the state (see :mod:`ops.runtime.meaning`). Default: nothing more to say."""
+        return {}
+
+    def state_types(self) -> dict[str, StateType]:
+        """The state names this operator stores in typed columns, and their types (see
+        :mod:`state.encodings`); the others are stored as text. Default: none."""
         return {}
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from state import EncodingError, Hooks
+from state import EncodingError, Hooks, StateType
 
 from ..api import Metadata, Op, Running, running
 from ..context import BatchScope
@@ -60,6 +61,8 @@ class Map(Operator):
     data: str = "frame"  # what a per-key call gets: "frame" (a DataFrame) or "arrays"
     #: rows at or below the watermark never reach ``fn`` (Spark's rule; event time only)
     drop_late: bool = False
+    #: stored in typed columns of this type (``state_type=``), not as JSON text
+    state_type: StateType | None = None
 
     def __post_init__(self) -> None:
         if self.data not in ("frame", "arrays"):
@@ -73,6 +76,22 @@ class Map(Operator):
             raise PipelineDefinitionError(
                 f"map {self.name!r}: timers and ttl need state (state=…) and a keyed stream "
                 "(key= on the reader): a timer or a TTL belongs to a key")
+        if self.state_type is not None:
+            self._check_state_type(self.state_type)
+
+    def _check_state_type(self, declared: StateType) -> None:
+        if not (self.stateful and self.keys) or self.codec != "json":
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: state_type= is for keyed state (state=… on a stream with "
+                "key= on the reader) stored with the json codec; an unkeyed state is one row")
+        if not re.fullmatch(r"[A-Za-z0-9]+(_[A-Za-z0-9]+)*", self.name):
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: a typed state's name names its columns (k__<name>, "
+                "v__<name>__<field>): letters and digits, words joined by single underscores")
+        if declared.first_misfit([self.state]) is not None:
+            raise PipelineDefinitionError(
+                f"map {self.name!r}: the initial state {self.state!r} is not of its "
+                f"state_type {declared.describe()!r}")
 
     @property
     def stateful(self) -> bool:
@@ -99,6 +118,9 @@ class Map(Operator):
             return {"value": "dict with " + ", ".join(sorted(map(str, initial)))}
         return {"value": type(initial).__name__}
 
+    def state_types(self) -> dict[str, StateType]:
+        return {} if self.state_type is None else {self.name: self.state_type}
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:
             return self._call(scope, None, frame)
@@ -107,7 +129,8 @@ class Map(Operator):
             frame = clock.on_time(frame)
         # a vectorized keyed map gets and sets whole Series: numbers are then held as columns
         held = scope.store.operator(self.name, self.state, self.codec,
-                                    columns=self.vectorized and bool(self.keys))
+                                    columns=self.vectorized and bool(self.keys),
+                                    state_type=self.state_type)
         event_time = bool(self.clock and self.clock.event_time)
         op = Op(self.name, held, scope.pipeline,
                 clock.timers if clock is not None and self.timers else None,

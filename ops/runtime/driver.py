@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pandas as pd
 
-from state import BatchPlan, Checkpoint, fault_point, save_all
+from state import BatchPlan, Checkpoint, StateRows, fault_point, save_all
 from state.faults import InjectedCrash
 
 from ..context import BatchScope
@@ -156,9 +156,9 @@ class DriverMode:
             fault_point("after_sink_write")
         run.setup.warmer.warm()  # the next batch appends to the same tables
 
-    def commit(self, checkpoint: Checkpoint, rows: pd.DataFrame) -> None:
+    def commit(self, checkpoint: Checkpoint, rows: StateRows) -> None:
         """Commit lane: the checkpoint with its state rows."""
-        self.run.setup.checkpoints.commit(checkpoint, rows)
+        self.run.setup.checkpoints.commit_changes(checkpoint, rows)
         self.run.setup.warmer.warm()
 
     def checkpoint(self) -> None:

@@ -44,6 +44,7 @@ class Remedy(enum.Enum):
     REKEY = "rekey"          # read under other keys: re-key it
     TRANSFORM = "transform"  # read as other values: transform them
     RECODE = "recode"        # stored with another codec: a migration re-encodes it
+    STORAGE = "storage"      # stored as text, now typed (or back): not convertible yet
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,14 @@ def describe(operators: Iterable[Operator]) -> dict[str, dict[str, Any]]:
         owner = {"operator": operator.name, "kind": declared.kind.value, "keys": list(declared.keys)}
         clock = declared.clock
         clocked = clock.names if clock is not None else ()
+        typed = operator.state_types()
         for name in declared.names:
             if name not in clocked:
                 described[name] = {**owner, "role": VALUES, "class": type(operator).__name__,
                                    "codec": operator.codec, "shape": operator.state_shape(),
                                    "shared": list(declared.shared)}
+                if name in typed:
+                    described[name]["storage"] = {"form": "typed", "type": typed[name].describe()}
         if clock is not None:
             described[timer_state(clock.operator)] = {
                 **owner, "role": TIMERS, "event_time": clock.event_time,
@@ -152,6 +156,8 @@ def _changes(name: str, then: dict[str, Any], now: dict[str, Any]) -> list[Diffe
         found.append((f"now kept by {_owner(now)}", Remedy.TRANSFORM))
     elif then.get("shape") != now.get("shape"):
         found.append((f"its values were {_shape(then)}, now {_shape(now)}", Remedy.TRANSFORM))
+    if then.get("storage") != now.get("storage"):
+        found.append((f"stored {_storage(then)}, now declared {_storage(now)}", Remedy.STORAGE))
     if then.get("codec") != now.get("codec"):
         found.append((f"stored with the {then.get('codec')} codec, now read with "
                       f"{now.get('codec')}", Remedy.RECODE))
@@ -167,6 +173,11 @@ def _owner(entry: dict[str, Any]) -> str:
     if entry["role"] == VALUES:
         return f"{entry['class']} {entry['operator']!r}"
     return f"the {entry['role']} of {entry['operator']!r}"
+
+
+def _storage(entry: dict[str, Any]) -> str:
+    storage = entry.get("storage")
+    return "as text (json)" if storage is None else f"typed {storage['type']!r}"
 
 
 def _keyed(entry: dict[str, Any]) -> str:
@@ -214,6 +225,10 @@ def refusal(pipeline: str, checkpoint_id: int, found: Sequence[Difference]) -> s
     if values:
         lines.append(f"  - other values: sp.migrate(spark, pipeline, transform={{{values[0]!r}: "
                      "<new value of an old value>})")
+    if Remedy.STORAGE in remedies:
+        lines.append("  - another storage (state_type=): moving stored state between text and "
+                     "typed columns is not available yet: declare the state_type it was stored "
+                     "with")
     if Remedy.RECODE in remedies:
         lines.append("  - another codec: a migration re-encodes the values (sp.migrate(spark, "
                      "pipeline) when nothing else differs)")

@@ -101,3 +101,8 @@ def check_distributable(run: Run) -> None:
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} reads tables "
                 "through Spark while it runs, which executors cannot: run in driver mode")
+        if operator.state_types():
+            raise ConfigError(
+                f"pipeline {pipeline.name!r}: operator {operator.name!r} stores its state in "
+                "typed columns (state_type=), which runs in driver mode only in this release: "
+                "run in driver mode, or drop state_type= (state stored as JSON text)")

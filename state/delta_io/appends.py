@@ -61,14 +61,15 @@ class Creation:
         return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in kinds])
 
 
-def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
+def append(rows: pd.DataFrame | pa.Table, path: str, *, txn: tuple[str, int] | None = None,
            user_metadata: str | None = None, create: Creation | None = None,
            fill_missing: bool = False) -> bool | None:
-    """Append ``rows`` to the table at ``path`` in one commit; ``True`` when committed, ``False``
-    when skipped (the table has seen ``txn``'s version, or a later one, for its app id), ``None``
-    when this writer leaves the append to Spark: the path is not one it serves, the table's
-    protocol asks for more than a blind append, the rows do not have exactly its columns, or
-    there is no table and ``create`` is not given or has a column of a type left to Spark.
+    """Append ``rows`` (pandas, or Arrow) to the table at ``path`` in one commit; ``True`` when
+    committed, ``False`` when skipped (the table has seen ``txn``'s version, or a later one,
+    for its app id), ``None`` when this writer leaves the append to Spark: the path is not one
+    it serves, the table's protocol asks for more than a blind append, the rows do not have
+    exactly its columns, or there is no table and ``create`` is not given or has a column of a
+    type left to Spark.
     With ``fill_missing``, the rows may lack nullable columns of the table: they are null
     there (as Spark appends them), as when the table gained columns the writer does not use.
 
@@ -88,8 +89,9 @@ def append(rows: pd.DataFrame, path: str, *, txn: tuple[str, int] | None = None,
             raise
 
 
-def _append_to(current: DeltaTable | None, rows: pd.DataFrame, path: str, txn: tuple[str, int] | None,
-               user_metadata: str | None, create: Creation | None, fill_missing: bool) -> bool | None:
+def _append_to(current: DeltaTable | None, rows: pd.DataFrame | pa.Table, path: str,
+               txn: tuple[str, int] | None, user_metadata: str | None, create: Creation | None,
+               fill_missing: bool) -> bool | None:
     """:func:`append` once the table is read (``current``; ``None``: no table yet)."""
     def attempt(current: DeltaTable | None) -> bool | None:
         filled = _filled(rows, current) if fill_missing and current is not None else rows
@@ -141,14 +143,21 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     snapshots.forget(path)  # opened on the next use, as the table it made
 
 
-def _filled(rows: pd.DataFrame, current: DeltaTable) -> pd.DataFrame:
+def _filled(rows: pd.DataFrame | pa.Table, current: DeltaTable) -> pd.DataFrame | pa.Table:
     """``rows`` with a null column for each nullable column of the table they lack."""
+    present = set(rows.column_names if isinstance(rows, pa.Table) else rows.columns)
     missing = [field["name"] for field in table_fields(current)
-               if field["name"] not in rows.columns and field.get("nullable", True)]
-    return rows.assign(**{name: None for name in missing}) if missing else rows
+               if field["name"] not in present and field.get("nullable", True)]
+    if not missing:
+        return rows
+    if isinstance(rows, pa.Table):  # typed nulls come from the cast to the table's schema
+        nulls = [pa.nulls(rows.num_rows) for _ in missing]
+        return pa.Table.from_arrays([*rows.columns, *nulls], names=[*rows.column_names, *missing])
+    return rows.assign(**{name: None for name in missing})
 
 
-def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | None) -> pa.Table | None:
+def _arrow(rows: pd.DataFrame | pa.Table, current: DeltaTable | None,
+           create: Creation | None) -> pa.Table | None:
     """``rows`` as Arrow in the table's column types, or ``None`` when this writer must leave
     the append to Spark."""
     if current is None:
@@ -158,12 +167,15 @@ def _arrow(rows: pd.DataFrame, current: DeltaTable | None, create: Creation | No
     return None if schema is None else as_arrow(rows, schema)
 
 
-def as_arrow(rows: pd.DataFrame, schema: pa.Schema) -> pa.Table | None:
+def as_arrow(rows: pd.DataFrame | pa.Table, schema: pa.Schema) -> pa.Table | None:
     """``rows`` as Arrow in ``schema``'s types, when they have exactly its columns and Arrow
     takes their values (else ``None``: the write is left to Spark)."""
-    if set(rows.columns) != set(schema.names) or rows.columns.duplicated().any():
+    names = rows.column_names if isinstance(rows, pa.Table) else list(rows.columns)
+    if set(names) != set(schema.names) or len(set(names)) < len(names):
         return None
     try:
+        if isinstance(rows, pa.Table):
+            return rows.select(schema.names).cast(schema)
         return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
     except (pa.ArrowException, TypeError, ValueError) as error:  # values Arrow cannot take
         log.debug("write left to Spark: %s", error)

@@ -12,6 +12,7 @@ import pytest
 import ops as sp
 from state import JsonCodec, StateStore
 from state.columns import ColumnValues, KeyPositions, ValuesNeedObjects
+from state.encodings import JsonEncoding
 from state.objects import ObjectValues
 
 
@@ -37,8 +38,8 @@ def test_columns_read_and_write_what_objects_do(initial):
     rng = np.random.default_rng(7)
     kind = int if isinstance(initial, int) else float
     stored = {str(k): json.dumps(kind(k * 3)) for k in range(0, 400, 2)}
-    columns = ColumnValues("sum", initial, JsonCodec(), loader_of(stored))
-    objects = ObjectValues("sum", initial, JsonCodec(), loader_of(stored))
+    columns = ColumnValues("sum", initial, JsonEncoding("sum", JsonCodec(), loader_of(stored)))
+    objects = ObjectValues("sum", initial, JsonEncoding("sum", JsonCodec(), loader_of(stored)))
     for batch in range(40):  # bounded: a batch of random operations each
         keys = pd.Index(np.unique(rng.integers(0, 600, rng.integers(1, 60))))
         columns.prefetch(keys), objects.prefetch(keys.tolist())
@@ -102,7 +103,7 @@ def test_float_state_keeps_json_texts():
 
 def test_string_and_compound_keys():
     stored = {'"a"': "1", '["b",2]': "5"}
-    columns = ColumnValues("s", 0, JsonCodec(), loader_of(stored))
+    columns = ColumnValues("s", 0, JsonEncoding("s", JsonCodec(), loader_of(stored)))
     keys = pd.Index(["a", ("b", 2), "c"], tupleize_cols=False)
     assert columns.get_many(keys).tolist() == [1, 5, 0]
     columns.set_many(pd.Series([9, 9], index=pd.Index([("b", 2), "c"], tupleize_cols=False)))
@@ -126,7 +127,7 @@ def test_key_positions_many_small_additions_then_bulk():
 
 
 def test_unfitting_values_change_nothing():
-    columns = ColumnValues("s", 0, JsonCodec(), loader=None)
+    columns = ColumnValues("s", 0, JsonEncoding("s", JsonCodec(), loader=None))
     with pytest.raises(ValuesNeedObjects):
         columns.set_many(pd.Series([1.5, 2.5], index=[1, 2]))
     assert columns.changed_keys == 0 and columns.get_values([1, 2]) == [0, 0]

@@ -6,7 +6,8 @@ uncheckpointed state is held in memory between them). The ``plain`` variant has 
 checkpoints every batch, so a batch's sinks are written while the checkpoint before it commits
 (the executor holds that back for pipelines with hooks); ``CRASH_TEST_PIPELINE=plain`` runs it.
 The ``distributed`` variant runs its keyed map on Spark executors; the ``vectorized`` ones run
-the sum on whole Series, its state held as columns, on the driver and on executors.
+the sum on whole Series, its state held as columns, on the driver and on executors; the
+``typed`` one is the vectorized sum on the driver with its state stored in typed columns.
 """
 
 import os
@@ -110,12 +111,13 @@ def running_sum_vectorized(op, md, data):
     return data.assign(total=running)
 
 
-def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver"):
+def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver", **typed):
     """The running sum vectorized, on the driver or on executors. It checkpoints every two
     batches, which in driver mode leaves state set in columns waiting in memory, encoded,
-    for the next checkpoint (distributed mode checkpoints every batch whatever the policy)."""
+    for the next checkpoint (distributed mode checkpoints every batch whatever the policy).
+    ``typed``: ``state_type=`` of its map (typed storage)."""
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
-             .map(running_sum_vectorized, state=0, vectorized=True, name="running_sum")
+             .map(running_sum_vectorized, state=0, vectorized=True, name="running_sum", **typed)
              .write.to_delta("out"))
             .named(name).checkpoint_every(batches=2).with_mode(mode))
 
@@ -124,8 +126,14 @@ def build_vectorized_distributed():
     return build_vectorized("crashy_vectorized_distributed", mode="distributed")
 
 
+def build_typed():
+    """The vectorized running sum with its state in typed columns (``state_type=int``)."""
+    return build_vectorized("crashy_typed", state_type=int)
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
-            "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed}
+            "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
+            "typed": build_typed}
 
 
 # Six publishes -> six batches of two keys each.

@@ -42,13 +42,28 @@ def test_crash_on_s3_then_recover_matches_the_local_oracle(spark, s3_warehouse, 
 @pytest.mark.slow
 def test_distributed_crash_on_s3_then_recover_matches_the_local_oracle(
         spark, s3_warehouse, crash_child, distributed_oracle):
-    pipeline = cp.build_distributed()
+    _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, "distributed",
+                             "before_checkpoint_commit:2", distributed_oracle, batches=2)
+
+
+@pytest.mark.slow
+def test_typed_state_crash_on_s3_then_recover_matches_the_local_oracle(
+        spark, s3_warehouse, crash_child, vectorized_oracle):
+    """Typed storage on S3: killed after the first checkpoint added the state's columns (a
+    commit of its own) and before it appended its rows."""
+    _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, "typed", "state_columns_added:1",
+                             vectorized_oracle, batches=6)
+
+
+def _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, variant, crash_at, oracle, batches):
+    """Kill a child running the ``variant`` pipeline on S3 at ``crash_at``; recover in a fresh
+    run, here in-process; what it leaves must be the local oracle's."""
+    pipeline = cp.BUILDERS[variant]()
     publish_all(spark, pipeline, s3_warehouse)
-    crashed = crash_child("before_checkpoint_commit:2", pipeline="distributed",
-                          LAKESTREAM_WAREHOUSE=s3_warehouse)
+    crashed = crash_child(crash_at, pipeline=variant, LAKESTREAM_WAREHOUSE=s3_warehouse)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = pipeline.run_once(spark, s3_warehouse)
 
-    assert report.last_batch_id == 2
-    assert outcome(spark, pipeline, s3_warehouse) == distributed_oracle
+    assert report.last_batch_id == batches
+    assert outcome(spark, pipeline, s3_warehouse) == oracle

@@ -4,6 +4,7 @@ import json
 import signal
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.helpers import last_commit
 from tests.ops.runtime.recovery import crash_pipeline as cp
@@ -172,6 +173,23 @@ def test_vectorized_crash_then_recover_matches_oracle(spark, warehouse, crash_ch
                                                       vectorized_oracle, published, crash_at):
     _crash_and_recover(spark, warehouse, crash_child, published, "vectorized", crash_at,
                        vectorized_oracle, batches=6)
+
+
+# Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
+# commit of its own, then appends its rows; killed between the two, before a later checkpoint's
+# commit, and after one.
+TYPED_STEPS = ["state_columns_added:1", "before_checkpoint_commit:2", "after_checkpoint_commit:1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", TYPED_STEPS)
+def test_typed_state_crash_then_recover_matches_oracle(spark, warehouse, crash_child,
+                                                       vectorized_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "typed", crash_at,
+                       vectorized_oracle, batches=6)
+    rows = DeltaTable(cp.build_typed().layout(warehouse).state).to_pyarrow_table(
+        filters=[("operator", "=", "running_sum")])
+    assert rows["key"].null_count == rows.num_rows and rows["k__running_sum"].null_count == 0
 
 
 # On executors (each task's state in columns) every batch is checkpointed, and from the second
