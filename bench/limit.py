@@ -23,10 +23,12 @@ driver. (Until issue 52 the drained arm was a "warm" one that started after a on
 so its first timed batch read every key from ``_state``: a cold run of two batches.)
 ``--before DIR`` adds the same arms run by another checkout (an earlier commit, say, made with
 ``git worktree add DIR <commit>``), with this checkout's virtual env: before and after, side by
-side.
+side. ``--typed`` adds the driver arms with the sum's state stored in typed columns
+(``state_type=int``), with typed against JSON storage.
 
     .venv/bin/python bench/limit.py                          # 1M events per batch, 3 batches
     .venv/bin/python bench/limit.py --size 100000 --modes driver
+    .venv/bin/python bench/limit.py --modes driver --typed   # typed against JSON storage
 """
 
 from __future__ import annotations
@@ -125,6 +127,9 @@ def _ratios(speed: dict, modes: list[str]) -> list[dict]:
     if {"driver", "distributed"} <= set(modes):
         rows += [row(f"distributed / driver, {arm}", speed[("distributed", arm)],
                      speed[("driver", arm)]) for arm in ("drained", "cold")]
+    if {"driver", "driver typed"} <= set(modes):
+        rows += [row(f"typed / json storage, driver {arm}", speed[("driver typed", arm)],
+                     speed[("driver", arm)]) for arm in ("drained", "cold")]
     return rows
 
 
@@ -134,6 +139,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--modes", default="driver,distributed")
     parser.add_argument("--before", help="another checkout whose lakestream runs the same arms")
+    parser.add_argument("--typed", action="store_true",
+                        help="also the driver arms with the state stored typed (state_type=int)")
     args = parser.parse_args()
     from scale import run_child, write_input
 
@@ -149,22 +156,24 @@ def main() -> None:
     print(json.dumps(rows[-1]), flush=True)
     speed = {}
     checkouts = [("", None)] + ([("before: ", Path(args.before).resolve())] if args.before else [])
-    for (label, checkout), mode, temperature in itertools.product(
-            checkouts, args.modes.split(","), ("drained", "cold")):
-        name = f"limit_{mode}_{temperature}{'_before' if checkout else ''}"
+    modes = args.modes.split(",") + (["driver typed"] if args.typed else [])
+    for (label, checkout), arm_mode, temperature in itertools.product(
+            checkouts, modes, ("drained", "cold")):
+        mode, workload = arm_mode.split(" ")[0], "vectorized_typed" if "typed" in arm_mode else "vectorized"
+        name = f"limit_{arm_mode.replace(' ', '_')}_{temperature}{'_before' if checkout else ''}"
         config = {"master": "local[2]", "partitions": 8, "source": source,
-                  "workload": "vectorized", "mode": mode, "name": name, "batches": args.batches,
+                  "workload": workload, "mode": mode, "name": name, "batches": args.batches,
                   "temperature": temperature, "warehouse": str(workdir / name)}
         got = run_child(config) if checkout is None else run_checkout(checkout, config)
         by_batches, by_runs = got["batches_events_per_s"], got["events_per_s"]
         if checkout is None:
-            speed[(mode, temperature)] = {"batches": by_batches, "runs": by_runs}
-        rows.append({"arm": f"{label}lakestream {mode} {temperature}",
+            speed[(arm_mode, temperature)] = {"batches": by_batches, "runs": by_runs}
+        rows.append({"arm": f"{label}lakestream {arm_mode} {temperature}",
                      "events_per_s": by_batches, "x limit": by_batches / limit["events_per_s"],
                      "whole_runs_events_per_s": by_runs, "batch_s": got["batch_s"],
                      "checkpoint_s": got["checkpoint_s"], "driver_rss_mb": got["driver_rss_mb"]})
         print(json.dumps(rows[-1]), flush=True)
-    rows.extend(_ratios(speed, args.modes.split(",")))
+    rows.extend(_ratios(speed, modes))
     header = list(dict.fromkeys(key for row in rows for key in row))
     print_table(f"running sum, {args.size:,} events per batch, local[2]", header,
                 [[row.get(key, "") for key in header] for row in rows])

@@ -70,8 +70,9 @@ BUSY_US = float(os.environ.get("SCALE_BUSY_US", "50"))
 
 def pipeline(source: str, workload: str, mode: str, name: str) -> sp.Pipeline:
     stream = sp.read.from_delta(source, key="k", order_by=("seq",), max_versions=1)
-    if workload == "vectorized":
-        stream = stream.map(vectorized_sum, state=0, vectorized=True, name="sum")
+    if workload in ("vectorized", "vectorized_typed"):  # typed: its state in int64 columns
+        typed = {"state_type": int} if workload == "vectorized_typed" else {}
+        stream = stream.map(vectorized_sum, state=0, vectorized=True, name="sum", **typed)
     elif workload == "busy":
         stream = stream.map(busy_sum, state=0, name="sum")
     else:

@@ -235,6 +235,8 @@ class TypedEncoding:
         return stored.to_pylist()  # a record: a dict of every field (null: None)
 
     def numbers(self, stored: pa.Array, keys: pd.Index, dtype: np.dtype) -> np.ndarray:
+        if not len(stored):  # none held (their column may not even be in the table yet)
+            return np.zeros(0, dtype)
         if stored.null_count or stored.type != pa.from_numpy_dtype(dtype):
             raise ValuesNeedObjects(f"{self.name}: stored values are not all {dtype}")
         return stored.to_numpy(zero_copy_only=False)
