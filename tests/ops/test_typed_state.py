@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 import ops as sp
 from ops.errors import PipelineDefinitionError
-from state import ConfigError, EncodingError, PipelineChangedError
+from state import ConfigError, EncodingError, MigrationError, PipelineChangedError
 from tests.helpers import sink_rows
 
 
@@ -32,9 +32,9 @@ def stats(op, md, data):
     return data
 
 
-def _sums(name, **typed):
+def _sums(name, state_name="total", **typed):
     return (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"}, max_versions=1)
-            .map(running_sum, state=0, name="total", vectorized=True, **typed)
+            .map(running_sum, state=0, name=state_name, vectorized=True, **typed)
             .write.to_delta("out")).named(name)
 
 
@@ -151,6 +151,17 @@ def test_a_name_stored_as_text_is_not_silently_read_as_typed(spark, warehouse):
     text.run_once(spark, warehouse)
     with pytest.raises(PipelineChangedError, match="stored as text \\(json\\), now declared typed"):
         _sums("switched", state_type=int).run_once(spark, warehouse)
+
+
+def test_a_migration_refuses_to_edit_typed_state_and_writes_nothing(spark, warehouse):
+    typed = _sums("typed_migrated", state_type=int)
+    typed.publish(spark, pd.DataFrame({"k": [1], "x": [2]}), warehouse)
+    typed.run_once(spark, warehouse)
+    version = DeltaTable(typed.layout(warehouse).state).version()
+    renamed = _sums("typed_migrated", state_name="sum2", state_type=int)
+    with pytest.raises(MigrationError, match=r"\['total'\] is stored in typed columns"):
+        sp.migrate(spark, renamed, rename={"total": "sum2"}, warehouse=warehouse)
+    assert DeltaTable(typed.layout(warehouse).state).version() == version
 
 
 def test_distributed_mode_refuses_typed_state_before_running(spark, warehouse):
