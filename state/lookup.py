@@ -130,8 +130,7 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
     checkpoints = rows["checkpoint_id"].to_numpy()
     keep = (checkpoints >= since) & (checkpoints <= as_of) & _valid(key)
     if keys is not None:
-        keep &= pc.fill_null(pc.is_in(key, value_set=keys.cast(key.type)), False).to_numpy(
-            zero_copy_only=False)
+        keep &= _among(key, keys.cast(key.type))
     if within is not None:  # a file of a range of groups may hold a few groups beyond it
         keep &= _in_groups(rows, within, key_column, partial(typed_key_groups, groups=groups))
     latest = _newest_where(rows, keep, _key_numbers(key))
@@ -157,6 +156,16 @@ def column_types(path: str) -> dict[str, pa.DataType]:
 def _no_rows(names: list[str], types: dict[str, pa.DataType]) -> pa.Table:
     """No rows of columns ``names``, of their types in the table (``null``: not in it)."""
     return pa.table({name: pa.array([], types.get(name, pa.null())) for name in names})
+
+
+def _among(column: pa.ChunkedArray, wanted: pa.Array) -> np.ndarray:
+    """Per row: whether ``column`` holds one of ``wanted`` there. Integer keys go through
+    pandas' hash table: 0.04 s for 1.9M rows and 630k keys, where Arrow's ``is_in`` took
+    0.22-0.38 s (most of a cold batch's state read)."""
+    if pa.types.is_integer(column.type) and column.null_count == 0:
+        return pd.Series(column.to_numpy()).isin(wanted.to_numpy(zero_copy_only=False)).to_numpy()
+    return np.asarray(pc.fill_null(pc.is_in(column, value_set=wanted), False).to_numpy(
+        zero_copy_only=False), dtype=bool)
 
 
 def _valid(column: pa.ChunkedArray) -> np.ndarray:
