@@ -22,6 +22,7 @@ from .checkpoint import (
     write_state_files,
 )
 from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
+from .conversion import Conversion
 from .errors import (
     CheckpointConflict,
     ConfigError,
@@ -63,5 +64,5 @@ __all__ = [
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
     "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
-    "takes_state_files", "write_state_files", "StateType", "declared_state_type",
+    "takes_state_files", "write_state_files", "StateType", "declared_state_type", "Conversion",
 ]

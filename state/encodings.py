@@ -288,6 +288,8 @@ class TypedEncoding:
 
     def _key_array(self, keys: Keys) -> pa.Array:
         """``keys`` as an array of the key column's type; the first keys fix that type."""
+        if not len(keys):
+            return pa.array([], self.key_type or pa.int64())
         try:
             typed = pa.array(keys.to_numpy() if isinstance(keys, pd.Index) else list(keys))
         except (pa.ArrowException, TypeError, ValueError):

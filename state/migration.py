@@ -21,16 +21,21 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from . import lookup
-from .checkpoint import Checkpoint, CheckpointLog
+from .checkpoint import Checkpoint, CheckpointLog, StateRows
 from .codecs import codec_named, decode_key, decode_value, encode_key, encode_value
+from .conversion import Conversion
 from .errors import MigrationError, StreamError
 from .faults import fault_point
 from .layout import PipelineLayout
 from .store import stored_values
+
+_NOTHING = "Nothing was written: the checkpoint before the migration is still in force."
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,8 @@ class StateEdit:
     #: what ``key`` must return: 0 ``None`` (unkeyed), 1 one value, n a tuple of n (unchecked:
     #: ``None``)
     key_parts: int | None = None
+    #: the state moves between text and typed columns (then it is all the edit does)
+    conversion: Conversion | None = None
 
     @property
     def moves(self) -> bool:
@@ -88,15 +95,20 @@ def migrate_state(spark: SparkSession, layout: PipelineLayout, edits: Iterable[S
     if latest is None:
         raise MigrationError(f"pipeline {layout.pipeline!r} has no checkpoint, so no state to "
                              "migrate: its first run records what its state means")
+    conversions = [edit.conversion for edit in edits if edit.conversion is not None]
+    edits = [edit for edit in edits if edit.conversion is None]
     names = {e.name for e in edits} | _targets(edits)
     typed = sorted(name for name in names if (latest.operators or {}).get(name, {}).get("storage"))
-    if typed:  # their rows are in typed columns, which migrations do not read or write yet
+    if typed:  # their rows are in typed columns, which renames and the like do not read yet
         raise MigrationError(f"pipeline {layout.pipeline!r}: state {typed} is stored in typed "
-                             "columns (state_type=), which migrations cannot edit yet; nothing "
-                             "was written")
+                             "columns (state_type=), which a migration can only convert back "
+                             f"to text for now. {_NOTHING}")
     live = _live_rows(spark, layout, latest, names)
     rows = [_edited(edit, live.get(edit.name, _NO_ROWS)) for edit in edits]
     _check_targets(edits, live)
+    converted = [conversion.rows(layout, latest) for conversion in conversions]
+    rows += [text for text, _ in converted]
+    typed_rows = tuple(table for _, table in converted if table.num_rows)
     changes = pd.concat(rows, ignore_index=True) if rows else _NO_CHANGES
     # a key both tombstoned (it left, or its name was dropped) and written (it arrived, by this
     # or another edit) keeps the write: tombstones first, then the last row per key
@@ -107,8 +119,10 @@ def migrate_state(spark: SparkSession, layout: PipelineLayout, edits: Iterable[S
         latest, checkpoint_id=latest.checkpoint_id + 1, epoch=latest.epoch + 1, run_id=run_id,
         created_at=time.time(), reset_to_batch=latest.batch_id, resumed_from=None,
         operators=operators, tracked=tracked, migration=label)
-    log.commit(migrated, changes[["operator", "key", "value", "deleted"]])
-    return Migrated(migrated, _counts(changes, deleted=False), _counts(changes, deleted=True))
+    log.commit_changes(migrated, StateRows(changes[["operator", "key", "value", "deleted"]],
+                                           typed_rows))
+    return Migrated(migrated, _counts(changes, typed_rows, deleted=False),
+                    _counts(changes, typed_rows, deleted=True))
 
 
 _NO_ROWS = pd.DataFrame({"key": pd.Series([], dtype=object), "value": pd.Series([], dtype=object)})
@@ -234,12 +248,16 @@ def _where(edit: StateEdit, key_text: str) -> str:
     return f"state {edit.name!r}, key {decode_key(key_text)!r}"
 
 
-def _counts(changes: pd.DataFrame, deleted: bool) -> dict[str, int]:
+def _counts(changes: pd.DataFrame, typed: tuple[pa.Table, ...], deleted: bool) -> dict[str, int]:
     chosen = changes[changes["deleted"] == deleted]
-    return {str(name): int(count) for name, count in chosen.groupby("operator").size().items()}
+    counts = {str(name): int(count) for name, count in chosen.groupby("operator").size().items()}
+    for table in typed:  # a converted state's rows: one state each
+        count = int(np.count_nonzero(table["deleted"].to_numpy() == deleted))
+        if count:
+            counts[table["operator"][0].as_py()] = counts.get(table["operator"][0].as_py(), 0) + count
+    return counts
 
 
-_NOTHING = "Nothing was written: the checkpoint before the migration is still in force."
 
 
 def dropped(names: Iterable[Hashable]) -> list[StateEdit]:

@@ -11,7 +11,9 @@ latest checkpoint recorded with the changed pipeline, applies the edits asked fo
 - ``rekey={"name": fn}``: each key becomes ``fn(old key)`` (keys must stay distinct); needed
   when the operator's key columns changed;
 - ``transform={"name": fn}``: each value becomes ``fn(old value)`` and must encode with the
-  operator's codec now; needed when its values' shape, class or meaning changed.
+  operator's codec now; needed when its values' shape, class or meaning changed;
+- with no edit asked, a state whose storage changed (``state_type=`` added or removed) is
+  converted between JSON text and typed columns (:mod:`state.conversion`).
 
 ``rekey`` and ``transform`` take the operator's name in the changed pipeline (or its old name).
 The result is one new checkpoint in a new epoch (:func:`state.migrate_state`): older ones stay
@@ -29,7 +31,15 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from state import Checkpoint, CheckpointLog, MigrationError, StateEdit, migrate_state
+from state import (
+    Checkpoint,
+    CheckpointLog,
+    Conversion,
+    MigrationError,
+    StateEdit,
+    StateType,
+    migrate_state,
+)
 
 from ..pipeline import Pipeline
 from ..runtime.meaning import EXPIRY, TIMERS, VALUES, Remedy, describe, differences, state_name
@@ -189,11 +199,23 @@ def _edit(name: str, entry: dict[str, Any], now: Described,
         hints = " and ".join(sorted({f"{hint}={{{to_operator!r}: fn}}" for _, hint in missing}))
         return None, f"{name!r}: {'; '.join(what for what, _ in missing)}: give {hints}"
     codec, new_codec = entry.get("codec", "json"), now[to].get("codec", "json")
+    conversion = Conversion(name, _storage(entry), _storage(now[to]))
+    if conversion.before != conversion.after:
+        if to != name or rekey is not None or transform is not None or codec != new_codec:
+            return None, (f"{name!r}: its storage changes ({conversion.describe()}) with more: "
+                          "convert it in a migration that changes nothing else of it")
+        return StateEdit(name, name, conversion=conversion), ""
     if to == name and rekey is None and transform is None and codec == new_codec:
         return None, ""
     return StateEdit(name, to, key=rekey, value=transform, codec=codec, new_codec=new_codec,
                      fixed=frozenset(entry.get("shared", ())),
                      key_parts=_key_parts(now[to]) if rekey is not None else None), ""
+
+
+def _storage(entry: dict[str, Any]) -> StateType | None:
+    """The type a state is stored typed as, as a checkpoint or the pipeline describes it."""
+    storage = entry.get("storage")
+    return None if storage is None else StateType.described(storage["type"])
 
 
 def _key_parts(entry: dict[str, Any]) -> int:

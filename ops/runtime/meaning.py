@@ -44,7 +44,7 @@ class Remedy(enum.Enum):
     REKEY = "rekey"          # read under other keys: re-key it
     TRANSFORM = "transform"  # read as other values: transform them
     RECODE = "recode"        # stored with another codec: a migration re-encodes it
-    STORAGE = "storage"      # stored as text, now typed (or back): not convertible yet
+    STORAGE = "storage"      # stored as text, now typed (or back): a migration converts it
 
 
 @dataclass(frozen=True)
@@ -226,9 +226,8 @@ def refusal(pipeline: str, checkpoint_id: int, found: Sequence[Difference]) -> s
         lines.append(f"  - other values: sp.migrate(spark, pipeline, transform={{{values[0]!r}: "
                      "<new value of an old value>})")
     if Remedy.STORAGE in remedies:
-        lines.append("  - another storage (state_type=): moving stored state between text and "
-                     "typed columns is not available yet: declare the state_type it was stored "
-                     "with")
+        lines.append("  - another storage (state_type= added or removed): sp.migrate(spark, "
+                     "pipeline) converts it between JSON text and typed columns")
     if Remedy.RECODE in remedies:
         lines.append("  - another codec: a migration re-encodes the values (sp.migrate(spark, "
                      "pipeline) when nothing else differs)")

@@ -132,6 +132,14 @@ class Recovery:
         difference that would misread or leave state behind stops the run, listing each and the
         ways forward; others are logged. With ``allow_dropped_state``, state no operator keeps
         now is dropped first, by a migration (a new checkpoint, returned)."""
+        typed = sorted(name for name, entry in self.meaning.items() if entry.get("storage"))
+        if last.operators is None and typed:  # whatever is stored of them is text, if any
+            raise PipelineChangedError(
+                f"pipeline {self.pipeline.id!r}: checkpoint {last.checkpoint_id} was written "
+                "before checkpoints recorded how their state is stored, and state "
+                f"{typed} is now declared typed (state_type=), so nothing ran. Run the pipeline "
+                "once as it was (its next checkpoint records its state), then sp.migrate(spark, "
+                "pipeline) converts that state to typed columns.")
         if last.operators is None:
             log.info("%s: checkpoint %d was written before checkpoints recorded what their state "
                      "means; the next checkpoint records it", self.pipeline.name, last.checkpoint_id)
