@@ -8,7 +8,8 @@ numbers are, read and set as whole Series). The process's
 resident memory is sampled after each step (freed memory handed back first); reported is the
 growth over the baseline, per million keys. Then the changes are committed to a ``_state``
 table as a driver-mode checkpoint does, and its data files' bytes reported per million keys
-(what the state costs on disk). ``--checkout DIR`` measures another checkout's
+(what the state costs on disk). Each as JSON text, and typed (``state_type=int``: int64 key and
+value columns, Arrow change rows). ``--checkout DIR`` measures another checkout's
 store in a child process with this interpreter (before and after, side by side).
 
     .venv/bin/python bench/state_memory.py --keys 1000000 --checkout /tmp/before
@@ -40,31 +41,25 @@ def rss_mb() -> float:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
-def measure(keys: int, columns: bool) -> dict:
+def measure(keys: int, columns: bool, typed: bool = False) -> dict:
     import numpy as np
     import pandas as pd
 
-    from state import StateStore
     numbers = np.arange(keys)
-    rows = pd.DataFrame({"operator": "sum", "key": numbers.astype(str).astype(object),
-                         "value": (numbers * 7).astype(str).astype(object)})
-    store = StateStore.of_rows(rows)
-    del rows
+    state = _typed_state(numbers, columns) if typed else _json_state(numbers, columns)
     gc.collect()
     base = rss_mb()
     if columns:
-        state = store.operator("sum", 0, columns=True)
         state.get_many(pd.Index(numbers))
         read = rss_mb()
         state.set_many(pd.Series(numbers * 7 + 1, index=numbers))
     else:
-        state = store.operator("sum", 0)
         wanted = numbers.tolist()
         state.get_values(wanted)
         read = rss_mb()
         state.set_values(wanted, (numbers * 7 + 1).tolist())
     held = rss_mb()
-    changed = store.changed_rows()
+    changed = state.changed_rows()
     encoded = rss_mb()
     per_million = 1_000_000 / keys
     return {"keys": keys, "read MB/M keys": (read - base) * per_million,
@@ -73,19 +68,51 @@ def measure(keys: int, columns: bool) -> dict:
             "_state on disk MB/M keys": stored_bytes(changed) / 2**20 * per_million}
 
 
-def stored_bytes(changed) -> int:
-    """The bytes of the ``_state`` data files a checkpoint writes for ``changed`` (its rows of
-    operator ``sum``), committed as a driver-mode run commits them (delta-rs, no Spark)."""
-    import tempfile
+def _json_state(numbers, columns: bool):
+    """The state of operator ``sum`` over ``numbers`` stored as JSON text, handed in as an
+    executor task gets it."""
+    import pandas as pd
 
+    from state import StateStore
+    rows = pd.DataFrame({"operator": "sum", "key": numbers.astype(str).astype(object),
+                         "value": (numbers * 7).astype(str).astype(object)})
+    return StateStore.of_rows(rows).operator("sum", 0, columns=columns)
+
+
+def _typed_state(numbers, columns: bool):
+    """The state of operator ``sum`` over ``numbers`` stored typed (``state_type=int``: int64
+    key and value columns), read through a loader over those columns."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    from state import CheckpointLog, PipelineLayout, delta_io
+    from state.encodings import TypedEncoding
+    from state.store import OperatorState
+    from state.types import declared
+    stored = pa.table({"k__sum": numbers, "v__sum": numbers * 7})
+
+    def load(keys, key_column, value_columns):
+        return stored if keys is None else stored.filter(pc.is_in(stored[key_column], value_set=keys))
+    encoding = TypedEncoding("sum", declared(int), key_type=pa.int64(), key_groups=256, loader=load)
+    return OperatorState("sum", 0, encoding, columns)
+
+
+def stored_bytes(changed) -> int:
+    """The bytes of the ``_state`` data files a checkpoint writes for ``changed`` (its rows of
+    operator ``sum``: text as pandas, or typed as Arrow), committed as a driver-mode run
+    commits them (delta-rs, no Spark)."""
+    import tempfile
+
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    from state import CheckpointLog, PipelineLayout, StateRows, delta_io
     from state.checkpoint import new_checkpoint
+    rows = StateRows(changed) if isinstance(changed, pd.DataFrame) else StateRows(
+        pd.DataFrame(columns=["operator", "key", "value", "deleted"]), (changed,))
     with tempfile.TemporaryDirectory() as warehouse:
         layout = PipelineLayout(warehouse, "memory")
         first = new_checkpoint(None, batch_id=1, offsets={}, tracked={}, markers={}, run_id="bench")
-        CheckpointLog(None, layout).commit(first, changed)
+        CheckpointLog(None, layout).commit_changes(first, rows)
         files = delta_io.file_statistics(layout.state)
         return pc.sum(files.filter(pc.equal(files["partition.operator"], "sum"))["size_bytes"]).as_py()
 
@@ -94,12 +121,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--checkout")
-    parser.add_argument("--child", choices=["objects", "columns"])
+    parser.add_argument("--child", choices=["objects", "columns", "typed objects", "typed columns"])
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.keys, columns=args.child == "columns")))
+        print(json.dumps(measure(args.keys, columns=args.child.endswith("columns"),
+                                 typed=args.child.startswith("typed"))))
         return
-    arms = [("this checkout, objects", ROOT, "objects"), ("this checkout, columns", ROOT, "columns")]
+    arms = [(f"this checkout, {held}", ROOT, held)
+            for held in ("objects", "columns", "typed objects", "typed columns")]
     if args.checkout:  # an earlier release holds objects only
         arms.append(("--checkout, objects", Path(args.checkout).resolve(), "objects"))
     for label, checkout, held in arms:
