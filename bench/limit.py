@@ -23,7 +23,7 @@ driver. (Until issue 52 the drained arm was a "warm" one that started after a on
 so its first timed batch read every key from ``_state``: a cold run of two batches.)
 ``--before DIR`` adds the same arms run by another checkout (an earlier commit, say, made with
 ``git worktree add DIR <commit>``), with this checkout's virtual env: before and after, side by
-side. ``--typed`` adds the driver arms with the sum's state stored in typed columns
+side. ``--typed`` adds each mode's arms with the sum's state stored in typed columns
 (``state_type=int``), with typed against JSON storage.
 
     .venv/bin/python bench/limit.py                          # 1M events per batch, 3 batches
@@ -127,9 +127,13 @@ def _ratios(speed: dict, modes: list[str]) -> list[dict]:
     if {"driver", "distributed"} <= set(modes):
         rows += [row(f"distributed / driver, {arm}", speed[("distributed", arm)],
                      speed[("driver", arm)]) for arm in ("drained", "cold")]
-    if {"driver", "driver typed"} <= set(modes):
-        rows += [row(f"typed / json storage, driver {arm}", speed[("driver typed", arm)],
-                     speed[("driver", arm)]) for arm in ("drained", "cold")]
+    for mode in ("driver", "distributed"):
+        if {mode, f"{mode} typed"} <= set(modes):
+            rows += [row(f"typed / json storage, {mode} {arm}", speed[(f"{mode} typed", arm)],
+                         speed[(mode, arm)]) for arm in ("drained", "cold")]
+    if {"driver typed", "distributed typed"} <= set(modes):
+        rows += [row(f"typed: distributed / driver, {arm}", speed[("distributed typed", arm)],
+                     speed[("driver typed", arm)]) for arm in ("drained", "cold")]
     return rows
 
 
@@ -140,7 +144,7 @@ def main() -> None:
     parser.add_argument("--modes", default="driver,distributed")
     parser.add_argument("--before", help="another checkout whose lakestream runs the same arms")
     parser.add_argument("--typed", action="store_true",
-                        help="also the driver arms with the state stored typed (state_type=int)")
+                        help="also each mode's arms with the state stored typed (state_type=int)")
     args = parser.parse_args()
     from scale import run_child, write_input
 
@@ -156,7 +160,8 @@ def main() -> None:
     print(json.dumps(rows[-1]), flush=True)
     speed = {}
     checkouts = [("", None)] + ([("before: ", Path(args.before).resolve())] if args.before else [])
-    modes = args.modes.split(",") + (["driver typed"] if args.typed else [])
+    modes = args.modes.split(",")
+    modes += [f"{mode} typed" for mode in modes] if args.typed else []
     for (label, checkout), arm_mode, temperature in itertools.product(
             checkouts, modes, ("drained", "cold")):
         mode, workload = arm_mode.split(" ")[0], "vectorized_typed" if "typed" in arm_mode else "vectorized"

@@ -19,7 +19,9 @@ from .checkpoint import (
     next_checkpoint_id,
     takes_state_files,
     wake_time,
+    widen_state_table,
     write_state_files,
+    write_typed_state_files,
 )
 from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
 from .conversion import Conversion
@@ -64,5 +66,7 @@ __all__ = [
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
     "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
-    "takes_state_files", "write_state_files", "StateType", "declared_state_type", "Conversion",
+    "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
+    "StateType",
+    "declared_state_type", "Conversion",
 ]

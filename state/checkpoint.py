@@ -126,8 +126,8 @@ class StateRows(ChangedState):
             [commit.checkpoint.checkpoint_id] * typed.num_rows, pa.int64())) for typed in self.typed]
         rows = pa.concat_tables([untyped, *stamped], promote_options="default")
         done = None
-        if _widened(commit.path, [field for typed in self.typed for field in typed.schema
-                                  if field.name.startswith((KEY_PREFIX, VALUE_PREFIX))]):
+        if widen_state_table(commit.path, [field for typed in self.typed for field in typed.schema
+                                           if field.name.startswith((KEY_PREFIX, VALUE_PREFIX))]):
             fault_point("state_columns_added")
             done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
                                  fill_missing=True)
@@ -146,14 +146,16 @@ class StateRows(ChangedState):
         return rows[[*STATE_SCHEMA.names, *typed]]
 
 
-def _widened(path: str, fields: list[pa.Field]) -> bool:
-    """Whether the ``_state`` table at ``path`` exists with ``fields`` among its columns, made
-    or added here (``False``: delta-rs does not serve the path; Spark's append adds them)."""
+def widen_state_table(path: str, fields: list[pa.Field]) -> bool:
+    """Whether the ``_state`` table at ``path`` exists with ``fields`` (typed states' columns)
+    among its columns, made or added here in commits that change no state (``False``: delta-rs
+    does not serve the path; Spark's append adds them). Before the first checkpoint of a typed
+    state, so that checkpoint is one append of rows (or of files tasks wrote)."""
     creation = _NEW_STATE_TABLE.creation(pd.DataFrame())
     if creation is None or not delta_io.create(path, creation):
         return False
     try:
-        return delta_io.add_columns(path, fields)
+        return not fields or delta_io.add_columns(path, fields)
     except ValueError as error:  # a column of another type: the state's type changed
         raise CorruptStateError(f"{error}: a typed state's columns are of the type it was "
                                 "first stored with; nothing was committed") from error
@@ -233,6 +235,26 @@ def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list
         actions.append(delta_io.write_file(path, files_rows, {"operator": str(operator)},
                                            statistics=("checkpoint_id", "key_group"),
                                            dictionary=()))  # a key once per file
+    return actions
+
+
+def write_typed_state_files(path: str, typed: tuple[pa.Table, ...], checkpoint_id: int) -> list[str]:
+    """:func:`write_state_files` of typed states' changed rows (``operator``, the state's
+    ``k__``/``v__`` columns, ``deleted``, ``key_group``: one table per state): each a data file
+    with ``_state``'s columns and its own, ``key`` and ``value`` null."""
+    actions = []
+    for rows in typed:
+        if not rows.num_rows:
+            continue
+        nulls = pa.nulls(rows.num_rows, pa.string())
+        own = [name for name in rows.column_names if name.startswith((KEY_PREFIX, VALUE_PREFIX))]
+        files_rows = pa.table({
+            "key": nulls, "value": nulls, "deleted": rows["deleted"],
+            "checkpoint_id": pa.array([checkpoint_id] * rows.num_rows, pa.int64()),
+            "key_group": rows["key_group"].cast(pa.int32()), **{name: rows[name] for name in own}})
+        actions.append(delta_io.write_file(path, files_rows, {"operator": rows["operator"][0].as_py()},
+                                           statistics=("checkpoint_id", "key_group"),
+                                           dictionary=()))
     return actions
 
 

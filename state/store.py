@@ -200,7 +200,8 @@ class StateStore:
         return store
 
     @classmethod
-    def of_files(cls, path: str, as_of: int, key_groups: int, within: tuple[int, int]) -> StateStore:
+    def of_files(cls, path: str, as_of: int | None, key_groups: int,
+                 within: tuple[int, int]) -> StateStore:
         """A store for an executor task whose keys are all of key groups ``within`` (``first,
         end``): it reads their state from the files of the ``_state`` table at ``path`` that
         hold those groups, as of checkpoint ``as_of`` (see :mod:`state.lookup`), without a
@@ -241,16 +242,21 @@ class StateStore:
         return JsonEncoding(name, codec_named(codec), loader)
 
     def _typed(self, name: str, state_type: StateType) -> TypedEncoding:
-        if self.handed_in:  # the runtime refuses distributed runs of typed state first
-            raise StateError(f"state {name!r} is typed (state_type=), which runs on the driver "
-                             "only in this release: run the pipeline in driver mode")
-        assert self._layout is not None
-        key_type = lookup.column_types(self._layout.state).get(KEY_PREFIX + name)
+        if self._given is not None:  # the runtime sends typed state to tasks reading files
+            raise StateError(f"state {name!r} is typed (state_type=): a task reads it from "
+                             "_state's files, it is never handed in")
+        path = self._files[0] if self._files is not None else self._layout_of().state
+        key_type = lookup.column_types(path).get(KEY_PREFIX + name)
         loader: TypedLoader | None = None
         if self._as_of is not None:
-            loader = partial(self._load_typed, name)
+            loader = partial(self._file_typed if self._files is not None else self._load_typed,
+                             name)
         return TypedEncoding(name, state_type, key_type=key_type, key_groups=self._key_groups,
                              loader=loader)
+
+    def _layout_of(self) -> PipelineLayout:
+        assert self._layout is not None, "a store without a layout reads files or is handed rows"
+        return self._layout
 
     def timers(self, operator: str, state: str | None = None) -> Timers:
         """The timers of ``operator`` (kept under ``state``, by default :func:`timer_state`),
@@ -304,6 +310,17 @@ class StateStore:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
         found = lookup.stored_values(path, operator, self._as_of, keys, self._key_groups, within)
+        if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
+            raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
+                             "Spark (deletion vectors or column mapping?)")
+        return found
+
+    def _file_typed(self, operator: str, keys: pa.Array | None, key_column: str,
+                    value_columns: list[str]) -> pa.Table:
+        assert self._files is not None and self._as_of is not None
+        path, within = self._files
+        found = lookup.stored_typed_values(path, operator, self._as_of, keys, self._key_groups,
+                                           key_column, value_columns, within=within)
         if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
             raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
                              "Spark (deletion vectors or column mapping?)")

@@ -101,8 +101,8 @@ def check_distributable(run: Run) -> None:
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} reads tables "
                 "through Spark while it runs, which executors cannot: run in driver mode")
-        if operator.state_types():
+        if operator.state_types() and operator.declares().clock is not None:
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} stores its state in "
-                "typed columns (state_type=), which runs in driver mode only in this release: "
-                "run in driver mode, or drop state_type= (state stored as JSON text)")
+                "typed columns (state_type=) and has timers or a TTL, which run on executors "
+                "with text state only in this release: run in driver mode, or drop state_type=")

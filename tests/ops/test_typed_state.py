@@ -164,8 +164,42 @@ def test_a_migration_refuses_to_edit_typed_state_and_writes_nothing(spark, wareh
     assert DeltaTable(typed.layout(warehouse).state).version() == version
 
 
-def test_distributed_mode_refuses_typed_state_before_running(spark, warehouse):
-    pipeline = _sums("typed_distributed", state_type=int)
+def test_distributed_mode_gives_what_driver_mode_gives_and_runs_switch_between_them(spark,
+                                                                                  warehouse):
+    batches = _batches(np.random.default_rng(11), 4, 300)
+    driver, distributed = _sums("typed_driver", state_type=int), _sums("typed_executors",
+                                                                        state_type=int)
+    switching = _sums("typed_switching", state_type=int)
+    for number, batch in enumerate(batches):
+        for pipeline, mode in ((driver, "driver"), (distributed, "distributed"),
+                               (switching, "driver" if number % 2 else "distributed")):
+            pipeline.publish(spark, batch, warehouse)
+            pipeline.run_once(spark, warehouse, mode=mode)
+
+    expected = sp.read_state(spark, driver, "total", warehouse=warehouse)
+    for pipeline in (distributed, switching):
+        pd.testing.assert_frame_equal(sp.read_state(spark, pipeline, "total", warehouse=warehouse),
+                                      expected)
+        rows = stored_rows(pipeline, warehouse)
+        assert rows["key"].null_count == rows.num_rows and rows["k__total"].null_count == 0
+    # the executors' files, committed by delta-rs with the checkpoint's record
+    assert DeltaTable(distributed.layout(warehouse).state).history(1)[0]["clientVersion"].startswith(
+        "delta-rs")
+
+
+def test_distributed_mode_refuses_typed_state_with_timers_before_running(spark, warehouse):
+    def remind(op, md, data):
+        sp.set(op, md, sp.get(op, md) + len(data))
+        return data
+
+    pipeline = (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
+                .map(remind, state=0, name="seen", ttl="1h", state_type=int)
+                .write.to_delta("out")).named("typed_ttl")
     pipeline.publish(spark, pd.DataFrame({"k": [1], "x": [2]}), warehouse)
-    with pytest.raises(ConfigError, match="driver mode only"):
+    with pytest.raises(ConfigError, match="timers or a TTL"):
         pipeline.run_once(spark, warehouse, mode="distributed")
+
+
+def stored_rows(pipeline, warehouse):
+    return DeltaTable(pipeline.layout(warehouse).state).to_pyarrow_table(
+        filters=[("operator", "=", "total")])

@@ -31,6 +31,7 @@ from ...operators.event_time import (
 )
 from ..failures import OperatorFailure
 from ..instants import Instants
+from . import typed_state
 from .clocks import after_timers, before_timers, measure_stream_time, one_key, ticked
 from .on_executors import (
     bucket_task,
@@ -65,6 +66,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         if timers is not None:
             task, due = before_timers(spark, layout, as_of, task, timers)
         inputs = output.rows
+        typed_state.add_columns(layout, stage, output.rows)  # before its tasks write them
         results = output.keep(_stage_frame(spark, layout, as_of, output, task, due))
         summary = _summary(results, output, task)
         _take(spark, output, results, summary, task, first=number == 0)

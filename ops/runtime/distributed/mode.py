@@ -12,7 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from state import BatchPlan, Checkpoint, delta_io, fault_point, next_checkpoint_id, takes_state_files
+from state import (
+    BatchPlan,
+    Checkpoint,
+    ConfigError,
+    delta_io,
+    fault_point,
+    next_checkpoint_id,
+    takes_state_files,
+)
 
 from ...columns import ORDER_COLUMN, ROW_COLUMN
 from ...sinks import FileSink
@@ -25,6 +33,7 @@ from .driver_side import run_stages
 from .output import StageOutput
 from .stages import Stage, stages_of, writes_state_files
 from .tasks import StateFiles, TaskSpec
+from .typed_state import prepare_table, typed_names
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +115,13 @@ class DistributedMode:
         table), and whether they write what they changed as its files (where delta-rs appends
         to it); ``None``: neither."""
         run, as_of = self.run, self.as_of
-        if as_of is None or not delta_io.serves(run.layout.state):
+        if any(typed_names(stage) for stage in stages):  # its tasks always read and write files
+            if not writes_state_files(stages):
+                raise ConfigError(f"pipeline {run.pipeline.name!r}: typed state (state_type=) runs "
+                                  "on executors only beside operators without windows, sessions "
+                                  "or timers in this release: run in driver mode")
+            prepare_table(run.layout)
+        elif as_of is None or not delta_io.serves(run.layout.state):
             return None
         writes = writes_state_files(stages) and takes_state_files(run.layout)
         return StateFiles(run.layout.state, as_of, delta_io.storage_environment(run.layout.state),

@@ -15,6 +15,7 @@ from state import (
     encode_key,
     key_groups,
     write_state_files,
+    write_typed_state_files,
 )
 
 from ...columns import BATCH_COLUMN, ORDER_COLUMN, ROW_COLUMN
@@ -144,9 +145,14 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
             frame = op.apply(scope, frame)
         running = None
         out = _ordered(frame, rows[ORDER_COLUMN], bucket)
-        changed = _changed_state(store, task, bucket)
+        changes = store.changes()
+        changed = _changed_state(changes.rows, task, bucket)
+        _check_typed_owned(changes.typed, task, bucket)
         if task.writes_state:
-            changed = _written(changed, task)
+            changed = _written(changed, changes.typed, task)
+        elif changes.typed:  # the driver sends typed state only to tasks that write files
+            raise RuntimeError(f"typed state {[t['operator'][0].as_py() for t in changes.typed]} "
+                               "changed in a task that does not write _state's files")
         cells = _cells(out)
         if task.sink_files and not out.empty:
             cells = pd.concat([cells, _sink_written(out, task)], ignore_index=True)
@@ -186,8 +192,7 @@ def _kept_ordinals(index: pd.Index, ordinals: pd.Series) -> bool:
     return bool(index.isin(ordinals.to_numpy()).all())
 
 
-def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.DataFrame:
-    rows = store.changed_rows()
+def _changed_state(rows: pd.DataFrame, task: TaskSpec, bucket: int | None) -> pd.DataFrame:
     if rows.empty:
         return rows
     groups = key_groups(rows["key"], task.key_groups)
@@ -199,14 +204,29 @@ def _changed_state(store: StateStore, task: TaskSpec, bucket: int | None) -> pd.
     return rows.assign(kind="state", key_group=groups)
 
 
-def _written(changed: pd.DataFrame, task: TaskSpec) -> pd.DataFrame:
-    """``changed`` state rows written as ``_state`` files (uncommitted: see StateFiles), as
-    result rows naming them."""
+def _check_typed_owned(typed: tuple[pa.Table, ...], task: TaskSpec, bucket: int | None) -> None:
+    """Typed state changed by a bucket's rows must be of its key groups (each row carries the
+    group of its key's text, as the rows' own were tagged): else it would be lost."""
+    if bucket is None:
+        return
+    for rows in typed:
+        groups = rows["key_group"].to_numpy().astype("int64")
+        elsewhere = task.bucket(groups) != bucket
+        if elsewhere.any():
+            keys = rows.column(1).filter(pa.array(elsewhere)).slice(0, 3).to_pylist()
+            raise RuntimeError(f"typed state keys {keys} do not belong to bucket {bucket}, whose "
+                               "rows changed them")
+
+
+def _written(changed: pd.DataFrame, typed: tuple[pa.Table, ...], task: TaskSpec) -> pd.DataFrame:
+    """``changed`` state rows, and ``typed`` states' rows, written as ``_state`` files
+    (uncommitted: see StateFiles), as result rows naming them."""
     files = task.state_files
-    if files is None or files.checkpoint_id is None or changed.empty:
+    if files is None or files.checkpoint_id is None or (changed.empty and not typed):
         return changed.iloc[0:0]
     delta_io.adopt_storage_environment(files.storage)
-    actions = write_state_files(files.path, changed, files.checkpoint_id)
+    actions = write_state_files(files.path, changed, files.checkpoint_id) if len(changed) else []
+    actions += write_typed_state_files(files.path, typed, files.checkpoint_id)
     return results_frame([FileWritten(action) for action in actions])
 
 

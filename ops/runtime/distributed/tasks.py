@@ -97,7 +97,7 @@ class StateFiles:
     driver's environment (credentials, as Spark's own settings carry them to executors)."""
 
     path: str
-    as_of: int
+    as_of: int | None  # None: the pipeline's first checkpoint is this batch's (nothing stored)
     storage: dict[str, str] = field(default_factory=dict, repr=False)  # credentials, maybe
     #: the checkpoint the batch's changed state goes into, when the tasks write it as
     #: ``_state`` files themselves (the driver commits them with the checkpoint's record, and

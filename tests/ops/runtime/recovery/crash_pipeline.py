@@ -7,7 +7,8 @@ checkpoints every batch, so a batch's sinks are written while the checkpoint bef
 (the executor holds that back for pipelines with hooks); ``CRASH_TEST_PIPELINE=plain`` runs it.
 The ``distributed`` variant runs its keyed map on Spark executors; the ``vectorized`` ones run
 the sum on whole Series, its state held as columns, on the driver and on executors; the
-``typed`` one is the vectorized sum on the driver with its state stored in typed columns.
+``typed`` ones are the vectorized sum with its state stored in typed columns, on the driver
+and on executors.
 """
 
 import os
@@ -131,9 +132,14 @@ def build_typed():
     return build_vectorized("crashy_typed", state_type=int)
 
 
+def build_typed_distributed():
+    """:func:`build_typed` on executors: its tasks read and write typed ``_state`` files."""
+    return build_vectorized("crashy_typed_distributed", mode="distributed", state_type=int)
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
-            "typed": build_typed}
+            "typed": build_typed, "typed_distributed": build_typed_distributed}
 
 
 # Six publishes -> six batches of two keys each.

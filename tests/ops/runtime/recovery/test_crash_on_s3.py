@@ -55,6 +55,15 @@ def test_typed_state_crash_on_s3_then_recover_matches_the_local_oracle(
                              vectorized_oracle, batches=6)
 
 
+@pytest.mark.slow
+def test_typed_state_on_executors_crash_on_s3_then_recover_matches_the_local_oracle(
+        spark, s3_warehouse, crash_child, distributed_oracle):
+    """Typed state on executors on S3: killed with the second batch's typed files written and
+    not committed."""
+    _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, "typed_distributed",
+                             "before_checkpoint_commit:2", distributed_oracle, batches=2)
+
+
 def _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, variant, crash_at, oracle, batches):
     """Kill a child running the ``variant`` pipeline on S3 at ``crash_at``; recover in a fresh
     run, here in-process; what it leaves must be the local oracle's."""

@@ -211,3 +211,18 @@ def test_vectorized_on_executors_crash_then_recover_matches_oracle(
     added = [action["add"] for action in last_commit(state) if "add" in action]  # not Spark's
     assert {add["partitionValues"]["operator"] for add in added} == {"running_sum", "__checkpoint__"}
     assert {json.loads(add["stats"])["minValues"]["checkpoint_id"] for add in added} == {2}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", EXECUTOR_STEPS)
+def test_typed_state_on_executors_crash_then_recover_matches_oracle(
+        spark, warehouse, crash_child, distributed_oracle, published, crash_at):
+    """Typed state on executors: each task writes its typed rows as a `_state` file of the
+    state's columns (from the first batch: the table is made first), the driver commits them."""
+    _crash_and_recover(spark, warehouse, crash_child, published, "typed_distributed",
+                       crash_at, distributed_oracle, batches=2)
+    state = cp.build_typed_distributed().layout(warehouse).state
+    added = [action["add"] for action in last_commit(state) if "add" in action]
+    assert {add["partitionValues"]["operator"] for add in added} == {"running_sum", "__checkpoint__"}
+    rows = DeltaTable(state).to_pyarrow_table(filters=[("operator", "=", "running_sum")])
+    assert rows["key"].null_count == rows.num_rows and rows["k__running_sum"].null_count == 0
