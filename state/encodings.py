@@ -199,11 +199,6 @@ class TypedEncoding:
     def value_columns(self) -> list[str]:
         return [field.name for field in self.value_fields]
 
-    def fields(self) -> list[pa.Field]:
-        """The ``_state`` columns this state's rows use (its key type must be known)."""
-        assert self.key_type is not None, "known once keys were seen"
-        return [pa.field(self.key_column, self.key_type), *self.value_fields]
-
     @property
     def loads(self) -> bool:
         return self._loader is not None

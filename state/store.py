@@ -310,10 +310,7 @@ class StateStore:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
         found = lookup.stored_values(path, operator, self._as_of, keys, self._key_groups, within)
-        if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
-            raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
-                             "Spark (deletion vectors or column mapping?)")
-        return found
+        return _read_here(found, path, operator)
 
     def _file_typed(self, operator: str, keys: pa.Array | None, key_column: str,
                     value_columns: list[str]) -> pa.Table:
@@ -321,10 +318,7 @@ class StateStore:
         path, within = self._files
         found = lookup.stored_typed_values(path, operator, self._as_of, keys, self._key_groups,
                                            key_column, value_columns, within=within)
-        if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
-            raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
-                             "Spark (deletion vectors or column mapping?)")
-        return found
+        return _read_here(found, path, operator)
 
     def _load_typed(self, operator: str, keys: pa.Array | None, key_column: str,
                     value_columns: list[str]) -> pa.Table:
@@ -354,6 +348,14 @@ class StateStore:
         latest = _latest_values(self._spark, self._layout, operator, self._as_of,
                                 None if keys is None else keys.to_pylist())
         return _stored(latest["key"].tolist(), latest["value"].tolist())
+
+
+def _read_here(found: pa.Table | None, path: str, operator: str) -> pa.Table:
+    """What a task read of ``operator``'s state without Spark (``None``: it could not)."""
+    if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
+        raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "
+                         "Spark (deletion vectors or column mapping?)")
+    return found
 
 
 def _stored(keys: list[str], values: list[str]) -> pa.Table:

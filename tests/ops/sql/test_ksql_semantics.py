@@ -31,7 +31,7 @@ class Run:
     def restart(self):
         """What a new run finds: the state checkpointed so far, encoded, read back (a store
         handed the stored rows, as an executor is)."""
-        for row in self.store.take_changes().itertuples(index=False):
+        for row in self.store.take_changes().rows.itertuples(index=False):
             if row.deleted:
                 self.saved.pop((row.operator, row.key), None)
             else:
