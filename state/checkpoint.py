@@ -54,13 +54,10 @@ _RECORDS = ("operator", CHECKPOINT_OPERATOR)  # the partition of the checkpoint 
 _NEW_STATE_TABLE = tables.new_table(STATE_SCHEMA, ("operator",), STATE_TABLE_PROPERTIES)
 
 
-_STATE_ARROW = pa.schema([("operator", pa.string()), ("key", pa.string()), ("value", pa.string()),
-                          ("deleted", pa.bool_()), ("checkpoint_id", pa.int64()),
-                          ("key_group", pa.int32())])
-
 #: A ``_state`` data file's columns (``operator`` is the partition, in the folder and the log).
 STATE_FILE_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("deleted", pa.bool_()),
                                ("checkpoint_id", pa.int64()), ("key_group", pa.int32())])
+_STATE_ARROW = pa.schema([("operator", pa.string()), *STATE_FILE_SCHEMA])  # STATE_SCHEMA's
 
 
 @dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
@@ -232,10 +229,15 @@ def write_state_files(path: str, rows: pd.DataFrame, checkpoint_id: int) -> list
         files_rows = pa.Table.from_pandas(
             part.assign(checkpoint_id=checkpoint_id)[STATE_FILE_SCHEMA.names],
             schema=STATE_FILE_SCHEMA, preserve_index=False)
-        actions.append(delta_io.write_file(path, files_rows, {"operator": str(operator)},
-                                           statistics=("checkpoint_id", "key_group"),
-                                           dictionary=()))  # a key once per file
+        actions.append(_state_file(path, files_rows, str(operator)))
     return actions
+
+
+def _state_file(path: str, rows: pa.Table, operator: str) -> str:
+    """``rows`` of ``operator`` written as a ``_state`` data file, uncommitted; its add action."""
+    return delta_io.write_file(path, rows, {"operator": operator},
+                               statistics=("checkpoint_id", "key_group"),
+                               dictionary=())  # a key once per file
 
 
 def write_typed_state_files(path: str, typed: tuple[pa.Table, ...], checkpoint_id: int) -> list[str]:
@@ -252,9 +254,7 @@ def write_typed_state_files(path: str, typed: tuple[pa.Table, ...], checkpoint_i
             "key": nulls, "value": nulls, "deleted": rows["deleted"],
             "checkpoint_id": pa.array([checkpoint_id] * rows.num_rows, pa.int64()),
             "key_group": rows["key_group"].cast(pa.int32()), **{name: rows[name] for name in own}})
-        actions.append(delta_io.write_file(path, files_rows, {"operator": rows["operator"][0].as_py()},
-                                           statistics=("checkpoint_id", "key_group"),
-                                           dictionary=()))
+        actions.append(_state_file(path, files_rows, rows["operator"][0].as_py()))
     return actions
 
 

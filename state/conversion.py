@@ -30,7 +30,8 @@ from .errors import EncodingError, MigrationError, StreamError
 from .layout import PipelineLayout
 from .types import KEY_PREFIX, StateType
 
-_NOTHING = "Nothing was written: the checkpoint before the migration is still in force."
+#: How a migration's error ends when it stopped before its commit (a conversion's and the rest's).
+NOTHING_WRITTEN = "Nothing was written: the checkpoint before the migration is still in force."
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Conversion:
         deleted``) and typed rows (the state's columns); one of them tombstones."""
         if (self.before is None) == (self.after is None):
             raise MigrationError(f"state {self.name!r}: {self.describe()}: a state moves between "
-                                 f"text and typed columns, not from one type to another. {_NOTHING}")
+                                 f"text and typed columns, not from one type to another. {NOTHING_WRITTEN}")
         try:
             if self.after is not None:
                 return self._to_typed(layout, latest, self.after)
@@ -57,15 +58,12 @@ class Conversion:
             return self._to_text(layout, latest, self.before)
         except (EncodingError, StreamError) as error:
             raise MigrationError(f"state {self.name!r} cannot be converted ({self.describe()}): "
-                                 f"{error}. {_NOTHING}") from error
+                                 f"{error}. {NOTHING_WRITTEN}") from error
 
     def _to_typed(self, layout: PipelineLayout, latest: Checkpoint,
                   after: StateType) -> tuple[pd.DataFrame, pa.Table]:
-        live = lookup.stored_values(layout.state, self.name, latest.checkpoint_id, None,
-                                    latest.key_groups)
-        if live is None:
-            raise MigrationError(f"{layout.state}: converting state {self.name!r} reads it "
-                                 f"without Spark, which this table does not allow. {_NOTHING}")
+        live = _read(lookup.stored_values(layout.state, self.name, latest.checkpoint_id, None,
+                                          latest.key_groups), layout.state, self.name)
         texts = live["key"].to_pylist()
         keys = [decode_key(text) for text in texts]
         values = decode_values(JsonCodec(), live["value"], keys, operator=self.name)
@@ -95,11 +93,16 @@ class Conversion:
 
 def _stored_typed(path: str, name: str, latest: Checkpoint, keys: pa.Array | None,
                   key_column: str, value_columns: list[str]) -> pa.Table:
-    found = lookup.stored_typed_values(path, name, latest.checkpoint_id, keys, latest.key_groups,
-                                       key_column, value_columns)
+    return _read(lookup.stored_typed_values(path, name, latest.checkpoint_id, keys,
+                                            latest.key_groups, key_column, value_columns),
+                 path, name)
+
+
+def _read(found: pa.Table | None, path: str, name: str) -> pa.Table:
+    """What a conversion read of state ``name`` without Spark (``None``: it could not)."""
     if found is None:
         raise MigrationError(f"{path}: converting state {name!r} reads it without Spark, which "
-                             f"this table does not allow. {_NOTHING}")
+                             f"this table does not allow. {NOTHING_WRITTEN}")
     return found
 
 

@@ -29,13 +29,12 @@ from pyspark.sql import SparkSession
 from . import lookup
 from .checkpoint import Checkpoint, CheckpointLog, StateRows
 from .codecs import codec_named, decode_key, decode_value, encode_key, encode_value
+from .conversion import NOTHING_WRITTEN as _NOTHING
 from .conversion import Conversion
 from .errors import MigrationError, StreamError
 from .faults import fault_point
 from .layout import PipelineLayout
 from .store import stored_values
-
-_NOTHING = "Nothing was written: the checkpoint before the migration is still in force."
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,11 @@ _INT64 = (-(2**63), 2**63 - 1)
 _EXACT_FLOAT_INT = 2**53  # ints of a float64 state: exact below this
 
 
+#: What starts the name of a ``_state`` column that holds a typed state's keys (``k__``) or
+#: values (``v__``); ``key`` and ``value`` hold the untyped states' JSON or pickled text.
+KEY_PREFIX, VALUE_PREFIX = "k__", "v__"
+
+
 @dataclass(frozen=True)
 class StateType:
     """A scalar (``fields == (("", scalar),)``) or a flat record of scalars, in field order."""
@@ -74,6 +79,14 @@ class StateType:
         return [pa.field(f"{column}__{name}" if name else column, SCALARS[scalar])
                 for name, scalar in self.fields]
 
+    def columns(self, name: str, key_type: pa.DataType) -> list[pa.Field]:
+        """The ``_state`` columns of state ``name`` of this type with keys of ``key_type``.
+
+        >>> [f.name for f in declared({"n": int}).columns("total", pa.string())]
+        ['k__total', 'v__total__n']
+        """
+        return [pa.field(KEY_PREFIX + name, key_type), *self.arrow_fields(VALUE_PREFIX + name)]
+
     def first_misfit(self, values: Iterable[Any]) -> int | None:
         """The position of the first of ``values`` this type cannot store exactly, or ``None``.
         Nulls fit (``None``, ``NaT``, a record's missing field). A bool is never an int, an int
@@ -93,11 +106,6 @@ class StateType:
         return (isinstance(value, dict) and set(value) <= {name for name, _ in self.fields}
                 and all(_null(value.get(name)) or _fits_scalar(scalar, value[name])
                         for name, scalar in self.fields))
-
-
-#: What starts the name of a ``_state`` column that holds a typed state's keys (``k__``) or
-#: values (``v__``); ``key`` and ``value`` hold the untyped states' JSON or pickled text.
-KEY_PREFIX, VALUE_PREFIX = "k__", "v__"
 
 
 def key_columns(columns: Iterable[str]) -> list[str]:

@@ -30,18 +30,20 @@ def add_columns(path: str, fields: list[pa.Field]) -> bool:
     if not serves(path):
         return False
     wanted = [(field.name, _delta_type(field)) for field in fields]
-    for _ in range(_ATTEMPTS):
-        if _added(path, wanted):
+    for attempt in range(_ATTEMPTS):
+        if _added(path, wanted, fresh=attempt > 0):
             return True
     raise RuntimeError(f"{path}: could not add columns {[n for n, _ in wanted]} in {_ATTEMPTS} "
                        "attempts: other writers kept changing the table")
 
 
-def _added(path: str, wanted: list[tuple[str, str]]) -> bool:
+def _added(path: str, wanted: list[tuple[str, str]], fresh: bool) -> bool:
     """One attempt: ``True`` once the table has the columns, ``False`` when another writer
-    changed the table first (read it again)."""
+    changed the table first (read it again). The first attempt brings the cached snapshot up to
+    date (a checkpoint calls this each time, and usually finds the columns there); a retry,
+    after losing a race, opens the table afresh."""
     with snapshots.lock_for(path):
-        current = synced(path, fresh=True)
+        current = synced(path, fresh=fresh)
         if current is None:
             raise FileNotFoundError(f"{path}: no Delta table to add columns {[n for n, _ in wanted]} to")
         missing = _missing(path, current.schema().fields, wanted)

@@ -48,6 +48,5 @@ def add_columns(layout: PipelineLayout, stage: Stage, rows: DataFrame) -> None:
         raise ConfigError(f"typed state {sorted(typed)} is keyed by {list(keys)}: typed state "
                           "keeps its keys in one column of ints or strings")
     fields = [field for name, state_type in typed.items()
-              for field in [pa.field(f"k__{name}", _KEY_TYPES[kind]),
-                            *state_type.arrow_fields(f"v__{name}")]]
+              for field in state_type.columns(name, _KEY_TYPES[kind])]
     widen_state_table(layout.state, fields)

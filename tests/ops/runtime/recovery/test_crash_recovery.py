@@ -187,8 +187,12 @@ def test_typed_state_crash_then_recover_matches_oracle(spark, warehouse, crash_c
                                                        vectorized_oracle, published, crash_at):
     _crash_and_recover(spark, warehouse, crash_child, published, "typed", crash_at,
                        vectorized_oracle, batches=6)
-    rows = DeltaTable(cp.build_typed().layout(warehouse).state).to_pyarrow_table(
-        filters=[("operator", "=", "running_sum")])
+    _assert_stored_typed(cp.build_typed().layout(warehouse).state)
+
+
+def _assert_stored_typed(state: str) -> None:
+    """The sum's rows of ``state`` hold their keys in its typed column only, none as text."""
+    rows = DeltaTable(state).to_pyarrow_table(filters=[("operator", "=", "running_sum")])
     assert rows["key"].null_count == rows.num_rows and rows["k__running_sum"].null_count == 0
 
 
@@ -229,5 +233,4 @@ def test_typed_state_on_executors_crash_then_recover_matches_oracle(
     state = cp.build_typed_distributed().layout(warehouse).state
     added = [action["add"] for action in last_commit(state) if "add" in action]
     assert {add["partitionValues"]["operator"] for add in added} == {"running_sum", "__checkpoint__"}
-    rows = DeltaTable(state).to_pyarrow_table(filters=[("operator", "=", "running_sum")])
-    assert rows["key"].null_count == rows.num_rows and rows["k__running_sum"].null_count == 0
+    _assert_stored_typed(state)
