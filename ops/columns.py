@@ -10,7 +10,7 @@ from here rather than spelling them out.
 """
 
 BATCH_COLUMN = "_batch_id"   # the micro-batch that wrote the row
-ROW_COLUMN = "_row"          # the row's position in its batch's output
+ROW_COLUMN = "_row"          # the row's position in its batch's output (in its source's order)
 CHANGE_COLUMN = "_change"    # insert / update / delete, in a state table's changelog
 OLD_COLUMN = "_old"          # the values a change replaced, JSON, in a changelog
 SOURCE_COLUMN = "_source"    # which source of a merged stream a row came from

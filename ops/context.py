@@ -8,26 +8,36 @@ I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from state import PipelineLayout, StateStore
+from state import BatchPlan, PipelineLayout, StateStore
 
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run of one pipeline: the Spark session, the pipeline's tables and the current epoch."""
+    """One run of one pipeline: the Spark session, the pipeline's tables and the current epoch.
+
+    A source reading a batch's plan is handed the run's context for that plan
+    (:meth:`reading`): ``sorted_rows`` when the plan was made by a release that numbered a
+    Delta table's rows by sorting on every column, so that its replay numbers them alike.
+    """
 
     spark: SparkSession
     layout: PipelineLayout
     epoch: int
     run_id: str
+    sorted_rows: bool = False
 
     @property
     def pipeline(self) -> str:
         return self.layout.pipeline
+
+    def reading(self, plan: BatchPlan) -> RunContext:
+        """This context for a source reading ``plan``'s input."""
+        return self if plan.sorted_rows == self.sorted_rows else replace(self, sorted_rows=plan.sorted_rows)
 
     def txn(self, writer: str, batch_id: int) -> tuple[str, int]:
         """Delta idempotent-write id for ``writer`` at ``batch_id`` in the current epoch."""

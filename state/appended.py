@@ -1,15 +1,17 @@
-"""The rows a range of commits inserted into a Delta table, as pandas, in commit order.
+"""The rows a range of commits inserted into a Delta table, as pandas, in the table's order.
 
-Commits that only appended files to a local table are read straight from those Parquet files
-with pyarrow: half a million rows take a few hundredths of a second, where Spark's change data
-feed plus the transfer to pandas took about a second. Commits that insert no row by what they are
-(an update, a delete, a merge that counted no insert, compaction, a metadata change) are read from
-their log entry alone: they add nothing. Anything else (a merge that inserted rows, an overwrite,
-deletion vectors, partition columns, column mapping, types pandas would see differently) is read
-through Spark's change data feed, which Delta serves from a version only if the feed was on at
-that version. On an object store a range of blind appends is read by delta-rs from the files
-they added (:func:`state.delta_io.inserted_rows`), anything else through Spark's feed. All ways
-give the same rows with the same dtypes.
+Commits that only appended files are read straight from those files, in the order the log gives
+them (commit by commit, each commit's files in the order it added them, each file's rows in
+order): that order is the rows' order in their batch (``_row``), the same on the driver (pyarrow:
+half a million rows in a few hundredths of a second, where Spark's change data feed plus the
+transfer to pandas took about a second) and on executors (:func:`file_rows`: Spark reads the
+files with each row's position, no sort). On an object store the log and the files are read
+through delta-rs's store (one request per commit's JSON). Commits that insert no row by what
+they are (an update, a delete, a merge that counted no insert, compaction, a metadata change)
+are read from their log entry alone: they add nothing. Anything else (a merge that inserted
+rows, an overwrite, deletion vectors, partition columns, column mapping) is read through Spark's
+change data feed, which Delta serves from a version only if the feed was on at that version;
+its rows have no order of their own and are sorted by every column.
 
 :func:`readings` tells, from the log alone, which way each commit of a range can be read, so a
 source can refuse a range before planning it rather than fail reading it.
@@ -18,7 +20,6 @@ source can refuse a range before planning it rather than fail reading it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,33 +55,116 @@ _SAME_IN_PANDAS: dict[type[T.DataType], Callable[[pa.DataType], bool]] = {
     T.StringType: lambda kind: pa.types.is_string(kind) or pa.types.is_large_string(kind),
     T.TimestampType: pa.types.is_timestamp,
 }
+# Where a column's metadata holds its name in the files, under column mapping.
+_PHYSICAL_NAME = "delta.columnMapping.physicalName"
+# The Arrow type of a column of each of those Spark types a data file lacks (all nulls).
+_ARROW_OF: dict[type[T.DataType], pa.DataType] = {
+    T.LongType: pa.int64(), T.IntegerType: pa.int32(), T.ShortType: pa.int16(),
+    T.ByteType: pa.int8(), T.DoubleType: pa.float64(), T.FloatType: pa.float32(),
+    T.BooleanType: pa.bool_(), T.DateType: pa.date32(), T.StringType: pa.string(),
+    T.TimestampType: pa.timestamp("us", tz="UTC"),
+}
 
 
 def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
-                  order_by: tuple[str, ...] = (), instants: bool = False) -> pd.DataFrame:
+                  order_by: tuple[str, ...] = (), instants: bool = False,
+                  sort_all: bool = False) -> pd.DataFrame:
     """Rows inserted by commits ``first..last`` (inclusive) of the table at ``path``, with their
-    commit version in column ``_commit_version``, sorted by version then ``order_by`` (default:
-    every column; nulls first, as Spark sorts). Rows that tie on ``order_by`` keep file order.
+    commit version in column ``_commit_version``, in the table's own order where its log gives
+    one (:func:`added_files`: commit by commit, each commit's files in the order it added them,
+    each file's rows in order). Rows only the change data feed gives (a merge's, an
+    overwrite's) have no such order: they are sorted by version then every column (nulls
+    first, as Spark sorts), and so are all rows with ``sort_all`` (how a release before the
+    table's order numbered them). ``order_by`` sorts by version then those columns instead
+    (rows that tie keep their order).
+
     Timestamps are as Spark's ``toPandas`` gives them (naive, in the session's time zone), or
     with ``instants``, a ``timestamp`` column as UTC instants (what executors' tasks get too:
     ``ops.runtime.instants``); a ``timestamp_ntz`` column is naive either way.
     """
-    known = delta_io.schema_json(path)  # from its log where delta-rs serves it: no Spark job to plan
-    schema = T.StructType.fromJson(known) if known else _table(spark, path).schema
+    schema = table_schema(spark, path)
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
-    rows = _from_files(path, first, last, schema, time_zone)
-    if rows is None:
+    files = added_files(path, first, last)
+    if files is None:
         rows = _from_change_feed(spark, path, first, last)
-    elif rows.empty:  # commits that inserted nothing: Spark gives the empty frame its dtypes
+        sort_all = True
+    else:
+        rows = _from_files(path, files, schema, time_zone)
+        if rows is None:  # columns pyarrow would not give as Spark does: Spark reads the files
+            read: pd.DataFrame = file_rows(spark, path, files, schema).toPandas()
+            rows = read.sort_values(ROW_IN_TABLE).drop(columns=[ROW_IN_TABLE])
+    if rows.empty:  # commits that inserted nothing: Spark gives the empty frame its dtypes
         empty: pd.DataFrame = _table(spark, path).limit(0).toPandas()
         empty.insert(0, VERSION, pd.Series([], dtype="int64"))
         rows = empty
-    keys = [VERSION, *(order_by or schema.names)]
-    if not _in_order(rows, keys):
+    keys = [VERSION, *(order_by or (schema.names if sort_all else ()))]
+    if len(keys) > 1 and not _in_order(rows, keys):
         rows = rows.sort_values(keys, kind="stable", na_position="first")
     rows = rows.reset_index(drop=True)
     return _as_instants(rows, schema, time_zone) if instants else rows
+
+
+def table_schema(spark: SparkSession, path: str) -> T.StructType:
+    """The table's columns: from its log where delta-rs serves it (no Spark job), else Spark's."""
+    known = delta_io.schema_json(path)
+    return T.StructType.fromJson(known) if known else _table(spark, path).schema
+
+
+def added_files(path: str, first: int, last: int) -> list[tuple[int, str]] | None:
+    """The data files holding the rows commits ``first..last`` inserted, with each one's commit
+    version, in the table's order (version, then the order each commit added them), as paths
+    in the table's folder; ``None`` when the log alone does not tell (a commit did more than
+    append files, its JSON is gone, the table maps column names or is not on a store this
+    package serves): only the change feed gives those rows.
+    One read of each commit's JSON (on an object store, one request each)."""
+    known = delta_io.schema_json(path)
+    if known is None or _renames_columns(known):
+        return None
+    files: list[tuple[int, str]] = []
+    for version in range(first, last + 1):
+        actions = delta_io.commit_actions(path, version)
+        names = None if actions is None else _inserted_files(actions)
+        if names is None:
+            return None
+        files += [(version, name) for name in names]
+    return files
+
+
+#: :func:`file_rows`: a row's place in the table's order (its file's, then its own in the file).
+ROW_IN_TABLE = "_row_in_table"
+#: Bits of :data:`ROW_IN_TABLE` for a row's position in its file (files hold fewer rows).
+_ROW_BITS = 32
+
+
+def file_rows(spark: SparkSession, path: str, files: list[tuple[int, str]],
+              schema: T.StructType) -> DataFrame:
+    """The rows of ``files`` (as :func:`added_files` gives them), read by Spark with the
+    table's ``schema`` (a column a file lacks is null), their version in ``_commit_version``
+    and their place in the table's order in :data:`ROW_IN_TABLE` (a number that grows with
+    it, not consecutive): no sort, no shuffle, so executors read them where they are."""
+    if not files:
+        fields = [T.StructField(VERSION, T.LongType()), *schema.fields,
+                  T.StructField(ROW_IN_TABLE, T.LongType())]
+        return spark.createDataFrame([], T.StructType(fields))
+    root = path.rstrip("/")
+    # a small table joined by broadcast: the rows are read where they are, in their files' order
+    # (names no table's column has: the table's own come out as they are)
+    # (built in the JVM from literals: no Python worker, no job to make it)
+    places = spark.range(1).select(F.inline(F.array(*[
+        F.struct(F.lit(_file_name(name)).alias("__file_name"), F.lit(version).cast("long").alias("__version"),
+                 F.lit(number << _ROW_BITS).cast("long").alias("__first_row"))
+        for number, (version, name) in enumerate(files)])))
+    rows = spark.read.schema(schema).parquet(*[f"{root}/{name}" for _, name in files]).select(
+        "*", F.col("_metadata.file_name").alias("__file_name"), F.col("_metadata.row_index").alias("__index"))
+    return rows.join(F.broadcast(places), "__file_name").select(
+        F.col("__version").alias(VERSION), *[F.col(f"`{c}`") for c in schema.names],
+        (F.col("__first_row") + F.col("__index")).alias(ROW_IN_TABLE))
+
+
+def _file_name(name: str) -> str:
+    """A data file's name without its folders (what Spark's ``_metadata.file_name`` gives)."""
+    return name.rsplit("/", 1)[-1]
 
 
 def _as_instants(rows: pd.DataFrame, schema: T.StructType, time_zone: str) -> pd.DataFrame:
@@ -168,41 +252,42 @@ def missing_change_data(error: BaseException) -> str | None:
     return text[:end + 2] if end >= 0 else text[:300]
 
 
-def _from_files(path: str, first: int, last: int, schema: T.StructType,
+def _from_files(path: str, files: list[tuple[int, str]], schema: T.StructType,
                 time_zone: str) -> pd.DataFrame | None:
-    """The rows read from the files the commits added (none for commits that insert nothing);
-    ``None`` when a commit is neither a plain append nor one of those, or a file's columns are
-    not exactly the table's."""
+    """The rows of ``files`` (:func:`added_files`), read with pyarrow in that order (a column a
+    file lacks is null); ``None`` when a column would not come out as Spark gives it (its type,
+    a time zone only Spark knows)."""
     if not _plain_columns(schema):
         return None
-    if delta_io.on_object_store(path):
-        found = delta_io.inserted_rows(path, first, last)  # the feed, read by delta-rs
-        if found is None or found.column_names[1:] != schema.names or not all(
-                _SAME_IN_PANDAS[type(field.dataType)](found.schema.field(field.name).type)
-                for field in schema.fields):
-            return None
-        return _as_spark_gives(found, schema, time_zone) if len(found) else pd.DataFrame()
-    local = local_path(path)
-    if local is None:
-        return None
+    store = delta_io.table_files(path)
     parts = []
-    for version in range(first, last + 1):
-        files = _added_files(local, version)
-        if files is None:
+    for version, name in files:
+        try:
+            table = pq.read_table(name, filesystem=store)
+        except pa.ArrowInvalid:  # not Parquet pyarrow reads: Spark will say what it is
             return None
-        for name in files:
-            try:
-                table = pq.read_table(name)
-            except (OSError, pa.ArrowInvalid):  # gone (vacuumed) or unreadable: Spark will say
-                return None
-            if table.schema.names != schema.names or not all(
-                    _SAME_IN_PANDAS[type(field.dataType)](table.schema.field(field.name).type)
-                    for field in schema.fields):
-                return None
-            parts.append(table.add_column(0, VERSION, pa.array(np.full(len(table), version, np.int64))))
+        conformed = _conformed(table, schema)
+        if conformed is None:
+            return None
+        parts.append(conformed.add_column(0, VERSION, pa.array(np.full(len(table), version, np.int64))))
     if not parts:
         return pd.DataFrame()  # nothing inserted: the caller has Spark give it dtypes
-    return _as_spark_gives(pa.concat_tables(parts), schema, time_zone)
+    return _as_spark_gives(pa.concat_tables(parts, promote_options="permissive"), schema, time_zone)
+
+
+def _conformed(table: pa.Table, schema: T.StructType) -> pa.Table | None:
+    """``table`` (a data file's rows) with the table's columns in its order, a column the file
+    lacks (added to the table after it) null, one the table dropped since left out; ``None``
+    when a column is of a type pandas would not get as from Spark."""
+    columns = []
+    for field in schema.fields:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(len(table), _ARROW_OF[type(field.dataType)]))
+        elif _SAME_IN_PANDAS[type(field.dataType)](table.schema.field(field.name).type):
+            columns.append(_one_form(table[field.name]))
+        else:
+            return None
+    return pa.table(columns, names=schema.names)
 
 
 def _as_spark_gives(rows_read: pa.Table, schema: T.StructType, time_zone: str) -> pd.DataFrame | None:
@@ -221,20 +306,23 @@ def _as_spark_gives(rows_read: pa.Table, schema: T.StructType, time_zone: str) -
     return rows
 
 
+def _one_form(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A file's column in the form every file's takes, so files read together make one table:
+    times as UTC instants in microseconds (Spark writes instants, some files as INT96 that
+    pyarrow gives as naive nanoseconds, of which Spark uses only the microseconds)."""
+    if pa.types.is_timestamp(column.type):
+        return column.cast(_ARROW_OF[T.TimestampType], safe=False)
+    return column
+
+
 def _plain_columns(schema: T.StructType) -> bool:
     """Whether every column's Parquet form reads into pandas as Spark's ``toPandas`` gives it."""
     return all(type(f.dataType) in _SAME_IN_PANDAS for f in schema.fields)
 
 
-def _added_files(local: str, version: int) -> list[str] | None:
-    """Absolute paths of the data files holding the rows commit ``version`` inserted, when its
-    log entry alone tells (see :func:`_inserted_files`); else ``None``."""
-    actions = delta_io.commit_actions(local, version)
-    return None if actions is None else _inserted_files(local, actions)
-
-
-def _inserted_files(local: str, actions: list[dict[str, Any]]) -> list[str] | None:
-    """Absolute paths of the data files holding the rows one commit (its ``actions``) inserted:
+def _inserted_files(actions: list[dict[str, Any]]) -> list[str] | None:
+    """The data files holding the rows one commit (its ``actions``) inserted, in the order it
+    added them, as paths in the table's folder:
     none for a commit that inserts nothing by what it is, the files it added when all it changed
     was to add files to an unpartitioned table without deletion vectors; else ``None``. Schema
     changes pass: every file is checked against the table's columns when read."""
@@ -251,7 +339,7 @@ def _inserted_files(local: str, actions: list[dict[str, Any]]) -> list[str] | No
         absolute = urlparse(add["path"]).scheme  # a URI, not a path in the table folder
         if add.get("partitionValues") or add.get("deletionVector") or absolute:
             return None  # partition values and deleted rows live in the log, not the file
-        files.append(os.path.join(local, unquote(add["path"])))
+        files.append(unquote(add["path"]))
     return files
 
 
@@ -298,21 +386,22 @@ def readings(path: str, first: int, last: int) -> list[CommitReading] | None:
         return None
     commits = []
     for version in range(first, last + 1):
-        actions = delta_io.commit_actions(local, version)
+        actions = delta_io.commit_actions(path, version)
         # a commit's own metaData applies to it: Delta reads the feed from a version whose
         # snapshot has it on, so turning it on makes that very commit readable
         metadata = _last_metadata(actions or []) or metadata
         commits.append((version, actions, _feed_on(metadata) or actions is None))
-    plain = _plain_columns(_schema(metadata))  # the reader checks the table's columns: the newest
-    return [_reading(local, version, actions, feed, plain) for version, actions, feed in commits]
+    text = metadata.get("schemaString")  # the newest metadata: what the reader checks
+    renames = text is not None and _renames_columns(json.loads(text))
+    return [_reading(version, actions, feed, renames) for version, actions, feed in commits]
 
 
-def _reading(local: str, version: int, actions: list[dict[str, Any]] | None, feed: bool,
-             plain: bool) -> CommitReading:
+def _reading(version: int, actions: list[dict[str, Any]] | None, feed: bool,
+             renames_columns: bool) -> CommitReading:
     """How commit ``version`` (its ``actions``; ``None``: its JSON is gone) can be read, the feed
-    being on for it or not, the table's columns being ``plain`` (read from files as Spark would)
-    or not."""
-    files = None if actions is None or not plain else _inserted_files(local, actions)
+    being on for it or not, the table giving columns other names in its files
+    (:func:`_renames_columns`) or not."""
+    files = None if actions is None or renames_columns else _inserted_files(actions)
     appended = actions is not None and not any(
         "cdc" in a or ("remove" in a and a["remove"].get("dataChange", True)) for a in actions)
     operation = str(_commit_info(actions or []).get("operation") or "")
@@ -366,9 +455,16 @@ def _feed_on(metadata: dict[str, Any]) -> bool:
     return delta_io.feed_enabled(dict(metadata.get("configuration") or {}))
 
 
-def _schema(metadata: dict[str, Any]) -> T.StructType:
-    text = metadata.get("schemaString")
-    return T.StructType.fromJson(json.loads(text)) if text else T.StructType([])
+def _renames_columns(schema: dict[str, Any]) -> bool:
+    """Whether a table's ``schema`` (Delta's JSON form) gives a column a name in its files
+    other than its own (column mapping; a table that turned it on keeps its columns' names, a
+    column added after that gets a name of its own): only Delta's readers know how to read it.
+
+    >>> _renames_columns({"fields": [{"name": "k", "metadata": {"delta.columnMapping.physicalName": "k"}}]})
+    False
+    """
+    return any(field.get("metadata", {}).get(_PHYSICAL_NAME, field["name"]) != field["name"]
+               for field in schema.get("fields", []))
 
 
 def _last_metadata(actions: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -41,6 +41,10 @@ class BatchPlan:
     batch_id: int
     ranges: dict[str, tuple[Any, Any]]
     planned_at: float = 0.0
+    #: Planned by a release that numbered a Delta table's rows by sorting on every column, not
+    #: in the table's own order: a replay numbers them as the first attempt did (state and the
+    #: sinks it wrote agree).
+    sorted_rows: bool = False
 
     @property
     def time_ms(self) -> int:
@@ -82,7 +86,7 @@ class BatchPlans:
         exist already; return the plans that stand, by batch id (first plan wins)."""
         first = plans[0].batch_id
         rows = pd.DataFrame([{"batch_id": plan.batch_id, "epoch": epoch,
-                              "ranges": json.dumps(plan.ranges),
+                              "ranges": _encode(plan),
                               "planned_at": plan.planned_at}
                              for plan in plans])
         stamp = json.dumps({"batch_id": first, "run_id": run_id})
@@ -100,6 +104,25 @@ class BatchPlans:
         return stored
 
 
+#: In a plan's ``ranges`` (besides sources' ranges and pinned tables' versions): how its rows
+#: are numbered. Plans without it were made before rows kept a Delta table's own order.
+_ROW_ORDER = "order:rows"
+
+
+def _encode(plan: BatchPlan) -> str:
+    """A plan's ``ranges`` column: its ranges, and (since rows keep a table's order) that order."""
+    return json.dumps({**plan.ranges, **({} if plan.sorted_rows else {_ROW_ORDER: "source"})})
+
+
 def _decode(batch_id: int, text: str, planned_at: float) -> BatchPlan:
-    ranges = {source: tuple(bounds) for source, bounds in json.loads(text).items()}
-    return BatchPlan(batch_id=batch_id, ranges=ranges, planned_at=planned_at)
+    """The plan a ``ranges`` column holds (:func:`_encode`).
+
+    >>> _decode(3, '{"events": [0, 5], "order:rows": "source"}', 0.0).sorted_rows
+    False
+    >>> _decode(3, '{"events": [0, 5]}', 0.0)  # recorded by an earlier release
+    BatchPlan(batch_id=3, ranges={'events': (0, 5)}, planned_at=0.0, sorted_rows=True)
+    """
+    found = json.loads(text)
+    order = found.pop(_ROW_ORDER, None)
+    ranges = {source: tuple(bounds) for source, bounds in found.items()}
+    return BatchPlan(batch_id=batch_id, ranges=ranges, planned_at=planned_at, sorted_rows=order is None)

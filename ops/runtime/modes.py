@@ -81,7 +81,7 @@ def _settled(run: Run) -> str:
     plan = planned[0]
     run.planner.put_back(*planned)  # the loop takes it again
     source = run.pipeline.source
-    rows = source.read_frame(run.ctx, *plan.ranges[source.name]).good.count()
+    rows = source.read_frame(run.ctx.reading(plan), *plan.ranges[source.name]).good.count()
     chosen = "distributed" if rows >= AUTO_DISTRIBUTED_ROWS else "driver"
     log.info("%s: mode auto: first batch has %d rows -> %s (distributed from %d)",
              run.pipeline.name, rows, chosen, AUTO_DISTRIBUTED_ROWS)

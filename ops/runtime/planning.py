@@ -148,7 +148,7 @@ class Planner:
         source = self.pipeline.source
         if source.name not in plan.ranges:
             return Slice(source.schema.frame([], []), Slice.no_rejects())
-        return source.read(self.ctx, *plan.ranges[source.name])
+        return source.read(self.ctx.reading(plan), *plan.ranges[source.name])
 
     def close(self) -> None:
         """The run is over: a read ahead still under way is not waited for."""

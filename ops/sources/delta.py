@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from state import PipelineLayout, appended, delta_io, tables
@@ -177,8 +178,9 @@ class DeltaTableSource(Source):
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         try:
             # timestamps as instants: what the same function gets on executors
-            rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end),
-                                          self.order_by, instants=True).drop(columns=[appended.VERSION])
+            rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end), self.order_by,
+                                          instants=True, sort_all=ctx.sorted_rows)
+            rows = rows.drop(columns=[appended.VERSION])
         except Exception as exc:
             reason = appended.missing_change_data(exc)
             if reason is None:
@@ -189,9 +191,15 @@ class DeltaTableSource(Source):
         return Slice(good=rows[~missing], rejected=_null_keys(rows[missing], keys, start, end))
 
     def read_frame(self, ctx: RunContext, start: Any, end: Any) -> FrameSlice:
-        """Read by executors from the change data feed, in the order :meth:`read` gives; only
-        rows with a null key (dead letters) come to the driver. Versions the feed does not hold
-        (appends made while it was off) are read on the driver, as :meth:`read` does."""
+        """Read by executors, in the order :meth:`read` gives: appends from the files they
+        added, anything else from the change data feed; only rows with a null key (dead
+        letters) come to the driver. Versions the feed does not hold (appends made while it was
+        off, that the log does not tell the files of) are read on the driver, as :meth:`read`
+        does."""
+        files = None if ctx.sorted_rows or self.order_by else \
+            appended.added_files(self.path, int(start) + 1, int(end))
+        if files is not None:
+            return self._from_files(ctx, files, start, end)
         commits = appended.readings(self.path, int(start) + 1, int(end))
         if commits is not None and not all(commit.from_feed for commit in commits):
             return super().read_frame(ctx, start, end)
@@ -208,13 +216,23 @@ class DeltaTableSource(Source):
         rows = changes.orderBy(*order).select(*columns)
         rows = rows.withColumn(ORDER_COLUMN, F.lit(FIRST_ORDINAL) + F.monotonically_increasing_id())
         keys = list(self.schema.key_fields)
-        null_key = F.lit(False)
-        for key in keys:
-            null_key = null_key | F.col(key).isNull()
+        null_key = _null_key(keys)
         # from the unsorted feed: a filtered scan, not a second sort of the batch
         bad: pd.DataFrame = changes.where(null_key).select("_commit_version", *columns).toPandas()
         bad = bad.sort_values(["_commit_version", *(self.order_by or columns)], kind="stable",
                               na_position="first").drop(columns=["_commit_version"])
+        return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
+
+    def _from_files(self, ctx: RunContext, files: list[tuple[int, str]], start: Any, end: Any) -> FrameSlice:
+        """The rows of ``files`` (an append's), numbered in the table's order without a sort."""
+        read = appended.file_rows(ctx.spark, self.path, files, appended.table_schema(ctx.spark, self.path))
+        columns = [c for c in read.columns if c not in (appended.VERSION, appended.ROW_IN_TABLE)]
+        rows = read.select(*[F.col(f"`{c}`") for c in columns],
+                           (F.lit(FIRST_ORDINAL) + F.col(appended.ROW_IN_TABLE)).alias(ORDER_COLUMN))
+        null_key = _null_key(self.schema.key_fields)
+        bad: pd.DataFrame = read.where(null_key).select(appended.ROW_IN_TABLE, *columns).toPandas()
+        bad = bad.sort_values(appended.ROW_IN_TABLE).drop(columns=[appended.ROW_IN_TABLE])
+        keys = list(self.schema.key_fields)
         return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
 
     def _plan_unreadable(self, ctx: RunContext, start: Any, end: Any, reason: str) -> str:
@@ -227,6 +245,14 @@ class DeltaTableSource(Source):
                 f"discard_plans: the next run plans again from the last checkpoint, in parts "
                 f"that can each be read, and stops with the reason at a version none can. "
                 f"{self._remedy()}")
+
+
+def _null_key(keys: Iterable[str]) -> Column:
+    """Whether a row has a null in any of its ``keys`` (false for an unkeyed stream)."""
+    null_key = F.lit(False)
+    for key in keys:
+        null_key = null_key | F.col(key).isNull()
+    return null_key
 
 
 def _column_types(path: str, version: int) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -205,7 +206,7 @@ class KafkaSource(Source):
             # dropped once it is done (read_frame cannot: its good rows are read later)
             checked = self._checked_with_spark(ctx.spark, ranges).persist()
             try:
-                framed = self._split(checked)
+                framed = self._split(checked, ranges)
                 good: pd.DataFrame = framed.good.toPandas()
             finally:
                 checked.unpersist()
@@ -227,7 +228,7 @@ class KafkaSource(Source):
             return FrameSlice(FrameSlice.empty(ctx.spark, self.schema).good, gaps)
         # not cached: the good rows are read by the stages after this returns, and nothing
         # would drop a cache then; the rejected rows cost a second scan, as for Delta sources
-        framed = self._split(self._checked_with_spark(ctx.spark, ranges))
+        framed = self._split(self._checked_with_spark(ctx.spark, ranges), ranges)
         return FrameSlice(framed.good, pd.concat([gaps, framed.rejected], ignore_index=True))
 
     def _ranges(self, start: Positions, end: Positions) -> tuple[dict[str, tuple[int, int]], pd.DataFrame]:
@@ -326,12 +327,22 @@ class KafkaSource(Source):
         return raw.mapInPandas(decode, checked_schema)
 
     @staticmethod
-    def _split(checked: DataFrame) -> FrameSlice:
+    def _split(checked: DataFrame, ranges: Mapping[str, tuple[int, int]]) -> FrameSlice:
         """Decoded records as the good rows, numbered in topic, partition, offset order, and
-        the rejected ones collected with their positions."""
-        good = (checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
-                .orderBy("_topic", "_partition", "_offset"))
-        good = good.withColumn(ORDER_COLUMN, F.lit(FIRST_ORDINAL) + F.monotonically_increasing_id())
+        the rejected ones collected with their positions. A record's number is its offset's
+        place in the plan's ``ranges`` (partitions in order, each taking as many numbers as
+        its range holds offsets): no sort of the batch, and the same number on every reading."""
+        parts = sorted((parse_part(part), first, stop) for part, (first, stop) in ranges.items())
+        bases = np.cumsum([0] + [stop - first for _, first, stop in parts])
+        # (a small table of literals, joined by broadcast: each row stays where it was read)
+        starts = checked.sparkSession.range(1).select(F.inline(F.array(*[
+            F.struct(F.lit(topic).alias("_topic"), F.lit(partition).cast("long").alias("_partition"),
+                     F.lit(int(FIRST_ORDINAL + base - first)).cast("long").alias("__start"))
+            for ((topic, partition), first, _), base in zip(parts, bases)])))
+        good = checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
+        numbered = (F.col("__start") + F.col("_offset")).alias(ORDER_COLUMN)
+        good = good.join(F.broadcast(starts), ["_topic", "_partition"]).select(
+            *[F.col(f"`{c}`") for c in good.columns], numbered)
         bad: pd.DataFrame = checked.where(F.col("__reason").isNotNull()).select(
             "_topic", "_partition", "_offset", "__reason", "__raw").toPandas()
         bad = bad.sort_values(["_topic", "_partition", "_offset"])

@@ -27,14 +27,15 @@ from .log import (
     FEED_PROPERTY,
     commit_actions,
     commit_times,
+    configuration,
     feed_enabled,
     feed_on,
-    inserted_rows,
     latest_version,
     metadata_at,
     reads_inserts,
     recent_metadata,
     schema_json,
+    table_files,
 )
 from .merge import Upsert, merge_refusal, upsert
 from .stores import IO_SETTING, OBJECT_STORE_SCHEMES, local_path, on_object_store, serves, storage_environment
@@ -44,9 +45,9 @@ __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
     "Snapshots", "adopt_storage_environment", "snapshots", "table",
     "data_files", "file_statistics", "newest_rows", "read_data_files", "rows_at_least", "snapshot",
-    "FEED_PROPERTY", "commit_actions", "commit_times", "feed_enabled", "feed_on", "inserted_rows",
+    "FEED_PROPERTY", "commit_actions", "commit_times", "configuration", "feed_enabled", "feed_on",
     "latest_version",
-    "metadata_at", "reads_inserts", "recent_metadata", "schema_json",
+    "metadata_at", "reads_inserts", "recent_metadata", "schema_json", "table_files",
     "Upsert", "merge_refusal", "upsert",
     "IO_SETTING", "OBJECT_STORE_SCHEMES", "local_path", "on_object_store", "serves", "storage_environment",
     "commit_files", "file_schema", "takes_files", "write_file",

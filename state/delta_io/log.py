@@ -1,6 +1,6 @@
 """What a table's log says without Spark: its version, recent commits' metadata, schema and
-properties (now or as of a version), a local commit's actions, whether commits were blind
-appends, and the rows a range of blind appends inserted (the change feed as delta-rs reads it).
+properties (now or as of a version), a commit's actions (and the store its files are read
+from), and whether commits were blind appends.
 
 The reads that answer ``None`` for a missing table answer ``None`` too for a table this package
 does not serve (:func:`state.delta_io.serves`): their callers then ask Spark, or go without."""
@@ -13,15 +13,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.fs
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
 
 from ..errors import StorageError
 from .cache import served_table, snapshots, table
-from .files import plain
-from .stores import calling, describe, local_path, location, serves
+from .stores import calling, local_path, location, serves
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,34 @@ def commit_times(path: str, first: int, last: int) -> dict[int, int]:
 
 
 def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
-    """The actions of commit ``version`` of the local table at ``path``, from its JSON file;
-    ``None`` when that file is gone (cleaned up by log retention) or the table is not local.
-    The one read of the log by hand: delta-rs gives a commit's operation (its history) but not
-    its actions, which tell the files an append added (read by :mod:`state.appended`)."""
-    local = local_path(path)
-    if local is None:
+    """The actions of commit ``version`` of the table at ``path``, from its JSON file; ``None``
+    when that file is gone (cleaned up by log retention) or the table is on a store this
+    package does not serve. The one read of the log by hand: delta-rs gives a commit's
+    operation (its history) but not its actions, which tell the files an append added and in
+    which order (read by :mod:`state.appended`). On an object store: one request."""
+    if not serves(path):
         return None
+    text = calling(path, f"reading commit {version} of",
+                   lambda: _text(table_files(path), f"_delta_log/{version:020d}.json"))
+    return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _text(files: pyarrow.fs.FileSystem, name: str) -> str | None:
     try:
-        with open(os.path.join(local, "_delta_log", f"{version:020d}.json")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        with files.open_input_stream(name) as handle:
+            return bytes(handle.read()).decode()
     except FileNotFoundError:
         return None
+
+
+def table_files(path: str) -> pyarrow.fs.FileSystem:
+    """The files of the table at ``path`` (an object store's URI or a local path), by their
+    paths in the table's folder as its log gives them: what reads a commit's JSON or the data
+    files an append added, reaching the store as delta-rs does (the same settings)."""
+    local = local_path(path)
+    if local is not None:
+        return pyarrow.fs.SubTreeFileSystem(os.path.abspath(local), pyarrow.fs.LocalFileSystem())
+    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(location(path)))
 
 
 def feed_enabled(configuration: Mapping[str, Any]) -> bool:
@@ -116,13 +132,21 @@ def feed_enabled(configuration: Mapping[str, Any]) -> bool:
 def feed_on(path: str) -> bool | None:
     """Whether the table's change data feed is on as of its latest commit; ``None`` when there
     is no table, or it is not on a path this package serves."""
+    settings = configuration(path)
+    return None if settings is None else feed_enabled(settings)
+
+
+def configuration(path: str) -> dict[str, str] | None:
+    """The table's properties as of its latest commit; ``None`` when there is no table, or it
+    is not on a path this package serves."""
     found = served_table(path)
-    return None if found is None else feed_enabled(found.metadata().configuration or {})
+    return None if found is None else dict(found.metadata().configuration or {})
 
 
 def reads_inserts(path: str, first: int, last: int) -> bool:
-    """Whether :func:`inserted_rows` gives commits ``first..last``: the feed is on now and they
-    are all blind appends (:func:`_blind_appends`)."""
+    """Whether commits ``first..last`` are all blind appends (:func:`_blind_appends`) and the
+    feed is on now: their rows can be read without asking Spark whether its feed holds them
+    (from their files, or through the feed)."""
     found = table(path)
     return found is not None and _reads_inserts(path, found, first, last)
 
@@ -155,28 +179,3 @@ def _is_blind_append(info: Mapping[str, Any]) -> bool:
     return info.get("isBlindAppend") is True or (
         info.get("operation") in ("WRITE", "STREAMING UPDATE")
         and "Append" in (parameters.get("mode"), parameters.get("outputMode")))
-
-
-def inserted_rows(path: str, first: int, last: int) -> pa.Table | None:
-    """The rows commits ``first..last`` inserted, read from the files they added, with their
-    commit version first (``_commit_version``, int64), in commit order; ``None`` when there is
-    no table, a commit of the range did more than append (:func:`_blind_appends`) or the feed
-    is off now. Then only Spark's change feed can give them: it knows at which versions the feed was
-    on, where delta-rs takes the files a commit added and removed for its changes, which for a
-    MERGE made while the feed was off are not the rows it inserted."""
-    found = table(path)
-    if found is None or not _reads_inserts(path, found, first, last):
-        return None
-    doing = f"reading the changes of versions {first}-{last} of"
-    try:
-        changes = found.load_cdf(starting_version=first, ending_version=last)
-    except DeltaError as refused:
-        if "not enabled" in str(refused):  # a commit of the range turned the feed off
-            return None
-        raise StorageError(describe(path, doing, refused)) from refused
-    except OSError as failed:
-        raise StorageError(describe(path, doing, failed)) from failed
-    feed = plain(pa.table(changes))
-    inserts = feed.filter(pa.compute.equal(feed["_change_type"], "insert"))
-    rows = inserts.select([name for name in inserts.column_names if name not in _FEED_COLUMNS])
-    return rows.add_column(0, "_commit_version", inserts["_commit_version"].cast(pa.int64()))

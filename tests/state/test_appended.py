@@ -1,5 +1,6 @@
-"""Rows inserted by a range of commits: plain appends are read from their Parquet files, anything
-else through the change data feed, and both ways must give the same rows, dtypes and order."""
+"""Rows inserted by a range of commits: plain appends are read from their Parquet files (by
+pyarrow on the driver, by Spark on executors: the same rows in the same order, the table's own),
+anything else through the change data feed; every way gives the same rows and dtypes."""
 
 import datetime
 import decimal
@@ -46,17 +47,39 @@ def via_change_feed(spark, path, first, last, order_by=()):
     return rows.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
 
 
+def in_table_order(spark, path, first, last):
+    """The rows as Spark reads the commits' files on executors, in the order it numbers them."""
+    files = appended.added_files(path, first, last)
+    rows = appended.file_rows(spark, path, files, appended.table_schema(spark, path)).toPandas()
+    rows = rows.sort_values(appended.ROW_IN_TABLE).drop(columns=[appended.ROW_IN_TABLE])
+    return rows.reset_index(drop=True)
+
+
 @pytest.mark.parametrize("order_by", [(), ("seq",)])
 def test_plain_appends_read_from_files_match_the_change_feed(spark, appends, order_by):
-    assert appended._from_files(appends, 0, 3, SCHEMA, "UTC") is not None   # the direct path
+    files = appended.added_files(appends, 0, 3)
+    assert [version for version, _ in files] == [1, 1, 2, 2, 3, 3]  # two files a commit
+    assert appended._from_files(appends, files, SCHEMA, "UTC") is not None   # the direct path
     direct = appended.inserted_rows(spark, appends, 0, 3, order_by)
     expected = via_change_feed(spark, appends, 0, 3, order_by)
     assert len(direct) == 120
-    pd.testing.assert_frame_equal(direct, expected)
-    assert direct[appended.VERSION].is_monotonic_increasing
+    keys = [appended.VERSION, *(order_by or SCHEMA.names)]
+    pd.testing.assert_frame_equal(  # the same rows and dtypes
+        direct.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True), expected)
     if order_by:
+        pd.testing.assert_frame_equal(direct, expected)
         for _, version in direct.groupby(appended.VERSION):
             assert version["seq"].is_monotonic_increasing
+    else:  # the table's order: each commit wrote its rows in descending seq
+        pd.testing.assert_frame_equal(direct, in_table_order(spark, appends, 0, 3))
+        for _, version in direct.groupby(appended.VERSION):
+            assert version["seq"].is_monotonic_decreasing
+    assert direct[appended.VERSION].is_monotonic_increasing
+
+
+def test_a_plan_made_before_rows_kept_the_tables_order_sorts_them_as_it_did(spark, appends):
+    sorted_rows = appended.inserted_rows(spark, appends, 1, 3, sort_all=True)
+    pd.testing.assert_frame_equal(sorted_rows, via_change_feed(spark, appends, 1, 3))
 
 
 def test_timestamps_follow_the_session_time_zone(spark, appends):
@@ -80,8 +103,8 @@ def test_updates_and_deletes_insert_nothing_and_merges_that_update_come_from_the
     (table.alias("t").merge(source.alias("u"), "t.seq = u.seq").whenMatchedUpdate(set={"k": "u.k"})
      .whenNotMatchedInsert(values={"seq": "u.seq", "k": "u.k"}).execute())  # version 6
     for version in (4, 5):  # from the log alone: whatever they rewrite, they insert nothing
-        assert appended._from_files(appends, version, version, SCHEMA, "UTC").empty
-    assert appended._from_files(appends, 6, 6, SCHEMA, "UTC") is None    # which rows are new?
+        assert appended.added_files(appends, version, version) == []
+    assert appended.added_files(appends, 6, 6) is None                  # which rows are new?
     rows = appended.inserted_rows(spark, appends, 4, 6, ("seq",))
     assert rows[[appended.VERSION, "seq", "k"]].values.tolist() == [[6, 1000, 999]]
     nothing = appended.inserted_rows(spark, appends, 4, 5)
@@ -120,34 +143,37 @@ def test_readings_say_which_read_can_give_each_commit(spark, tmp_path):
     assert appended.readings(path, 4, 5) is None                         # version 3's is gone
 
 
-def test_schema_changes_partitions_and_other_types_take_the_change_feed(spark, tmp_path, appends):
+def test_a_column_added_reads_null_from_older_files_partitions_take_the_feed_and_spark_reads_other_types(
+        spark, tmp_path, appends):
     wider = spark.createDataFrame([(1, 2)], "seq long, extra long")
     wider.write.format("delta").mode("append").option("mergeSchema", "true").save(appends)
     table = spark.read.format("delta").load(appends)
     table.where("seq = 101").write.format("delta").mode("append").save(appends)   # every column
-    assert appended._from_files(appends, 1, 4, table.schema, "UTC") is None   # columns missing
-    assert appended._from_files(appends, 5, 5, table.schema, "UTC") is not None
-    rows = appended.inserted_rows(spark, appends, 3, 5, ("seq",))
+    files = appended.added_files(appends, 3, 5)
+    assert appended._from_files(appends, files, table.schema, "UTC") is not None  # extra: null
+    rows = appended.inserted_rows(spark, appends, 3, 5)
     assert len(rows) == 42 and rows["extra"].isna().sum() == 41
+    pd.testing.assert_frame_equal(rows, in_table_order(spark, appends, 3, 5))
 
     parted = str(tmp_path / "parted")
     spark.createDataFrame([(1, "a")], "k long, p string").write.format("delta").partitionBy("p") \
         .options(**CDF).save(parted)
-    assert appended._from_files(parted, 0, 0, spark.read.format("delta").load(parted).schema,
-                                "UTC") is None
+    assert appended.added_files(parted, 0, 0) is None                  # the file lacks p
     assert appended.inserted_rows(spark, parted, 0, 0)[["k", "p"]].values.tolist() == [[1, "a"]]
 
     money = str(tmp_path / "money")
-    spark.createDataFrame([(decimal.Decimal("1.50"),)], "amount decimal(10,2)").write \
-        .format("delta").options(**CDF).save(money)
+    spark.createDataFrame([(decimal.Decimal("1.50"),), (decimal.Decimal("0.50"),)],
+                          "amount decimal(10,2)").coalesce(1).write.format("delta").save(money)
     schema = spark.read.format("delta").load(money).schema
-    assert appended._from_files(money, 0, 0, schema, "UTC") is None      # not a plain type
-    assert appended.inserted_rows(spark, money, 0, 0)["amount"].tolist() == [decimal.Decimal("1.50")]
+    files = appended.added_files(money, 0, 0)
+    assert appended._from_files(money, files, schema, "UTC") is None     # not a plain type: Spark
+    assert appended.inserted_rows(spark, money, 0, 0)["amount"].tolist() == [
+        decimal.Decimal("1.50"), decimal.Decimal("0.50")]              # the file's order, no feed
 
 
 def test_compaction_adds_no_rows(spark, appends):
     DeltaTable.forPath(spark, appends).optimize().executeCompaction()    # version 4
-    assert appended._from_files(appends, 4, 4, SCHEMA, "UTC").empty      # nothing to read
+    assert appended.added_files(appends, 4, 4) == []                     # nothing to read
     assert appended.inserted_rows(spark, appends, 4, 4).empty
     assert len(appended.inserted_rows(spark, appends, 1, 4)) == 120
 

@@ -63,7 +63,7 @@ class DistributedMode:
         run, started = self.run, time.perf_counter()
         run.beat.doing(f"{run.pipeline.name}: running batch {plan.batch_id} on executors")
         source = run.pipeline.source
-        sliced = (source.read_frame(run.ctx, *plan.ranges[source.name])
+        sliced = (source.read_frame(run.ctx.reading(plan), *plan.ranges[source.name])
                   if source.name in plan.ranges else FrameSlice.empty(run.spark, source.schema))
         targets = self.sink_targets()
         stages = stages_of(run.pipeline.stream.operators)

@@ -182,14 +182,18 @@ def test_a_pipeline_switches_modes_between_runs(spark, tmp_path):
                                   check_dtype=False)
 
 
-def test_a_delta_source_is_read_by_executors_in_the_drivers_order(spark, tmp_path):
+@pytest.mark.parametrize("order_by", [("x",), ()], ids=["order_by", "the_tables_order"])
+def test_a_delta_source_is_read_by_executors_in_the_drivers_order(spark, tmp_path, order_by):
     source_path = str(tmp_path / "input")
+    written = []
     for batch in range(2):
-        rows = pd.DataFrame({"k": [f"k{(i * 5 + batch) % 7}" if i != 3 else None for i in range(30)],
-                             "x": range(batch * 30, batch * 30 + 30)})
-        writer = spark.createDataFrame(rows, "k string, x long").write.format("delta").mode("append")
-        writer.option("delta.enableChangeDataFeed", "true").save(source_path)
-    stream = sp.read.from_delta(source_path, key="k", order_by=("x",), max_versions=1)
+        xs = [batch * 30 + (i * 7) % 30 for i in range(30)]  # not sorted: the files keep this order
+        keys = [f"k{(i * 5 + batch) % 7}" if i != 3 else None for i in range(30)]
+        rows = pd.DataFrame({"k": keys, "x": xs})
+        writer = spark.createDataFrame(rows, "k string, x long").coalesce(2).write.format("delta")
+        writer.mode("append").option("delta.enableChangeDataFeed", "true").save(source_path)
+        written += [x for k, x in zip(keys, xs) if k is not None]
+    stream = sp.read.from_delta(source_path, key="k", order_by=order_by, max_versions=1)
     pipeline = stream.map(running, state=0).write.to_delta("out").named("modes_delta_source")
     runs = {mode: run_records_from_delta(spark, pipeline.with_mode(mode), str(tmp_path / mode))
             for mode in ("driver", "distributed")}
@@ -197,6 +201,8 @@ def test_a_delta_source_is_read_by_executors_in_the_drivers_order(spark, tmp_pat
         pd.testing.assert_frame_equal(comparable(runs["distributed"][part]),
                                       comparable(runs["driver"][part]), obj=part)
     assert len(runs["driver"]["dead letters"]) == 2 and len(runs["driver"]["out"]) == 58
+    delivered = runs["distributed"]["out"].sort_values(["_batch_id", "_row"])["x"].tolist()
+    assert delivered == (sorted(written) if order_by else written)
 
 
 def run_records_from_delta(spark, pipeline, warehouse):
