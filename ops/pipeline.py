@@ -103,7 +103,12 @@ class Stream:
         text: ``int``, ``float``, ``bool``, ``str``, ``pd.Timestamp``, or a flat record of these
         (``{"n": int, "mean": float}``), for keys of one int or string column. Any engine then
         reads the values with their types, and a checkpoint neither encodes nor parses text. A
-        value that does not fit stops the batch before anything of it is written.
+        value that does not fit stops the batch before anything of it is written. Without
+        ``state_type``, a keyed map's state is typed as its ``state`` value is (``state=0``:
+        int, ``state={"n": 0}``: a record; ``None``, lists and nested dicts stay JSON), unless
+        it has timers or TTL, the pickle codec, keys not declared as one ``long`` or
+        ``string`` field, windows, sessions or timers beside it, or state already stored as
+        text (docs/pages/concepts/state-engine.md); ``state_type="json"`` keeps it JSON text.
 
         >>> import ops as sp
         >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
@@ -127,7 +132,8 @@ class Stream:
             raise PipelineDefinitionError(f"map {named!r}: {error}") from None
         op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
                  keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data,
-                 drop_late=late == "drop", state_type=typed)
+                 drop_late=late == "drop", state_type=typed,
+                 infer_state_type=state_type is None)  # "json" says no
         return dataclasses.replace(self, operators=self.operators + (op,))
 
     def filter(self, fn: Callable[..., Any], *, name: str | None = None) -> Stream:

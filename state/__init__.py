@@ -48,8 +48,9 @@ from .rollback import discard_plans, reset_checkpoint
 from .store import OperatorState, StateStore, stored_values
 from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
 from .tracking import Tracked, restore_all, save_all, track
-from .types import StateType
+from .types import StateType, StateTypes
 from .types import declared as declared_state_type
+from .types import infer as infer_state_type
 from .warmup import TransactionWarmer, warming
 
 __all__ = [
@@ -67,6 +68,6 @@ __all__ = [
     "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
     "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
     "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
-    "StateType",
-    "declared_state_type", "Conversion",
+    "StateType", "StateTypes",
+    "declared_state_type", "infer_state_type", "Conversion",
 ]

@@ -186,9 +186,11 @@ class TypedEncoding:
     """
 
     def __init__(self, name: str, state_type: StateType, *, key_type: pa.DataType | None,
-                 key_groups: int, loader: TypedLoader | None):
+                 key_groups: int, loader: TypedLoader | None, inferred_from: str | None = None):
         self.name = name
         self.state_type = state_type
+        #: the ``state=`` value (its repr) the type was inferred from; ``None``: declared
+        self.inferred_from = inferred_from
         self.key_type = key_type
         self._groups = key_groups
         self._loader = loader
@@ -275,8 +277,17 @@ class TypedEncoding:
                 for (name, _), field in zip(self.state_type.fields, self.value_fields)]
 
     def _misfit(self, key: Hashable, value: Any) -> str:
+        described = self.state_type.describe()
+        if self.inferred_from is not None:
+            return (f"state of operator {self.name!r} for key {key!r}: {value!r} does not fit "
+                    f"its state_type {described!r}, inferred from state={self.inferred_from} (a "
+                    "map without state_type= stores its state typed as its state= value is, "
+                    "and the type binds once stored); nothing of this batch was written. Declare "
+                    "state_type='json' (then sp.migrate(spark, pipeline) converts the stored "
+                    "state back to text), or declare the wider type from the start (such as "
+                    "state_type=float)")
         return (f"state of operator {self.name!r} for key {key!r}: {value!r} does not fit its "
-                f"declared state_type {self.state_type.describe()!r}; nothing of this batch was "
+                f"declared state_type {described!r}; nothing of this batch was "
                 "written. Set values of that type, or declare state_type='json' (for a pipeline "
                 "that has checkpointed, that is a change of storage: see "
                 "docs/pages/guides/changing-pipelines.md)")
@@ -299,9 +310,15 @@ class TypedEncoding:
                 f"state of operator {self.name!r}: typed state keeps its keys in one column of "
                 f"ints or of strings{stored}, and key {example!r} is not such a key; nothing of "
                 "this batch was written. Key the stream by one int or string column, or declare "
-                "state_type='json'")
+                "state_type='json'" + self._inferred_note())
         self.key_type = kind
         return typed
+
+    def _inferred_note(self) -> str:
+        if self.inferred_from is None:
+            return ""
+        return (f" (its type was inferred from state={self.inferred_from}; then sp.migrate(spark, "
+                "pipeline) converts the stored state back to text)")
 
     def checkpoint_rows(self, frames: list[Any]) -> pa.Table:
         if not frames:

@@ -11,6 +11,12 @@ The checkpoint it makes opens a new epoch and carries ``reset_to_batch`` (as a r
 next run removes whatever batches planned before the migration, but never checkpointed, wrote to
 the sinks, and plans them again with the migrated pipeline. Older checkpoints stay readable, so
 ``reset_to_checkpoint`` to the one before undoes the migration.
+
+An edited state stored in typed columns (``state_type=``, declared or inferred from ``state=``)
+is read through its text form (:class:`~state.conversion.Conversion`), its typed rows
+tombstoned, and what the edits make of it is written as text, which the checkpoint records: a
+state inferred typed then stays text, and a declared type asks for a conversion
+(``sp.migrate``) at the next run.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from .errors import MigrationError, StreamError
 from .faults import fault_point
 from .layout import PipelineLayout
 from .store import stored_values
+from .types import StateType
 
 
 @dataclass(frozen=True)
@@ -97,17 +104,21 @@ def migrate_state(spark: SparkSession, layout: PipelineLayout, edits: Iterable[S
     conversions = [edit.conversion for edit in edits if edit.conversion is not None]
     edits = [edit for edit in edits if edit.conversion is None]
     names = {e.name for e in edits} | _targets(edits)
-    typed = sorted(name for name in names if (latest.operators or {}).get(name, {}).get("storage"))
-    if typed:  # their rows are in typed columns, which renames and the like do not read yet
-        raise MigrationError(f"pipeline {layout.pipeline!r}: state {typed} is stored in typed "
-                             "columns (state_type=), which a migration can only convert back "
-                             f"to text for now. {_NOTHING}")
-    live = _live_rows(spark, layout, latest, names)
-    rows = [_edited(edit, live.get(edit.name, _NO_ROWS)) for edit in edits]
+    typed = _typed(latest, names)
+    live = _live_rows(spark, layout, latest, names - set(typed))
+    as_text = {name: Conversion(name, kind, None).rows(layout, latest)
+               for name, kind in typed.items()}
+    live.update({name: text[["key", "value"]] for name, (text, _) in as_text.items()})
+    rows = [_edited(edit, live.get(edit.name, _NO_ROWS), typed=edit.name in typed)
+            for edit in edits]
     _check_targets(edits, live)
     converted = [conversion.rows(layout, latest) for conversion in conversions]
     rows += [text for text, _ in converted]
-    typed_rows = tuple(table for _, table in converted if table.num_rows)
+    sources = {e.name for e in edits}  # an edited typed state's rows all go: tombstones
+    typed_rows = tuple(table for name, (_, table) in as_text.items() if name in sources) + tuple(
+        table for _, table in converted)
+    typed_rows = tuple(table for table in typed_rows if table.num_rows)
+    operators = _written_as_text(operators, edits)
     changes = pd.concat(rows, ignore_index=True) if rows else _NO_CHANGES
     # a key both tombstoned (it left, or its name was dropped) and written (it arrived, by this
     # or another edit) keeps the write: tombstones first, then the last row per key
@@ -132,6 +143,21 @@ def _targets(edits: list[StateEdit]) -> set[str]:
     return {e.to for e in edits if e.to is not None and e.to != e.name}
 
 
+def _typed(latest: Checkpoint, names: set[str]) -> dict[str, StateType]:
+    """The types of those of ``names`` that ``latest`` recorded as stored in typed columns."""
+    recorded = latest.operators or {}
+    return {name: StateType.described(recorded[name]["storage"]["type"]) for name in sorted(names)
+            if recorded.get(name, {}).get("storage")}
+
+
+def _written_as_text(operators: dict[str, Any], edits: list[StateEdit]) -> dict[str, Any]:
+    """``operators`` as the migration leaves them stored: the states its edits write, as text."""
+    written = {e.to for e in edits if e.to is not None}
+    return {name: {key: value for key, value in entry.items()
+                   if not (name in written and key == "storage")}
+            for name, entry in operators.items()}
+
+
 def _live_rows(spark: SparkSession, layout: PipelineLayout, latest: Checkpoint,
                names: set[str]) -> dict[str, pd.DataFrame]:
     """``key, value`` (encoded) of every live key of each of ``names`` at ``latest``."""
@@ -145,10 +171,12 @@ def _live_rows(spark: SparkSession, layout: PipelineLayout, latest: Checkpoint,
     return {str(name): rows[["key", "value"]] for name, rows in frame.groupby("operator")}
 
 
-def _edited(edit: StateEdit, rows: pd.DataFrame) -> pd.DataFrame:
-    """The changelog rows ``edit`` makes of ``rows`` (its name's live ``key, value``)."""
+def _edited(edit: StateEdit, rows: pd.DataFrame, typed: bool = False) -> pd.DataFrame:
+    """The changelog rows ``edit`` makes of ``rows`` (its name's live ``key, value``); ``typed``:
+    those rows are a typed state's as text, whose tombstones are typed rows of their own."""
     old_keys = rows["key"].tolist()
-    gone = pd.DataFrame({"operator": edit.name, "key": old_keys, "value": None, "deleted": True})
+    gone = pd.DataFrame({"operator": edit.name, "key": [] if typed else old_keys, "value": None,
+                         "deleted": True})
     if not edit.moves:
         return gone
     keys = _new_keys(edit, old_keys)

@@ -22,7 +22,7 @@ from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
 from .objects import ObjectValues
 from .timers import Timers, timer_state
-from .types import KEY_PREFIX, StateType, key_columns, value_columns
+from .types import KEY_PREFIX, StateType, StateTypes, key_columns, value_columns
 
 
 class OperatorState:
@@ -173,8 +173,11 @@ class StateStore:
     """
 
     def __init__(self, spark: SparkSession | None, layout: PipelineLayout | None, as_of: int | None,
-                 key_groups: int = DEFAULT_KEY_GROUPS):
+                 key_groups: int = DEFAULT_KEY_GROUPS, state_types: StateTypes | None = None):
         self._spark: SparkSession | None = spark
+        #: the run's typed states (declared or inferred, settled once per run): what
+        #: :meth:`operator` stores in typed columns
+        self.state_types = state_types or StateTypes()
         self._layout: PipelineLayout | None = layout
         self._as_of = as_of
         self._key_groups = key_groups
@@ -201,12 +204,12 @@ class StateStore:
 
     @classmethod
     def of_files(cls, path: str, as_of: int | None, key_groups: int,
-                 within: tuple[int, int]) -> StateStore:
+                 within: tuple[int, int], state_types: StateTypes | None = None) -> StateStore:
         """A store for an executor task whose keys are all of key groups ``within`` (``first,
         end``): it reads their state from the files of the ``_state`` table at ``path`` that
         hold those groups, as of checkpoint ``as_of`` (see :mod:`state.lookup`), without a
-        Spark session."""
-        store = cls(None, None, as_of, key_groups)
+        Spark session. ``state_types``: the run's typed states."""
+        store = cls(None, None, as_of, key_groups, state_types)
         store._files = (path, within)
         return store
 
@@ -226,8 +229,10 @@ class StateStore:
                  columns: bool = False, state_type: StateType | None = None) -> OperatorState:
         """The state of operator ``name`` (created on first use; ``columns``: held in arrays
         when its values allow, for an operator that gets and sets whole Series; ``state_type``:
-        stored in typed columns, see :class:`~state.encodings.TypedEncoding`)."""
+        stored in typed columns, see :class:`~state.encodings.TypedEncoding`; by default the
+        type the run's :attr:`state_types` give ``name``, if any)."""
         if name not in self._operators:
+            state_type = state_type or self.state_types.of(name)
             encoding = (self._json(name, codec) if state_type is None
                         else self._typed(name, state_type))
             self._operators[name] = OperatorState(name, initial, encoding, columns)
@@ -252,7 +257,7 @@ class StateStore:
             loader = partial(self._file_typed if self._files is not None else self._load_typed,
                              name)
         return TypedEncoding(name, state_type, key_type=key_type, key_groups=self._key_groups,
-                             loader=loader)
+                             loader=loader, inferred_from=self.state_types.inferred.get(name))
 
     def _layout_of(self) -> PipelineLayout:
         assert self._layout is not None, "a store without a layout reads files or is handed rows"

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -106,6 +106,32 @@ class StateType:
         return (isinstance(value, dict) and set(value) <= {name for name, _ in self.fields}
                 and all(_null(value.get(name)) or _fits_scalar(scalar, value[name])
                         for name, scalar in self.fields))
+
+
+@dataclass(frozen=True)
+class StateTypes:
+    """How one run stores its states: the type of each state name stored in typed columns (the
+    others are JSON or pickled text), and, for the types inferred from a map's ``state=``
+    rather than declared with ``state_type=``, that value as ``repr`` gives it (errors name it).
+
+    >>> run = StateTypes({"sum": declared(int)}, inferred={"sum": "0"})
+    >>> run.of("sum").describe(), run.of("other"), run.origin("sum")
+    ('int64', None, "state_type 'int64' inferred from state=0")
+    """
+
+    types: Mapping[str, StateType] = field(default_factory=dict)
+    inferred: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, name: str) -> StateType | None:
+        """The type state ``name`` is stored as; ``None``: as text."""
+        return self.types.get(name)
+
+    def origin(self, name: str) -> str:
+        """Where the type of typed state ``name`` comes from, as an error says it."""
+        described = repr(self.types[name].describe())
+        if name in self.inferred:
+            return f"state_type {described} inferred from state={self.inferred[name]}"
+        return f"declared state_type {described}"
 
 
 def key_columns(columns: Iterable[str]) -> list[str]:

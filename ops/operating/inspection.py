@@ -20,6 +20,7 @@ from ..operators import GLOBAL_STATE
 from ..pipeline import Pipeline
 from ..runtime.meaning import describe as describe_state
 from ..runtime.meaning import differences
+from ..runtime.storage import state_types
 from ..sinks import StoredSink
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,8 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     if last is not None:
         status.checkpoint_id, status.batch_id = last.checkpoint_id, last.batch_id
         status.epoch, status.checkpointed_at = last.epoch, last.created_at
-        status.migration, status.state_changes = last.migration, _state_changes(pipeline, last)
+        status.migration = last.migration
+        status.state_changes = _state_changes(pipeline, last, layout.state)
         changelog = tables.read(spark, layout.state)
         status.changelog_rows = changelog.count()
         live = (state.store.latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
@@ -118,10 +120,11 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
     return status
 
 
-def _state_changes(pipeline: Pipeline, last: Checkpoint) -> list[str]:
+def _state_changes(pipeline: Pipeline, last: Checkpoint, state_path: str) -> list[str]:
     if last.operators is None:  # recorded from the next checkpoint on
         return []
-    found = differences(last.operators, describe_state(pipeline.stream.operators), last.tracked,
+    now = describe_state(pipeline.stream.operators, state_types(pipeline, state_path, last))
+    found = differences(last.operators, now, last.tracked,
                         [variable.name for variable in pipeline.tracked])
     return [f"{d.name!r}: {d.what}" for d in found if d.blocking]
 

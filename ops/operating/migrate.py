@@ -12,7 +12,8 @@ latest checkpoint recorded with the changed pipeline, applies the edits asked fo
   when the operator's key columns changed;
 - ``transform={"name": fn}``: each value becomes ``fn(old value)`` and must encode with the
   operator's codec now; needed when its values' shape, class or meaning changed;
-- with no edit asked, a state whose storage changed (``state_type=`` added or removed) is
+- with no edit asked, a state whose storage changed (``state_type=`` added or removed, or
+  ``state_type="json"`` given for a state stored typed as inferred from ``state=``) is
   converted between JSON text and typed columns (:mod:`state.conversion`).
 
 ``rekey`` and ``transform`` take the operator's name in the changed pipeline (or its old name).
@@ -43,6 +44,7 @@ from state import (
 
 from ..pipeline import Pipeline
 from ..runtime.meaning import EXPIRY, TIMERS, VALUES, Remedy, describe, differences, state_name
+from ..runtime.storage import state_types
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,9 @@ def apply(spark: SparkSession, pipeline: Pipeline, migration: Migration,
     if latest is None:
         raise MigrationError(f"pipeline {pipeline.id!r} has no checkpoint, so no state to "
                              "migrate: its first run records what its state means")
-    now = describe(pipeline.stream.operators)
+    # as a run would store it now: an inferred type follows what is stored (a name stored typed
+    # as inferred goes back to text by state_type="json", as a declared one by its removal)
+    now = describe(pipeline.stream.operators, state_types(pipeline, layout.state, latest))
     tracked_now = [variable.name for variable in pipeline.tracked]
     if _made(latest, migration) and latest.operators is not None and not [
             d for d in differences(latest.operators, now, latest.tracked, tracked_now)
@@ -200,13 +204,13 @@ def _edit(name: str, entry: dict[str, Any], now: Described,
         return None, f"{name!r}: {'; '.join(what for what, _ in missing)}: give {hints}"
     codec, new_codec = entry.get("codec", "json"), now[to].get("codec", "json")
     conversion = Conversion(name, _storage(entry), _storage(now[to]))
-    if conversion.before != conversion.after:
-        if to != name or rekey is not None or transform is not None or codec != new_codec:
-            return None, (f"{name!r}: its storage changes ({conversion.describe()}) with more: "
-                          "convert it in a migration that changes nothing else of it")
+    edited = to != name or rekey is not None or transform is not None or codec != new_codec
+    if conversion.before != conversion.after and not edited:
         return StateEdit(name, name, conversion=conversion), ""
-    if to == name and rekey is None and transform is None and codec == new_codec:
+    if not edited:
         return None, ""
+    # an edit writes its state as text, and the checkpoint records it so (state.migration): a
+    # declared type is converted to by a migration of its own, at the next run's refusal
     return StateEdit(name, to, key=rekey, value=transform, codec=codec, new_codec=new_codec,
                      fixed=frozenset(entry.get("shared", ())),
                      key_parts=_key_parts(now[to]) if rekey is not None else None), ""

@@ -132,6 +132,13 @@ class Operator(ABC):
         :mod:`state.encodings`); the others are stored as text. Default: none."""
         return {}
 
+    def inferable_state_types(self) -> dict[str, StateType | None]:
+        """The state names whose storage this operator leaves to the run (no declaration), each
+        with the type inferred for it (``None``: none, text), which the run applies to a name
+        no checkpoint recorded yet; a recorded name keeps what is stored
+        (:mod:`ops.runtime.storage`). Default: none (what it stores is its own to say)."""
+        return {}
+
     @property
     def table_keys(self) -> tuple[str, ...] | None:
         """The key columns of the table whose changes this operator emits (aggregations,

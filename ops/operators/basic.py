@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from state import EncodingError, Hooks, StateType
+from state import EncodingError, Hooks, StateType, infer_state_type
 
 from ..api import Metadata, Op, Running, running
 from ..context import BatchScope
@@ -63,6 +63,9 @@ class Map(Operator):
     drop_late: bool = False
     #: stored in typed columns of this type (``state_type=``), not as JSON text
     state_type: StateType | None = None
+    #: without ``state_type``, whether its state may be typed as ``state`` is (False:
+    #: ``state_type="json"`` said no; see :meth:`inferable_state_types`)
+    infer_state_type: bool = True
 
     def __post_init__(self) -> None:
         if self.data not in ("frame", "arrays"):
@@ -84,7 +87,7 @@ class Map(Operator):
             raise PipelineDefinitionError(
                 f"map {self.name!r}: state_type= is for keyed state (state=… on a stream with "
                 "key= on the reader) stored with the json codec; an unkeyed state is one row")
-        if not re.fullmatch(r"[A-Za-z0-9]+(_[A-Za-z0-9]+)*", self.name):
+        if not _typed_name(self.name):
             raise PipelineDefinitionError(
                 f"map {self.name!r}: a typed state's name names its columns (k__<name>, "
                 "v__<name>__<field>): letters and digits, words joined by single underscores")
@@ -121,6 +124,24 @@ class Map(Operator):
     def state_types(self) -> dict[str, StateType]:
         return {} if self.state_type is None else {self.name: self.state_type}
 
+    def inferable_state_types(self) -> dict[str, StateType | None]:
+        """Without ``state_type=`` (and not ``"json"``), a keyed state's storage is the run's
+        to settle, with the type of ``state``'s value (:func:`state.types.infer`) where typed
+        storage could hold it: the json codec, no timers or TTL (typed state with them runs in
+        driver mode only), a name that can name columns; else ``None`` (text).
+
+        >>> Map(fn=len, name="sum", state=0, keys=("k",)).inferable_state_types()["sum"].describe()
+        'int64'
+        >>> Map(fn=len, name="sum", state=None, keys=("k",)).inferable_state_types()
+        {'sum': None}
+        """
+        if self.state_type is not None or not self.infer_state_type or not (self.stateful
+                                                                          and self.keys):
+            return {}
+        if self.codec != "json" or self.clock is not None or not _typed_name(self.name):
+            return {self.name: None}
+        return {self.name: infer_state_type(self.state)}
+
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:
             return self._call(scope, None, frame)
@@ -128,9 +149,9 @@ class Map(Operator):
         if clock is not None and self.drop_late:
             frame = clock.on_time(frame)
         # a vectorized keyed map gets and sets whole Series: numbers are then held as columns
+        # stored typed when the run's store says so (declared, or inferred: ops.runtime.storage)
         held = scope.store.operator(self.name, self.state, self.codec,
-                                    columns=self.vectorized and bool(self.keys),
-                                    state_type=self.state_type)
+                                    columns=self.vectorized and bool(self.keys))
         event_time = bool(self.clock and self.clock.event_time)
         op = Op(self.name, held, scope.pipeline,
                 clock.timers if clock is not None and self.timers else None,
@@ -213,6 +234,11 @@ class Map(Operator):
         except Exception as exc:
             raise OperatorError(
                 f"{scope.where(self.name, key)}: {type(exc).__name__}: {exc}. {_RETRIED}") from exc
+
+
+def _typed_name(name: str) -> bool:
+    """Whether ``name`` can name a typed state's columns (``k__<name>``, ``v__<name>__<field>``)."""
+    return re.fullmatch(r"[A-Za-z0-9]+(_[A-Za-z0-9]+)*", name) is not None
 
 
 _RETRIED = "Nothing of this batch was committed; the next run retries it from the last checkpoint."

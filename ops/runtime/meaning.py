@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from state import WATERMARK, expiry_state, timer_state
+from state import WATERMARK, StateTypes, expiry_state, timer_state
 
 from ..operators import Operator, StateKind
 
@@ -61,14 +61,21 @@ class Difference:
         return self.remedy is not Remedy.NONE
 
 
-def describe(operators: Iterable[Operator]) -> dict[str, dict[str, Any]]:
+def describe(operators: Iterable[Operator],
+             storage: StateTypes | None = None) -> dict[str, dict[str, Any]]:
     """What each state name of ``operators`` means, as recorded in a checkpoint (JSON).
+    ``storage``: the run's typed states (:func:`.storage.state_types`: declared or inferred);
+    by default the declared ones.
 
     >>> from ops.operators import Map
     >>> described = describe([Map(fn=len, name="sum", state=0, keys=("k",))])
-    >>> described["sum"]["keys"], described["sum"]["shape"]
-    (['k'], {'value': 'int'})
+    >>> described["sum"]["keys"], described["sum"]["shape"], described["sum"].get("storage")
+    (['k'], {'value': 'int'}, None)
     """
+    operators = list(operators)
+    if storage is None:
+        storage = StateTypes({name: kind for op in operators
+                              for name, kind in op.state_types().items()})
     described: dict[str, dict[str, Any]] = {}
     for operator in operators:
         declared = operator.declares()
@@ -77,14 +84,14 @@ def describe(operators: Iterable[Operator]) -> dict[str, dict[str, Any]]:
         owner = {"operator": operator.name, "kind": declared.kind.value, "keys": list(declared.keys)}
         clock = declared.clock
         clocked = clock.names if clock is not None else ()
-        typed = operator.state_types()
         for name in declared.names:
             if name not in clocked:
                 described[name] = {**owner, "role": VALUES, "class": type(operator).__name__,
                                    "codec": operator.codec, "shape": operator.state_shape(),
                                    "shared": list(declared.shared)}
-                if name in typed:
-                    described[name]["storage"] = {"form": "typed", "type": typed[name].describe()}
+                typed = storage.of(name)
+                if typed is not None:
+                    described[name]["storage"] = {"form": "typed", "type": typed.describe()}
         if clock is not None:
             described[timer_state(clock.operator)] = {
                 **owner, "role": TIMERS, "event_time": clock.event_time,

@@ -101,8 +101,11 @@ def check_distributable(run: Run) -> None:
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} reads tables "
                 "through Spark while it runs, which executors cannot: run in driver mode")
-        if operator.state_types() and operator.declares().clock is not None:
+        if (operator.declares().clock is not None
+                and any(run.storage.of(name) for name in operator.declares().names)):
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} stores its state in "
-                "typed columns (state_type=) and has timers or a TTL, which run on executors "
-                "with text state only in this release: run in driver mode, or drop state_type=")
+                "typed columns (state_type=, or inferred from state= before it had them) and has "
+                "timers or a TTL, which run on executors with text state only in this release: "
+                "run in driver mode, or declare state_type='json' and sp.migrate(spark, "
+                "pipeline) converts the state to text")

@@ -3,7 +3,9 @@
 :meth:`Recovery.recover` returns a :class:`Recovered` value. On the way it checks that the
 pipeline still hashes keys into the checkpoint's key groups and still reads its state as the
 checkpoint recorded it (:mod:`.meaning`), drops state no operator keeps now when allowed, and
-finishes a reset to an older checkpoint that a run had not finished.
+finishes a reset to an older checkpoint that a run had not finished. How the run stores each
+state (text or typed columns, :mod:`.storage`) is settled here, once, from the latest
+checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from state import (
     ConfigError,
     PipelineChangedError,
     StateStore,
+    StateTypes,
     TransactionWarmer,
     fault_point,
     migrate_state,
@@ -37,7 +40,8 @@ from state.migration import dropped
 
 from ..context import RunContext
 from .hooks import RunHooks
-from .meaning import Remedy, differences, refusal
+from .meaning import Remedy, describe, differences, refusal
+from .storage import state_types
 
 if TYPE_CHECKING:
     from state import PipelineLayout
@@ -51,7 +55,8 @@ log = logging.getLogger(__name__)
 class Recovered:
     """What a run starts from: the last checkpoint (``None`` for a new pipeline), the run's
     context and state store as of it, and the batches planned after it by a run that died
-    (``replaying``: the next batch is one of them)."""
+    (``replaying``: the next batch is one of them); how it stores each state (``storage``) and
+    what its state means (``meaning``, recorded with each checkpoint)."""
 
     last: Checkpoint | None
     ctx: RunContext
@@ -60,6 +65,8 @@ class Recovered:
     offsets: dict[str, Any]
     pending_plans: dict[int, BatchPlan]
     replaying: bool
+    storage: StateTypes
+    meaning: dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,6 @@ class Recovery:
     plans: BatchPlans
     hooks: RunHooks
     warmer: TransactionWarmer
-    meaning: dict[str, dict[str, Any]]  # what the pipeline's state means now (recorded with each checkpoint)
     allow_dropped_state: bool = False
 
     def recover(self) -> Recovered:
@@ -85,13 +91,16 @@ class Recovery:
         empty commit each, then a full reading of each new snapshot before its first
         idempotent append)."""
         tables.clear_staging(self.layout.staging)
-        last = self.checked(self.checkpoints.latest())
+        latest = self.checkpoints.latest()
+        storage = state_types(self.pipeline, self.layout.state, latest)  # once per run
+        meaning = describe(self.pipeline.stream.operators, storage)
+        last = self.checked(latest, meaning)
         epoch = last.epoch if last else 0
         ctx = RunContext(self.spark, self.layout, epoch, run_id=self.hooks.ctx.run_id)
         self.pipeline.source.setup(ctx)
         if last and last.reset_to_batch is not None:
             last = self.finish_reset(ctx, last, last.reset_to_batch)
-        recovered = self.recovered(last, ctx)
+        recovered = self.recovered(last, ctx, storage, meaning)
         restore_all(self.pipeline.tracked, last.tracked if last else {})
         self.hooks.ctx.checkpoint_id = last.checkpoint_id if last else None
         self.hooks.ctx.batch_id = recovered.batch_id
@@ -103,21 +112,26 @@ class Recovery:
                      len(recovered.pending_plans))
         return recovered
 
-    def recovered(self, last: Checkpoint | None, ctx: RunContext) -> Recovered:
+    def recovered(self, last: Checkpoint | None, ctx: RunContext, storage: StateTypes,
+                  meaning: dict[str, dict[str, Any]]) -> Recovered:
         """The run's start as of ``last``: its state store, position and plans left to replay."""
         store = StateStore(self.spark, self.layout, last.checkpoint_id if last else None,
-                           key_groups=last.key_groups if last else DEFAULT_KEY_GROUPS)
+                           key_groups=last.key_groups if last else DEFAULT_KEY_GROUPS,
+                           state_types=storage)
         batch_id = last.batch_id if last else 0
         pending = self.plans.after(batch_id, ctx.epoch)
         return Recovered(last, ctx, store, batch_id, dict(last.offsets) if last else {},
-                         pending, replaying=bool(pending))  # plans left by a run that died
+                         pending, replaying=bool(pending),  # plans left by a run that died
+                         storage=storage, meaning=meaning)
 
-    def checked(self, last: Checkpoint | None) -> Checkpoint | None:
-        """``last``, once its key groups and meaning are checked (maybe a migration after it)."""
+    def checked(self, last: Checkpoint | None,
+                meaning: dict[str, dict[str, Any]]) -> Checkpoint | None:
+        """``last``, once its key groups and ``meaning`` (what the pipeline's state means now)
+        are checked (maybe a migration after it)."""
         if last is None:
             return None
         self.check_key_groups(last)
-        return self.check_meaning(last)
+        return self.check_meaning(last, meaning)
 
     def check_key_groups(self, last: Checkpoint) -> None:
         """The pipeline must hash keys into the key groups its first checkpoint fixed."""
@@ -127,12 +141,13 @@ class Recovery:
                 f"and is now defined with {self.pipeline.key_groups}; the number is fixed at "
                 f"creation (keys would change groups): use .with_key_groups({last.key_groups})")
 
-    def check_meaning(self, last: Checkpoint) -> Checkpoint:
+    def check_meaning(self, last: Checkpoint, meaning: dict[str, dict[str, Any]]) -> Checkpoint:
         """The pipeline must read its state as ``last`` recorded it (:mod:`.meaning`): a
         difference that would misread or leave state behind stops the run, listing each and the
         ways forward; others are logged. With ``allow_dropped_state``, state no operator keeps
-        now is dropped first, by a migration (a new checkpoint, returned)."""
-        typed = sorted(name for name, entry in self.meaning.items() if entry.get("storage"))
+        now is dropped first, by a migration (a new checkpoint, returned). Only a declared type
+        is refused here: an inferred one follows what is stored (:mod:`.storage`)."""
+        typed = sorted(name for name, entry in meaning.items() if entry.get("storage"))
         if last.operators is None and typed:  # whatever is stored of them is text, if any
             raise PipelineChangedError(
                 f"pipeline {self.pipeline.id!r}: checkpoint {last.checkpoint_id} was written "
@@ -145,7 +160,7 @@ class Recovery:
                      "means; the next checkpoint records it", self.pipeline.name, last.checkpoint_id)
             return last
         tracked = [variable.name for variable in self.pipeline.tracked]
-        found = differences(last.operators, self.meaning, last.tracked, tracked)
+        found = differences(last.operators, meaning, last.tracked, tracked)
         for difference in found:
             if not difference.blocking:
                 log.info("%s: state %r: %s", self.pipeline.name, difference.name, difference.what)
@@ -155,15 +170,16 @@ class Recovery:
         if not (self.allow_dropped_state
                 and all(d.remedy is Remedy.DROP_OR_RENAME for d in blocking)):
             raise PipelineChangedError(refusal(self.pipeline.id, last.checkpoint_id, found))
-        return self.drop_left_behind(last, tracked)
+        return self.drop_left_behind(last, tracked, meaning)
 
-    def drop_left_behind(self, last: Checkpoint, tracked: list[str]) -> Checkpoint:
+    def drop_left_behind(self, last: Checkpoint, tracked: list[str],
+                         meaning: dict[str, dict[str, Any]]) -> Checkpoint:
         """Drop the state of ``last`` that no operator (or tracked variable) of the pipeline
         keeps now, as a migration; return its checkpoint."""
         assert last.operators is not None
-        names = sorted(set(last.operators) - set(self.meaning))
+        names = sorted(set(last.operators) - set(meaning))
         migrated = migrate_state(
-            self.spark, self.layout, dropped(names), operators=self.meaning,
+            self.spark, self.layout, dropped(names), operators=meaning,
             tracked={name: value for name, value in last.tracked.items() if name in tracked},
             label=f"allow_dropped_state: dropped {', '.join(names) or 'tracked variables'}",
             run_id=self.hooks.ctx.run_id)

@@ -30,7 +30,6 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..spark.heartbeat import Heartbeat
 from .continuous import Continuous
 from .hooks import RunHooks
-from .meaning import describe
 from .metrics import RunMetrics
 from .planning import Planner
 from .recovery import Recovered, Recovery
@@ -67,7 +66,6 @@ class Setup:
     warmer: TransactionWarmer
     report: RunReport
     beat: Heartbeat
-    meaning: dict[str, dict[str, Any]]  # what its state means: recorded with each checkpoint
 
     @classmethod
     def of(cls, pipeline: RunnablePipeline, spark: SparkSession, warehouse: str | None,
@@ -77,14 +75,13 @@ class Setup:
         hooks = RunHooks(pipeline.id, pipeline.all_hooks(),
                          HookContext(spark, layout, uuid.uuid4().hex, checkpoints))
         return cls(pipeline, spark, layout, checkpoints, BatchPlans(spark, layout), hooks, warmer,
-                   RunReport(pipeline=pipeline.id), Heartbeat(log),
-                   describe(pipeline.stream.operators))
+                   RunReport(pipeline=pipeline.id), Heartbeat(log))
 
     def recover(self, allow_dropped_state: bool) -> Recovered:
         """Recovery (see :mod:`.recovery`)."""
         self.beat.doing(f"{self.pipeline.name}: recovering its last checkpoint")
         return Recovery(self.pipeline, self.spark, self.layout, self.checkpoints, self.plans,
-                        self.hooks, self.warmer, self.meaning, allow_dropped_state).recover()
+                        self.hooks, self.warmer, allow_dropped_state).recover()
 
 
 class Run:
@@ -96,6 +93,8 @@ class Run:
         self.layout, self.metrics = setup.layout, options.metrics
         self.report, self.beat = setup.report, setup.beat
         self.ctx, self.store, self.last = recovered.ctx, recovered.store, recovered.last
+        #: how each state is stored (text or typed columns) and what it means, this whole run
+        self.storage, self.meaning = recovered.storage, recovered.meaning
         self.planner = Planner(self.pipeline, self.spark, setup.plans, recovered, options.clock,
                                self.beat, options.metrics)
         #: the clocks of the operators with timers (a batch with no input fires them)
@@ -110,7 +109,7 @@ class Run:
         return new_checkpoint(self.last, batch_id=at.batch_id, offsets=dict(at.offsets),
                               tracked=tracked, markers=markers, run_id=self.ctx.run_id,
                               key_groups=self.pipeline.key_groups, wake_at=wake,
-                              operators=self.setup.meaning)
+                              operators=self.meaning)
 
     def committed(self, checkpoint: Checkpoint, seconds: float) -> None:
         """``checkpoint`` is committed (in ``seconds``): it is the last, and hooks hear of it."""

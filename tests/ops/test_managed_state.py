@@ -117,7 +117,7 @@ def test_unencodable_value_fails_the_batch_naming_operator_and_key(spark, wareho
         sp.set(op, md, object())
         return data
 
-    pipeline = _keyed("unencodable", bad)
+    pipeline = _keyed("unencodable", bad, state_type="json")  # the codec's refusal
     pipeline.publish(spark, [{"k": 42, "x": 1}], warehouse)
     with pytest.raises(EncodingError, match=r"operator 'bad' for key 42 .*codec='pickle'"):
         pipeline.run_once(spark, warehouse)
@@ -188,7 +188,7 @@ def test_distributed_mode_checkpoints_every_batch_and_says_so(spark, warehouse, 
 
 
 def test_a_pipelines_tables_are_created_by_their_first_commit(spark, warehouse):
-    pipeline = _keyed("first_commits", add_x)
+    pipeline = _keyed("first_commits", add_x, state_type="json")  # typed: its columns' commit first
     layout = pipeline.layout(warehouse)
     assert pipeline.run_once(spark, warehouse).checkpoint_id is None   # nothing to read yet
     assert not any(tables.exists(spark, path)
@@ -213,7 +213,7 @@ def test_checkpoint_every_t_seconds(spark, warehouse):
 
 
 def test_one_commit_per_checkpoint_with_only_changed_keys(spark, warehouse):
-    pipeline = _keyed("commits", add_x)
+    pipeline = _keyed("commits", add_x, state_type="json")
     pipeline.publish(spark, [{"k": k, "x": 1} for k in range(100)], warehouse)
     pipeline.publish(spark, [{"k": 5, "x": 1}], warehouse)
     pipeline.run_once(spark, warehouse)
@@ -326,7 +326,7 @@ def test_remove_drops_a_key_from_state_with_a_tombstone(spark, warehouse, mode, 
         return None
 
     pipeline = _keyed(f"removing_{mode}_{vectorized}", total_until_zero, name="sum",
-                      vectorized=vectorized).with_mode(mode)
+                      vectorized=vectorized, state_type="json").with_mode(mode)  # text rows
     pipeline.publish(spark, [{"k": 1, "x": 5}, {"k": 2, "x": 3}], warehouse)
     pipeline.publish(spark, [{"k": 1, "x": -5}, {"k": 2, "x": 1}], warehouse)
     pipeline.run_once(spark, warehouse, max_batches=1)  # 1 is checkpointed with a value

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 
 import ops as sp
 from ops.errors import PipelineDefinitionError
-from state import ConfigError, EncodingError, MigrationError, PipelineChangedError
+from state import ConfigError, EncodingError, PipelineChangedError
 from tests.helpers import sink_rows
 
 
@@ -52,7 +52,7 @@ def _batches(rng, count, keys):
 
 def test_a_typed_running_sum_is_stored_as_numbers_and_equals_json_storage(spark, warehouse):
     batches = _batches(np.random.default_rng(3), 3, 500)
-    typed, text = _sums("typed_sums", state_type=int), _sums("text_sums")
+    typed, text = _sums("typed_sums", state_type=int), _sums("text_sums", state_type="json")
     for pipeline in (typed, text):
         for batch in batches:  # a run per batch: each run reads its keys' state back
             pipeline.publish(spark, batch, warehouse)
@@ -90,7 +90,7 @@ def test_a_typed_record_with_string_keys_and_tombstones_equals_json_storage(spar
                              "x": rng.integers(0, 9, 60), "tag": rng.choice(["a", "é", "z"], 60)})
                for _ in range(3)]
     typed = _stats("typed_stats", state_type={"n": int, "mean": float, "last": str})
-    text = _stats("text_stats")
+    text = _stats("text_stats", state_type="json")
     for pipeline in (typed, text):
         for batch in batches:
             pipeline.publish(spark, batch, warehouse)
@@ -146,22 +146,31 @@ def test_declarations_are_checked_when_the_pipeline_is_defined():
 
 
 def test_a_name_stored_as_text_is_not_silently_read_as_typed(spark, warehouse):
-    text = _sums("switched")
+    text = _sums("switched", state_type="json")
     text.publish(spark, pd.DataFrame({"k": [1], "x": [2]}), warehouse)
     text.run_once(spark, warehouse)
     with pytest.raises(PipelineChangedError, match="stored as text \\(json\\), now declared typed"):
         _sums("switched", state_type=int).run_once(spark, warehouse)
 
 
-def test_a_migration_refuses_to_edit_typed_state_and_writes_nothing(spark, warehouse):
+def test_a_migration_edits_typed_state_as_text_and_a_declared_type_converts_after(spark,
+                                                                                   warehouse):
     typed = _sums("typed_migrated", state_type=int)
     typed.publish(spark, pd.DataFrame({"k": [1], "x": [2]}), warehouse)
     typed.run_once(spark, warehouse)
-    version = DeltaTable(typed.layout(warehouse).state).version()
     renamed = _sums("typed_migrated", state_name="sum2", state_type=int)
-    with pytest.raises(MigrationError, match=r"\['total'\] is stored in typed columns"):
-        sp.migrate(spark, renamed, rename={"total": "sum2"}, warehouse=warehouse)
-    assert DeltaTable(typed.layout(warehouse).state).version() == version
+    sp.migrate(spark, renamed, rename={"total": "sum2"}, warehouse=warehouse)
+    rows = sorted(DeltaTable(typed.layout(warehouse).state).to_pyarrow_table().to_pylist(),
+                  key=lambda row: row["checkpoint_id"])
+    assert [(row["key"], row["value"]) for row in rows if row["operator"] == "sum2"] == [("1", "2")]
+    assert [row["deleted"] for row in rows if row["k__total"] == 1] == [False, True]
+    with pytest.raises(PipelineChangedError, match="stored as text \\(json\\), now declared typed"):
+        renamed.run_once(spark, warehouse)  # written as text by the edit: converted next
+    sp.migrate(spark, renamed, warehouse=warehouse)
+    state = sp.read_state(spark, renamed, "sum2", warehouse=warehouse)
+    assert dict(zip(state["key"], state["value"])) == {1: 2}
+    assert [key for key in stored_rows(renamed, warehouse, "sum2")["k__sum2"].to_pylist()
+            if key is not None] == [1]  # typed again
 
 
 def test_distributed_mode_gives_what_driver_mode_gives_and_runs_switch_between_them(spark,
@@ -200,6 +209,6 @@ def test_distributed_mode_refuses_typed_state_with_timers_before_running(spark, 
         pipeline.run_once(spark, warehouse, mode="distributed")
 
 
-def stored_rows(pipeline, warehouse):
+def stored_rows(pipeline, warehouse, name="total"):
     return DeltaTable(pipeline.layout(warehouse).state).to_pyarrow_table(
-        filters=[("operator", "=", "total")])
+        filters=[("operator", "=", name), ("deleted", "=", False)])

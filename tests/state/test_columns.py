@@ -143,7 +143,7 @@ def test_a_vectorized_pipeline_holds_columns_across_runs(spark, warehouse):
     """A vectorized sum over two runs (the second reads the first's state from _state, in
     columns): the totals continue, and the state reads back as the values set."""
     built = (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
-             .map(vectorized_total, state=0, vectorized=True, name="sums")
+             .map(vectorized_total, state=0, vectorized=True, name="sums", state_type="json")
              .write.to_delta("out")).named("columnar")
     for rows in ([{"k": 1, "x": 2}, {"k": 2, "x": 5}], [{"k": 1, "x": 3}, {"k": 3, "x": 1}]):
         built.publish(spark, rows, warehouse)

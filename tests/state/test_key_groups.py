@@ -35,7 +35,8 @@ def running_sum(op, md, data):
 
 def pipeline(groups=None):
     built = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
-             .map(running_sum, state=0).write.to_delta("sums")).named("grouped")
+             .map(running_sum, state=0, state_type="json")  # text keys, as before key groups
+             .write.to_delta("sums")).named("grouped")
     return built if groups is None else built.with_key_groups(groups)
 
 

@@ -27,7 +27,8 @@ def keep_or_forget(op, md, data):
 
 def pipeline():
     return (sp.read.from_callback("in", key="k", schema={"k": "long", "x": "long"})
-            .map(keep_or_forget, state=0, name="sums").write.to_delta("out")).named("lookup")
+            .map(keep_or_forget, state=0, name="sums", state_type="json")  # text lookups
+            .write.to_delta("out")).named("lookup")
 
 
 def spark_values(spark, built, warehouse, as_of):

@@ -66,7 +66,7 @@ def run_stages(spark: SparkSession, layout: PipelineLayout, as_of: int | None, r
         if timers is not None:
             task, due = before_timers(spark, layout, as_of, task, timers)
         inputs = output.rows
-        typed_state.add_columns(layout, stage, output.rows)  # before its tasks write them
+        typed_state.add_columns(layout, stage, output.rows, task.state_types)  # before tasks write them
         results = output.keep(_stage_frame(spark, layout, as_of, output, task, due))
         summary = _summary(results, output, task)
         _take(spark, output, results, summary, task, first=number == 0)

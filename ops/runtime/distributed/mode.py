@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from state import (
     BatchPlan,
@@ -28,12 +28,14 @@ from ...sources import FrameSlice
 from ..dead_letters import write_dead_letters
 from ..failures import OperatorFailure, failed
 from ..reports import BatchReport
-from ..run import Run
 from .driver_side import run_stages
 from .output import StageOutput
 from .stages import Stage, stages_of, writes_state_files
 from .tasks import StateFiles, TaskSpec
 from .typed_state import prepare_table, typed_names
+
+if TYPE_CHECKING:  # annotations only: the run settles its storage through recovery, which
+    from ..run import Run  # reads the stages (ops.runtime.storage)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ class DistributedMode:
         table), and whether they write what they changed as its files (where delta-rs appends
         to it); ``None``: neither."""
         run, as_of = self.run, self.as_of
-        if any(typed_names(stage) for stage in stages):  # its tasks always read and write files
+        if any(typed_names(stage, run.storage) for stage in stages):  # its tasks always read and write files
             if not writes_state_files(stages):
                 raise ConfigError(f"pipeline {run.pipeline.name!r}: typed state (state_type=) runs "
                                   "on executors only beside operators without windows, sessions "
@@ -139,6 +141,7 @@ class DistributedMode:
             return TaskSpec(pipeline.id, plan.batch_id, source.schema.key_fields,
                             dict(plan.ranges), groups, buckets, stage, batch_time=plan.time_ms,
                             operators=pipeline.stateful_operators, state_files=files,
+                            state_types=run.storage,
                             sink_files=tuple(target for _, target in targets.values())
                             if stage is stages[-1] else ())
         return spec

@@ -124,7 +124,8 @@ def reading_task(task: TaskSpec, rows: pd.DataFrame) -> pd.DataFrame:
     assert files is not None
     bucket = int(rows[BUCKET_COLUMN].iloc[0])
     delta_io.adopt_storage_environment(files.storage)
-    store = StateStore.of_files(files.path, files.as_of, task.key_groups, task.groups_of(bucket))
+    store = StateStore.of_files(files.path, files.as_of, task.key_groups, task.groups_of(bucket),
+                                state_types=task.state_types)
     return _run(task, rows, store, bucket=bucket)
 
 

@@ -11,6 +11,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from state import (
+    StateTypes,
     decode_key,
     encode_key,
     key_groups,
@@ -48,6 +49,9 @@ class TaskSpec:
     #: the stage's input columns that Spark's pandas conversion hands the tasks as naive times,
     #: which they turn back into the instants driver mode gives (see Instants)
     instants: Instants = Instants()
+    #: the run's typed states (declared or inferred: ops.runtime.storage), which the tasks'
+    #: stores read and write in typed columns
+    state_types: StateTypes = StateTypes()
 
     @property
     def writes_state(self) -> bool:

@@ -3,9 +3,13 @@ and write what they change as files of it, so the table must have the state's co
 they run (added by the driver in commits that change no state) and must exist for a
 pipeline's first batch.
 
+The run settles which states are typed (declared or inferred, :mod:`ops.runtime.storage`);
+a stage's are those of its operators' names.
+
 >>> from ops.operators.basic import Map
->>> from state import declared_state_type
->>> typed_names(Stage((Map(len, "sum", state=0, keys=("k",), state_type=declared_state_type(int)),), ("k",)))
+>>> from state import StateTypes, declared_state_type
+>>> typed_names(Stage((Map(len, "sum", state=0, keys=("k",)),), ("k",)),
+...             StateTypes({"sum": declared_state_type(int)}))
 {'sum': StateType(fields=(('', 'int64'),))}
 """
 
@@ -15,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType, StringType
 
-from state import ConfigError, PipelineLayout, StateType, widen_state_table
+from state import ConfigError, PipelineLayout, StateType, StateTypes, widen_state_table
 
 from .stages import Stage
 
@@ -23,9 +27,9 @@ _KEY_TYPES = {LongType: pa.int64(), IntegerType: pa.int64(), ShortType: pa.int64
               ByteType: pa.int64(), StringType: pa.string()}
 
 
-def typed_names(stage: Stage) -> dict[str, StateType]:
-    """The typed states of ``stage``'s operators, by name."""
-    return {name: kind for op in stage.operators for name, kind in op.state_types().items()}
+def typed_names(stage: Stage, storage: StateTypes) -> dict[str, StateType]:
+    """The typed states of ``stage``'s operators, by name, as the run's ``storage`` has them."""
+    return {name: kind for name in stage.names if (kind := storage.of(name)) is not None}
 
 
 def prepare_table(layout: PipelineLayout) -> None:
@@ -36,10 +40,11 @@ def prepare_table(layout: PipelineLayout) -> None:
                           "driver mode")
 
 
-def add_columns(layout: PipelineLayout, stage: Stage, rows: DataFrame) -> None:
+def add_columns(layout: PipelineLayout, stage: Stage, rows: DataFrame, storage: StateTypes) -> None:
     """``stage``'s typed states' columns added to ``_state``: each key column typed as the
-    stage's input key column is (an int or a string), each value column as declared."""
-    typed = typed_names(stage)
+    stage's input key column is (an int or a string), each value column as ``storage`` types
+    it."""
+    typed = typed_names(stage, storage)
     if not typed:
         return
     keys = stage.keys or ()

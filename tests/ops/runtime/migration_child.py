@@ -23,9 +23,9 @@ def running_total(op, md, data):
     return data.assign(total=total)
 
 
-def version_1(key: str = "y", mode: str = "driver"):
+def version_1(key: str = "y", mode: str = "driver", **stored):
     return (sp.read.from_callback("publish", key=key, schema=SCHEMA)
-            .map(running_sum, state=0, name="sum").write.to_delta("out")
+            .map(running_sum, state=0, name="sum", **stored).write.to_delta("out")
             ).named("changing").with_mode(mode)
 
 

@@ -159,9 +159,12 @@ def _latest_migration(spark, pipeline, warehouse):
     return " ".join(label for label in labels if label)
 
 
-def test_a_checkpoint_from_before_meanings_were_recorded(spark, warehouse, checkpointed):
+def test_a_checkpoint_from_before_meanings_were_recorded(spark, warehouse):
     """An earlier release's checkpoint records no meaning: runs pass (and record it), and a
     rename migrates it with the successor's description."""
+    checkpointed = version_1(state_type="json")  # an earlier release stored text
+    checkpointed.publish(spark, FIRST, warehouse)
+    checkpointed.run_once(spark, warehouse)
     layout = checkpointed.layout(warehouse)
     latest = _latest(spark, checkpointed, warehouse)
     old = dataclasses.replace(latest, checkpoint_id=latest.checkpoint_id + 1, operators=None)

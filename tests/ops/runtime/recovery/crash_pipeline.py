@@ -74,14 +74,14 @@ def _hold_if_asked(batch_id):
 
 def build(name: str = "crashy"):
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
-             .map(running_sum, state=0)
+             .map(running_sum, state=0, state_type="json")  # text: typed has builds of its own
              .write.to_delta("out"))
             .named(name).checkpoint_every(batches=2).track(rows_seen).with_hooks(audit, _Barrier()))
 
 
 def build_plain(name: str = "crashy_plain"):
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
-             .map(running_sum_plain, state=0, name="running_sum")
+             .map(running_sum_plain, state=0, name="running_sum", state_type="json")
              .write.to_delta("out"))
             .named(name).track(rows_seen))
 
@@ -100,7 +100,7 @@ def running_sum_distributed(op, md, data):
 
 def build_distributed(name: str = "crashy_distributed"):
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
-             .map(running_sum_distributed, state=0, name="running_sum")
+             .map(running_sum_distributed, state=0, name="running_sum", state_type="json")
              .write.to_delta("out"))
             .named(name).with_mode("distributed"))
 
@@ -116,7 +116,8 @@ def build_vectorized(name: str = "crashy_vectorized", mode: str = "driver", **ty
     """The running sum vectorized, on the driver or on executors. It checkpoints every two
     batches, which in driver mode leaves state set in columns waiting in memory, encoded,
     for the next checkpoint (distributed mode checkpoints every batch whatever the policy).
-    ``typed``: ``state_type=`` of its map (typed storage)."""
+    ``typed``: ``state_type=`` of its map (typed storage; by default text)."""
+    typed = {"state_type": "json", **typed}
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
              .map(running_sum_vectorized, state=0, vectorized=True, name="running_sum", **typed)
              .write.to_delta("out"))
