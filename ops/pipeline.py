@@ -24,10 +24,10 @@ from state import (
     Tracked,
     check_key_groups,
     check_name,
-    declared_state_type,
     resolve_warehouse,
 )
 
+from . import arguments
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import PipelineDefinitionError
 from .group_by import GroupedStream
@@ -45,7 +45,6 @@ from .operators import (
     StreamStreamJoin,
     TableJoin,
     TableTableJoin,
-    TimerDeclaration,
 )
 from .runtime import (
     BatchReport,
@@ -122,17 +121,11 @@ class Stream:
         if not callable(fn):
             raise PipelineDefinitionError(f"map needs a function, got {type(fn).__name__}")
         named = self._name_for(name, fn)
-        clock = _clock(named, timers, ttl, event_time, delay)
-        if late not in ("keep", "drop") or (late == "drop" and event_time is None):
-            raise PipelineDefinitionError(
-                f"map {named!r}: late= is 'keep' or 'drop' (with event_time=), not {late!r}")
-        try:
-            typed = declared_state_type(state_type)
-        except ValueError as error:
-            raise PipelineDefinitionError(f"map {named!r}: {error}") from None
+        clock = arguments.map_clock(named, timers, ttl, event_time, delay)
         op = Map(fn=fn, name=named, state=state, vectorized=vectorized, codec=codec, hooks=hooks,
                  keys=self.source.schema.key_fields, clock=clock, timers=timers, data=data,
-                 drop_late=late == "drop", state_type=typed,
+                 drop_late=arguments.drops_late(named, late, event_time),
+                 state_type=arguments.state_type(named, state_type),
                  infer_state_type=state_type is None)  # "json" says no
         return dataclasses.replace(self, operators=self.operators + (op,))
 
@@ -217,9 +210,9 @@ class Stream:
         one arriving after that is late and kept no longer. See :class:`StreamStreamJoin`."""
         named = self._name_for(name, "stream_join")
         op = StreamStreamJoin(name=named, on=on, left=left, right=right,
-                              before_ms=_duration(named, "before", before),
-                              after_ms=_duration(named, "after", after),
-                              grace_ms=_duration(named, "grace", grace), how=how,
+                              before_ms=arguments.duration(named, "before", before),
+                              after_ms=arguments.duration(named, "after", after),
+                              grace_ms=arguments.duration(named, "grace", grace), how=how,
                               kinds=tuple((kinds or {}).items()))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
@@ -467,30 +460,6 @@ class Pipeline:
                 f"pipeline {self.name!r}: publish needs exactly one callback source to write to; "
                 f"it reads callbacks {[c.name for c in callbacks]} (pass source=...)")
         return chosen[0].publish(spark, self.layout(warehouse), records, dedupe_id=dedupe_id)
-
-
-def _clock(operator: str, timers: bool, ttl: Any, event_time: str | None,
-           delay: Any) -> TimerDeclaration | None:
-    """A map's timer declaration, or ``None`` when it asked for no timers, TTL or event time."""
-    if not (timers or ttl is not None or event_time is not None):
-        if delay is not None:
-            raise PipelineDefinitionError(f"map {operator!r}: delay= goes with event_time=")
-        return None
-    return TimerDeclaration(operator, event_time, _duration(operator, "delay", delay or 0),
-                            None if ttl is None else _duration(operator, "ttl", ttl))
-
-
-def _duration(operator: str, name: str, value: Any) -> int:
-    """``value`` ("1h", a timedelta, or ms) in milliseconds; a clear error when it is none."""
-    try:
-        ms = value if isinstance(value, int) else int(pd.Timedelta(value) / pd.Timedelta("1ms"))
-    except (ValueError, TypeError):
-        raise PipelineDefinitionError(
-            f"operator {operator!r}: {name}={value!r} is not a duration (use '30s', '1h', a "
-            "timedelta or milliseconds)") from None
-    if ms < 0 or (name == "ttl" and ms == 0):
-        raise PipelineDefinitionError(f"operator {operator!r}: {name}={value!r} must be positive")
-    return ms
 
 
 def hook_key(hook: Hooks) -> str:

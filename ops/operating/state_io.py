@@ -32,6 +32,7 @@ from state import (
     CheckpointLog,
     GlobalTable,
     MigrationError,
+    StateTypes,
     StreamError,
     codec_named,
     encode_key,
@@ -47,7 +48,6 @@ from ..operators import Operator, StateKind
 from ..operators.aggregates import to_python
 from ..pipeline import Pipeline
 from ..runtime.meaning import describe
-from ..runtime.storage import state_types
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,10 @@ def bootstrap_state(spark: SparkSession, pipeline: Pipeline, data: Mapping[str, 
                       for name, rows in data.items()], ignore_index=True)
     first = Checkpoint(checkpoint_id=1, batch_id=0, run_id=uuid.uuid4().hex,
                        created_at=time.time(), key_groups=pipeline.key_groups,
-                       # the state is written as text: no type is inferred for it
-                       operators=describe(pipeline.stream.operators, state_types(
-                           pipeline, layout.state, None, inferring=False)),
+                       # recorded as written, as text: a declared type is converted to by
+                       # sp.migrate, as the first run's refusal says (recorded typed, the
+                       # run would read no typed rows: the bootstrapped state silently gone)
+                       operators=describe(pipeline.stream.operators, StateTypes()),
                        migration=f"bootstrap {', '.join(sorted(data))}")
     CheckpointLog(spark, layout).commit(first, rows)
     log.info("%s: bootstrapped %s as checkpoint 1 (%d keys)", pipeline.id, sorted(data), len(rows))

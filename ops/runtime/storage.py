@@ -25,8 +25,6 @@ runs of one pipeline must not store differently because their first batches diff
 >>> pipeline = stream.map(lambda op, md, data: data, state=0, name="total").write.to_delta("out")
 >>> state_types(pipeline, "/tmp/w/p/_state", None).origin("total")
 "state_type 'int64' inferred from state=0"
->>> state_types(pipeline, "/tmp/w/p/_state", None, inferring=False).types
-{}
 """
 
 from __future__ import annotations
@@ -45,17 +43,15 @@ if TYPE_CHECKING:
 _KEY_FIELD_TYPES = ("long", "string")
 
 
-def state_types(pipeline: RunnablePipeline, state_path: str, last: Checkpoint | None, *,
-                inferring: bool = True) -> StateTypes:
+def state_types(pipeline: RunnablePipeline, state_path: str, last: Checkpoint | None) -> StateTypes:
     """The run's typed states: the declared ones, and the inferred ones that apply (see the
     module docstring) given ``last``, the latest checkpoint (``None``: none yet), and the
-    ``_state`` table at ``state_path``. ``inferring=False``: the declared ones only (a
-    bootstrap, which writes text)."""
+    ``_state`` table at ``state_path``."""
     operators = pipeline.stream.operators
     types = {name: kind for op in operators for name, kind in op.state_types().items()}
     inferred: dict[str, str] = {}
-    everywhere = inferring and _typed_everywhere(pipeline, state_path)
-    for op in operators if inferring else ():
+    everywhere = _typed_everywhere(pipeline, state_path)
+    for op in operators:
         for name, kind in op.inferable_state_types().items():
             kept = _recorded(last, name)
             chosen = kept[0] if kept is not None else (

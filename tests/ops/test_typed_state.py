@@ -212,3 +212,18 @@ def test_distributed_mode_refuses_typed_state_with_timers_before_running(spark, 
 def stored_rows(pipeline, warehouse, name="total"):
     return DeltaTable(pipeline.layout(warehouse).state).to_pyarrow_table(
         filters=[("operator", "=", name), ("deleted", "=", False)])
+
+
+def test_bootstrapped_state_of_a_declared_type_is_converted_by_migrate_not_lost(spark, warehouse,
+                                                                               tmp_path):
+    pipeline = _sums("typed_bootstrapped", state_type=int)
+    seed = str(tmp_path / "seed")
+    spark.createDataFrame(pd.DataFrame({"k": [1, 2], "value": [100, 200]})).write.format("delta").save(seed)
+    sp.bootstrap_state(spark, pipeline, {"total": seed}, warehouse=warehouse)  # written as text
+    pipeline.publish(spark, pd.DataFrame({"k": [1], "x": [5]}), warehouse)
+    with pytest.raises(PipelineChangedError, match="stored as text \\(json\\), now declared typed"):
+        pipeline.run_once(spark, warehouse)
+    sp.migrate(spark, pipeline, warehouse=warehouse)
+    pipeline.run_once(spark, warehouse)
+    state = sp.read_state(spark, pipeline, "total", warehouse=warehouse)
+    assert dict(zip(state["key"], state["value"])) == {1: 105, 2: 200}
