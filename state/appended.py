@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import delta_io
+from .errors import StorageError
 from .tables import local_path
 
 VERSION = "_commit_version"
@@ -148,9 +149,8 @@ def file_rows(spark: SparkSession, path: str, files: list[tuple[int, str]],
                   T.StructField(ROW_IN_TABLE, T.LongType())]
         return spark.createDataFrame([], T.StructType(fields))
     root = path.rstrip("/")
-    # a small table joined by broadcast: the rows are read where they are, in their files' order
-    # (names no table's column has: the table's own come out as they are)
-    # (built in the JVM from literals: no Python worker, no job to make it)
+    # a small table of literals (made in the JVM: no Python worker, no job) joined by broadcast,
+    # so the rows are read where they are, in their files' order; its column names are no table's
     places = spark.range(1).select(F.inline(F.array(*[
         F.struct(F.lit(_file_name(name)).alias("__file_name"), F.lit(version).cast("long").alias("__version"),
                  F.lit(number << _ROW_BITS).cast("long").alias("__first_row"))
@@ -266,6 +266,10 @@ def _from_files(path: str, files: list[tuple[int, str]], schema: T.StructType,
             table = pq.read_table(name, filesystem=store)
         except pa.ArrowInvalid:  # not Parquet pyarrow reads: Spark will say what it is
             return None
+        except OSError as failed:  # gone: no other read has its rows
+            raise StorageError(f"{path}: data file {name} of version {version} cannot be read "
+                               f"({failed}); a VACUUM may have removed it before this batch read "
+                               "it") from failed
         conformed = _conformed(table, schema)
         if conformed is None:
             return None
@@ -325,7 +329,7 @@ def _inserted_files(actions: list[dict[str, Any]]) -> list[str] | None:
     added them, as paths in the table's folder:
     none for a commit that inserts nothing by what it is, the files it added when all it changed
     was to add files to an unpartitioned table without deletion vectors; else ``None``. Schema
-    changes pass: every file is checked against the table's columns when read."""
+    changes pass: a file's columns are matched to the table's by name when read."""
     if _inserts_nothing(actions):
         return []
     files = []
