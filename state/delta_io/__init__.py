@@ -20,7 +20,7 @@ with :data:`IO_SETTING` ``spark``), the writes and reads that may be left to Spa
 """
 
 from .appends import ARROW_TYPES, Creation, append, blind_append_refusal, create
-from .cache import Snapshots, adopt_storage_environment, snapshots, table
+from .cache import RECHECK_SETTING, Snapshots, adopt_storage_environment, snapshots, table
 from .columns_added import add_columns
 from .files import data_files, file_statistics, newest_rows, read_data_files, rows_at_least, snapshot
 from .log import (
@@ -35,20 +35,28 @@ from .log import (
     reads_inserts,
     recent_metadata,
     schema_json,
-    table_files,
 )
 from .merge import Upsert, merge_refusal, upsert
-from .stores import IO_SETTING, OBJECT_STORE_SCHEMES, local_path, on_object_store, serves, storage_environment
+from .stores import (
+    IO_SETTING,
+    OBJECT_STORE_SCHEMES,
+    local_path,
+    on_object_store,
+    serves,
+    storage_environment,
+    table_files,
+)
 from .task_files import commit_files, file_schema, takes_files, write_file
 
 __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
-    "Snapshots", "adopt_storage_environment", "snapshots", "table",
+    "RECHECK_SETTING", "Snapshots", "adopt_storage_environment", "snapshots", "table",
     "data_files", "file_statistics", "newest_rows", "read_data_files", "rows_at_least", "snapshot",
     "FEED_PROPERTY", "commit_actions", "commit_times", "configuration", "feed_enabled", "feed_on",
     "latest_version",
-    "metadata_at", "reads_inserts", "recent_metadata", "schema_json", "table_files",
+    "metadata_at", "reads_inserts", "recent_metadata", "schema_json",
     "Upsert", "merge_refusal", "upsert",
     "IO_SETTING", "OBJECT_STORE_SCHEMES", "local_path", "on_object_store", "serves", "storage_environment",
+    "table_files",
     "commit_files", "file_schema", "takes_files", "write_file",
 ]

@@ -1,30 +1,48 @@
 """What this process knows of a table (its snapshot), cached and brought up to date from the
 commits since, so a commit or a poll reads only what is new.
 
-A local table deleted and made again at the same path is noticed (its commit file is not the one
-read) and read afresh; on an object store that would cost a request per use, so there a table
-made again at the same path with as many commits is not noticed until the cache forgets it (a
-process restart).
+A table deleted and made again at the same path is noticed and read afresh. On a local disk, at
+every use: its commit file is not the one read (inode and size). On an object store that would
+cost a request per use, so there the commit file the table was opened at is looked at again (one
+``HEAD``) at most every :data:`RECHECK_SETTING` seconds (10 by default) per table: a table made
+again is noticed within that time, and until then may be read as the one before it with the
+new one's later commits.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+import pyarrow.fs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from ..errors import StorageError
-from .stores import calling, local_path, location, serves
+from .stores import calling, local_path, location, serves, table_files
 
 _CACHED_TABLES = 256
 _CACHED_COMMITS = 1000  # per table: what each commit did, as far back as a plan reads
 
 #: What tells a local table from one made again at its path: its commit file's inode and size.
 Stamp = tuple[int, int]
+#: Seconds between two looks at whether a table on an object store was made again (see above).
+RECHECK_SETTING = "LAKESTREAM_TABLE_RECHECK_SECONDS"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What tells a table on an object store from one made again at its path: the size and
+    modification time of the commit file of ``version`` (the version it was opened at), as seen
+    at ``seen_at`` (monotonic seconds)."""
+
+    version: int
+    file: tuple[int, int] | None
+    seen_at: float
 
 
 class Snapshots:
@@ -40,7 +58,8 @@ class Snapshots:
         self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
         self._stamps: dict[str, Stamp | None] = {}  # the commit file each table was read at
         self._appends: dict[str, dict[int, bool]] = {}  # per table, per version: a blind append?
-        self._lock = threading.Lock()  # guards the three above
+        self._marks: dict[str, Mark] = {}  # per table on an object store: its commit file as opened
+        self._lock = threading.Lock()  # guards the four above
         self._table_locks: dict[str, threading.Lock] = {}
 
     def lock_for(self, path: str) -> threading.Lock:
@@ -68,6 +87,7 @@ class Snapshots:
                 forgotten, _ = self._tables.popitem(last=False)
                 self._stamps.pop(forgotten, None)
                 self._appends.pop(forgotten, None)
+                self._marks.pop(forgotten, None)
 
     def remember(self, path: str, stamp: Stamp | None) -> None:
         """Note that the snapshot of ``path`` is now as of the commit file ``stamp`` tells."""
@@ -80,12 +100,23 @@ class Snapshots:
             self._tables.pop(path, None)
             self._stamps.pop(path, None)
             self._appends.pop(path, None)  # a table made again at this path reuses its version numbers
+            self._marks.pop(path, None)
 
     def clear(self) -> None:
         """Forget every snapshot (what commits did stays true: a commit never changes)."""
         with self._lock:
             self._tables.clear()
             self._stamps.clear()
+            self._marks.clear()
+
+    def mark(self, path: str) -> Mark | None:
+        """What the table at ``path`` (on an object store) was opened at (``None``: unknown)."""
+        with self._lock:
+            return self._marks.get(path)
+
+    def set_mark(self, path: str, mark: Mark) -> None:
+        with self._lock:
+            self._marks[path] = mark
 
     def appends(self, path: str) -> dict[int, bool]:
         """Per version of ``path`` known, whether that commit was a blind append (a copy)."""
@@ -119,6 +150,9 @@ def synced(path: str, fresh: bool = False) -> DeltaTable | None:
     """The cached table brought up to date, or the table opened (``None``: none there); the
     caller holds the table's lock."""
     cached = None if fresh else snapshots.get(path)
+    if cached is not None and _made_again(path):
+        snapshots.forget(path)  # and what its commits did: the new table reuses their numbers
+        cached = None
     if cached is not None and stamp_of(path, cached) == snapshots.stamp(path):
         try:
             calling(path, "reading the log", cached.update_incremental)
@@ -135,7 +169,43 @@ def synced(path: str, fresh: bool = False) -> DeltaTable | None:
         return None
     snapshots.keep(path, opened)
     remember(path, opened)
+    if local_path(path) is None:
+        version = int(opened.version())
+        snapshots.set_mark(path, Mark(version, _commit_file(path, version), time.monotonic()))
     return opened
+
+
+def _made_again(path: str) -> bool:
+    """Whether the table on an object store at ``path`` is no longer the one opened: its commit
+    file of the version it was opened at changed or is gone (looked at, one ``HEAD``, at most
+    every :data:`RECHECK_SETTING` seconds; a commit file gone by log cleanup reads it afresh
+    too, once). Always ``False`` for a local table (its stamp tells, at every use)."""
+    mark = snapshots.mark(path)
+    now = time.monotonic()
+    if mark is None or now - mark.seen_at < _recheck_seconds():
+        return False
+    if _commit_file(path, mark.version) != mark.file:
+        return True
+    snapshots.set_mark(path, Mark(mark.version, mark.file, now))
+    return False
+
+
+def _commit_file(path: str, version: int) -> tuple[int, int] | None:
+    """The size and modification time (ns) of commit ``version``'s file (``None``: none)."""
+    found = calling(path, f"looking at commit {version} of",
+                    lambda: table_files(path).get_file_info(f"_delta_log/{version:020d}.json"))
+    if found.type == pyarrow.fs.FileType.NotFound:
+        return None
+    return int(found.size or 0), int(found.mtime_ns or 0)
+
+
+def _recheck_seconds() -> float:
+    """:data:`RECHECK_SETTING`, in seconds (10 unless set; 0: at every use)."""
+    text = os.environ.get(RECHECK_SETTING, "10")
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        raise StorageError(f"{RECHECK_SETTING}={text!r} is not a number of seconds") from None
 
 
 def remember(path: str, found: DeltaTable) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,11 +16,10 @@ import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.fs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from deltalake.fs import DeltaStorageHandler
 
 from ..errors import StorageError
 from .cache import served_table, snapshots, table
-from .stores import calling, local_path, location, serves
+from .stores import calling, location, serves, table_files
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +106,6 @@ def _text(files: pyarrow.fs.FileSystem, name: str) -> str | None:
             return bytes(handle.read()).decode()
     except FileNotFoundError:
         return None
-
-
-def table_files(path: str) -> pyarrow.fs.FileSystem:
-    """The files of the table at ``path`` (an object store's URI or a local path), by their
-    paths in the table's folder as its log gives them: what reads a commit's JSON or the data
-    files an append added, reaching the store as delta-rs does (the same settings)."""
-    local = local_path(path)
-    if local is not None:
-        return pyarrow.fs.SubTreeFileSystem(os.path.abspath(local), pyarrow.fs.LocalFileSystem())
-    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(location(path)))
 
 
 def feed_enabled(configuration: Mapping[str, Any]) -> bool:

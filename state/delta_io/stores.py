@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 from urllib.parse import urlparse
 
+import pyarrow.fs
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
 
 from ..errors import StorageError
 
@@ -119,3 +121,13 @@ def describe(path: str, doing: str, error: BaseException) -> str:
     return (f"{doing} {path} failed (bucket {where.netloc!r}, path {where.path.lstrip('/')!r}): "
             f"{words[:600]}. Check that the bucket exists, the endpoint (AWS_ENDPOINT_URL) "
             "answers and the credentials in the AWS environment may read and write it.")
+
+
+def table_files(path: str) -> pyarrow.fs.FileSystem:
+    """The files of the table at ``path`` (an object store's URI or a local path), by their
+    paths in the table's folder as its log gives them: what reads a commit's JSON or the data
+    files an append added, reaching the store as delta-rs does (the same settings)."""
+    local = local_path(path)
+    if local is not None:
+        return pyarrow.fs.SubTreeFileSystem(os.path.abspath(local), pyarrow.fs.LocalFileSystem())
+    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(location(path)))

@@ -1,10 +1,12 @@
 """The snapshot cache (state.delta_io.cache): bounded, forgets a table with what it knew of it,
-and tells a local table made again at its path from the one it read."""
+and tells a table made again at its path from the one it read (local: at every use; on S3:
+within the recheck time)."""
 
 import shutil
 import threading
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -93,3 +95,36 @@ def test_only_a_local_table_has_a_stamp(tmp_path, path):
     local, found = _table(tmp_path, "t")
     assert stamp_of(path, found) is None
     assert stamp_of(local, found) is not None and stamp_of(f"file://{local}", found) == stamp_of(local, found)
+
+
+def _delete_on_s3(path):
+    files = delta_io.table_files(path)
+    for found in files.get_file_info(pafs.FileSelector("", recursive=True, allow_not_found=True)):
+        if found.type == pafs.FileType.File:
+            files.delete_file(found.path)
+
+
+def _remake_on_s3(path, *batches):
+    """The table at ``path`` (on S3) deleted, then made again with one commit per batch."""
+    _delete_on_s3(path)
+    for values in batches:
+        write_deltalake(path, pa.table({"x": pa.array(values, pa.int64())}), mode="append")
+
+
+def test_a_table_made_again_on_s3_is_noticed_within_the_recheck_time(s3_warehouse, monkeypatch):
+    path = f"{s3_warehouse}/t"
+    _remake_on_s3(path, [1, 2], [3])
+    assert sorted(delta_io.table(path).to_pyarrow_table()["x"].to_pylist()) == [1, 2, 3]
+    _remake_on_s3(path, [7, 8, 9], [10, 11], [12])  # more commits: its later ones follow on
+    monkeypatch.setenv(delta_io.RECHECK_SETTING, "3600")  # not looked at yet: the old snapshot
+    stale = delta_io.table(path)                            # with the new table's commit 2
+    stale_files = set(stale.file_uris())
+    assert stale.version() == 2
+    monkeypatch.setenv(delta_io.RECHECK_SETTING, "0")  # looked at: its commit 0 is another file
+    fresh = delta_io.table(path)
+    assert sorted(fresh.to_pyarrow_table()["x"].to_pylist()) == [7, 8, 9, 10, 11, 12]
+    assert len(stale_files - set(fresh.file_uris())) == 2  # the old table's two files
+    _remake_on_s3(path, [20])  # fewer commits
+    assert delta_io.table(path).to_pyarrow_table()["x"].to_pylist() == [20]
+    _delete_on_s3(path)
+    assert delta_io.table(path) is None and delta_io.snapshots.get(path) is None
