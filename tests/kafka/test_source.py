@@ -208,3 +208,17 @@ def test_records_that_gain_a_field_or_lose_one(spark, warehouse, kafka, topic):
     out = pipeline.read_sink(spark, "out", warehouse)[["k", "x", "note"]]
     assert [[None if pd.isna(v) else v for v in row] for row in out.values.tolist()] == [
         ["a", 1, None], ["b", 2, "hi"], ["c", None, None]]
+
+
+def test_a_topic_read_into_a_warehouse_on_s3_once(spark, s3_warehouse, kafka, topic):
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    records = [{"k": key, "x": n} for n, key in enumerate("abab", start=1)]
+    send_json(kafka.bootstrap, topic, records, key="k")
+    pipeline = summing(topic, kafka.bootstrap, "kafka_on_s3", max_records=3)
+    assert pipeline.run_once(spark, s3_warehouse).rows_in == 4
+    send_json(kafka.bootstrap, topic, [{"k": "a", "x": 10}], key="k")
+    assert pipeline.run_once(spark, s3_warehouse).rows_in == 1
+    assert pipeline.run_once(spark, s3_warehouse).rows_in == 0  # each offset read once
+    out = pipeline.read_sink(spark, "sums", s3_warehouse)
+    assert out.groupby("k")["total"].max().to_dict() == {"a": 14, "b": 6}
+    assert len(out) == 5

@@ -16,8 +16,12 @@ def _state(spark, pipeline, warehouse, name):
     return dict(zip(rows["key"], rows["value"]))
 
 
-@pytest.mark.parametrize("mode", ["driver", "distributed"])
-def test_bootstrapped_state_is_where_the_first_run_starts(spark, warehouse, tmp_path, mode):
+@pytest.mark.parametrize("mode, store", [("driver", "local"), ("distributed", "local"),
+                                         ("driver", "s3")])
+def test_bootstrapped_state_is_where_the_first_run_starts(spark, warehouse, tmp_path, request, mode,
+                                                          store):
+    if store == "s3":
+        warehouse = request.getfixturevalue("s3_warehouse")
     pipeline = version_1(mode=mode)
     seed = tmp_path / "seed"
     spark.createDataFrame(pd.DataFrame({"y": [0, 1, 2], "value": [100, 200, 300]})) \
@@ -51,10 +55,13 @@ def test_bad_bootstrap_input_is_refused_and_nothing_is_written(spark, warehouse)
                            warehouse=warehouse)
 
 
-def test_export_then_import_into_another_warehouse(spark, tmp_path):
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_export_then_import_into_another_warehouse(spark, tmp_path, request, store):
     """State, a tracked variable and a global table move; the inbox of the new warehouse is new,
-    so its position is rewritten to its start."""
-    here, there, export = (str(tmp_path / name) for name in ("here", "there", "export"))
+    so its position is rewritten to its start. ``s3``: exported to and imported into S3."""
+    here = str(tmp_path / "here")
+    far = request.getfixturevalue("s3_warehouse") if store == "s3" else str(tmp_path)
+    there, export = f"{far}/there", f"{far}/export"
     pipeline = cp.build("moving")
     for batch in cp.INPUT[:2]:
         pipeline.publish(spark, batch, here)

@@ -21,6 +21,7 @@ from state import (
 )
 from tests.ops.runtime import migration_child as child
 from tests.ops.runtime.migration_child import SCHEMA, running_sum, version_1, version_2
+from tests.spark_settings import child_environment
 
 FIRST = [{"x": 1, "y": 0}, {"x": 2, "y": 1}, {"x": 3, "y": 0}]  # totals: y=0 -> 4, y=1 -> 2
 LATER = [{"x": 10, "y": 0}, {"x": 20, "y": 1}]
@@ -223,3 +224,26 @@ def test_a_migration_killed_midway_leaves_one_checkpoint_in_force(
     version_2().publish(spark, LATER, warehouse)
     version_2().run_once(spark, warehouse)
     assert _state(spark, checkpointed, warehouse, "total") == {0: 14.0, 1: 22.0}
+
+
+def test_a_migration_killed_on_s3_then_run_again_and_reset(spark, s3_warehouse):
+    """On S3: a migration killed before its commit leaves the checkpoint before it in force; run
+    again, it is done once; a reset to before it brings the old state back."""
+    pipeline = version_1()
+    pipeline.publish(spark, FIRST, s3_warehouse)
+    pipeline.run_once(spark, s3_warehouse)
+    before = _latest(spark, pipeline, s3_warehouse)
+    done = subprocess.run([sys.executable, "-m", "tests.ops.runtime.migration_child"],
+                          env=dict(child_environment(s3_warehouse),
+                                   LAKESTREAM_CRASH_AT="migration_rows_built:1"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert _latest(spark, pipeline, s3_warehouse).checkpoint_id == before.checkpoint_id
+    child.migrate_to_version_2(spark, s3_warehouse)
+    assert _state(spark, pipeline, s3_warehouse, "total") == {0: 4.0, 1: 2.0}
+    version_2().publish(spark, LATER, s3_warehouse)
+    version_2().run_once(spark, s3_warehouse)
+    assert _state(spark, pipeline, s3_warehouse, "total") == {0: 14.0, 1: 22.0}
+    sp.reset_to_checkpoint(spark, pipeline, before.checkpoint_id, s3_warehouse)
+    assert _state(spark, pipeline, s3_warehouse, "sum") == {0: 4, 1: 2}
+    assert _state(spark, pipeline, s3_warehouse, "total") == {}
