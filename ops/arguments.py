@@ -37,7 +37,7 @@ def state_type(map_name: str, spec: Any) -> StateType | None:
 
 
 def map_clock(operator: str, timers: bool, ttl: Any, event_time: str | None,
-           delay: Any) -> TimerDeclaration | None:
+              delay: Any) -> TimerDeclaration | None:
     """A map's timer declaration, or ``None`` when it asked for no timers, TTL or event time."""
     if not (timers or ttl is not None or event_time is not None):
         if delay is not None:

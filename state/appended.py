@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import delta_io
+from . import delta_io, tables
 from .errors import StorageError
 from .tables import local_path
 
@@ -86,7 +86,7 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     schema = table_schema(spark, path)
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
-    files = added_files(path, first, last)
+    files = added_files(path, first, last, schema)
     if files is None:
         rows = _from_change_feed(spark, path, first, last)
         sort_all = True
@@ -112,15 +112,19 @@ def table_schema(spark: SparkSession, path: str) -> T.StructType:
     return T.StructType.fromJson(known) if known else _table(spark, path).schema
 
 
-def added_files(path: str, first: int, last: int) -> list[tuple[int, str]] | None:
+def added_files(path: str, first: int, last: int,
+                schema: T.StructType | None = None) -> list[tuple[int, str]] | None:
     """The data files holding the rows commits ``first..last`` inserted, with each one's commit
     version, in the table's order (version, then the order each commit added them), as paths
     in the table's folder; ``None`` when the log alone does not tell (a commit did more than
     append files, its JSON is gone, the table maps column names or is not on a store this
-    package serves): only the change feed gives those rows.
+    package serves): only the change feed gives those rows. ``schema``: the table's, when the
+    caller has it (else read from its log: on an object store, one more request).
     One read of each commit's JSON (on an object store, one request each)."""
-    known = delta_io.schema_json(path)
-    if known is None or _renames_columns(known):
+    if schema is None:
+        known = delta_io.schema_json(path)
+        schema = None if known is None else T.StructType.fromJson(known)
+    if schema is None or _renames_columns(schema):
         return None
     files: list[tuple[int, str]] = []
     for version in range(first, last + 1):
@@ -149,12 +153,11 @@ def file_rows(spark: SparkSession, path: str, files: list[tuple[int, str]],
                   T.StructField(ROW_IN_TABLE, T.LongType())]
         return spark.createDataFrame([], T.StructType(fields))
     root = path.rstrip("/")
-    # a small table of literals (made in the JVM: no Python worker, no job) joined by broadcast,
-    # so the rows are read where they are, in their files' order; its column names are no table's
-    places = spark.range(1).select(F.inline(F.array(*[
-        F.struct(F.lit(_file_name(name)).alias("__file_name"), F.lit(version).cast("long").alias("__version"),
-                 F.lit(number << _ROW_BITS).cast("long").alias("__first_row"))
-        for number, (version, name) in enumerate(files)])))
+    # joined by broadcast, so the rows are read where they are, in their files' order; its
+    # column names are no table's
+    places = tables.literal_frame(
+        spark, [("__file_name", "string"), ("__version", "long"), ("__first_row", "long")],
+        [(_file_name(name), version, number << _ROW_BITS) for number, (version, name) in enumerate(files)])
     rows = spark.read.schema(schema).parquet(*[f"{root}/{name}" for _, name in files]).select(
         "*", F.col("_metadata.file_name").alias("__file_name"), F.col("_metadata.row_index").alias("__index"))
     return rows.join(F.broadcast(places), "__file_name").select(
@@ -396,7 +399,7 @@ def readings(path: str, first: int, last: int) -> list[CommitReading] | None:
         metadata = _last_metadata(actions or []) or metadata
         commits.append((version, actions, _feed_on(metadata) or actions is None))
     text = metadata.get("schemaString")  # the newest metadata: what the reader checks
-    renames = text is not None and _renames_columns(json.loads(text))
+    renames = text is not None and _renames_columns(T.StructType.fromJson(json.loads(text)))
     return [_reading(version, actions, feed, renames) for version, actions, feed in commits]
 
 
@@ -459,16 +462,15 @@ def _feed_on(metadata: dict[str, Any]) -> bool:
     return delta_io.feed_enabled(dict(metadata.get("configuration") or {}))
 
 
-def _renames_columns(schema: dict[str, Any]) -> bool:
-    """Whether a table's ``schema`` (Delta's JSON form) gives a column a name in its files
-    other than its own (column mapping; a table that turned it on keeps its columns' names, a
-    column added after that gets a name of its own): only Delta's readers know how to read it.
+def _renames_columns(schema: T.StructType) -> bool:
+    """Whether a table's ``schema`` gives a column a name in its files other than its own
+    (column mapping; a table that turned it on keeps its columns' names, a column added after
+    that gets a name of its own): only Delta's readers know how to read it.
 
-    >>> _renames_columns({"fields": [{"name": "k", "metadata": {"delta.columnMapping.physicalName": "k"}}]})
+    >>> _renames_columns(T.StructType([T.StructField("k", T.LongType(), metadata={_PHYSICAL_NAME: "k"})]))
     False
     """
-    return any(field.get("metadata", {}).get(_PHYSICAL_NAME, field["name"]) != field["name"]
-               for field in schema.get("fields", []))
+    return any(field.metadata.get(_PHYSICAL_NAME, field.name) != field.name for field in schema.fields)
 
 
 def _last_metadata(actions: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -63,6 +63,15 @@ _ONE_FILE_ROWS = 200_000
 _STAGE_MIN_ROWS = 50_000  # below this, the file round trip saves nothing
 
 
+def literal_frame(spark: SparkSession, columns: list[tuple[str, str]], rows: list[tuple]) -> DataFrame:
+    """A small table of ``rows`` (not empty) with ``columns`` (name, Spark type), made in the
+    JVM from literals: no Python worker and no job, unlike a frame made from Python data, so a
+    join by broadcast with it leaves the other side's rows where they are."""
+    return spark.range(1).select(F.inline(F.array(*[
+        F.struct(*[F.lit(value).cast(kind).alias(name) for (name, kind), value in zip(columns, row)])
+        for row in rows])))
+
+
 def to_frame(spark: SparkSession, rows: pd.DataFrame, schema: StructType | None = None) -> DataFrame:
     """A Spark DataFrame from pandas rows (through Arrow), with an exact schema when given.
 

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from state import PipelineLayout, appended, delta_io, tables
 
@@ -196,10 +197,11 @@ class DeltaTableSource(Source):
         letters) come to the driver. Versions the feed does not hold (appends made while it was
         off, that the log does not tell the files of) are read on the driver, as :meth:`read`
         does."""
-        files = None if ctx.sorted_rows or self.order_by else \
-            appended.added_files(self.path, int(start) + 1, int(end))
-        if files is not None:
-            return self._from_files(ctx, files, start, end)
+        if not (ctx.sorted_rows or self.order_by):
+            schema = appended.table_schema(ctx.spark, self.path)
+            files = appended.added_files(self.path, int(start) + 1, int(end), schema)
+            if files is not None:
+                return self._from_files(ctx, files, schema, start, end)
         commits = appended.readings(self.path, int(start) + 1, int(end))
         if commits is not None and not all(commit.from_feed for commit in commits):
             return super().read_frame(ctx, start, end)
@@ -223,9 +225,11 @@ class DeltaTableSource(Source):
                               na_position="first").drop(columns=["_commit_version"])
         return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
 
-    def _from_files(self, ctx: RunContext, files: list[tuple[int, str]], start: Any, end: Any) -> FrameSlice:
-        """The rows of ``files`` (an append's), numbered in the table's order without a sort."""
-        read = appended.file_rows(ctx.spark, self.path, files, appended.table_schema(ctx.spark, self.path))
+    def _from_files(self, ctx: RunContext, files: list[tuple[int, str]], schema: StructType,
+                    start: Any, end: Any) -> FrameSlice:
+        """The rows of ``files`` (an append's; the table's ``schema``), numbered in the table's
+        order without a sort."""
+        read = appended.file_rows(ctx.spark, self.path, files, schema)
         columns = [c for c in read.columns if c not in (appended.VERSION, appended.ROW_IN_TABLE)]
         rows = read.select(*[F.col(f"`{c}`") for c in columns],
                            (F.lit(FIRST_ORDINAL) + F.col(appended.ROW_IN_TABLE)).alias(ORDER_COLUMN))

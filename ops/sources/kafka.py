@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from state import PipelineLayout
+from state import PipelineLayout, tables
 
 from ..columns import FIRST_ORDINAL, KAFKA_COLUMNS, KAFKA_KEY, ORDER_COLUMN
 from ..context import RunContext
@@ -334,11 +334,10 @@ class KafkaSource(Source):
         its range holds offsets): no sort of the batch, and the same number on every reading."""
         parts = sorted((parse_part(part), first, stop) for part, (first, stop) in ranges.items())
         bases = np.cumsum([0] + [stop - first for _, first, stop in parts])
-        # (a small table of literals, joined by broadcast: each row stays where it was read)
-        starts = checked.sparkSession.range(1).select(F.inline(F.array(*[
-            F.struct(F.lit(topic).alias("_topic"), F.lit(partition).cast("long").alias("_partition"),
-                     F.lit(int(FIRST_ORDINAL + base - first)).cast("long").alias("__start"))
-            for ((topic, partition), first, _), base in zip(parts, bases)])))
+        starts = tables.literal_frame(  # joined by broadcast: each row stays where it was read
+            checked.sparkSession, [("_topic", "string"), ("_partition", "long"), ("__start", "long")],
+            [(topic, partition, int(FIRST_ORDINAL + base - first))
+             for ((topic, partition), first, _), base in zip(parts, bases)])
         good = checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
         numbered = (F.col("__start") + F.col("_offset")).alias(ORDER_COLUMN)
         good = good.join(F.broadcast(starts), ["_topic", "_partition"]).select(
