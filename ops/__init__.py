@@ -49,6 +49,7 @@ from .errors import (
     SqlError,
 )
 from .group_by import GroupedStream, WindowedStream
+from .kafka_client import RegistryUnavailable, SchemaRegistry
 from .operating.inspection import (
     PipelineStatus,
     changed_keys,
@@ -164,10 +165,13 @@ __all__ = [
     "GroupAggregate", "LatestByKey", "SessionAggregate", "TableJoin", "TableTableJoin", "WindowAggregate",
     "KeptTableJoin", "StreamStreamJoin", "JoinSide",
     "Sink", "StoredSink", "FileSink", "FileTarget", "ConsoleSink", "DeltaSink", "KafkaSink", "TableSink",
+    # Kafka's schema registry formats
+    "SchemaRegistry",
     # columns lakestream adds
     "BATCH_COLUMN", "ROW_COLUMN", "CHANGE_COLUMN", "OLD_COLUMN", "SOURCE_COLUMN", "WATERMARK_COLUMN",
     # errors
     "StreamError", "BadRecordError", "CheckpointConflict", "ConfigError", "EncodingError",
     "MigrationError", "PipelineChangedError",
-    "OperatorError", "PipelineDefinitionError", "SinkError", "SourceError", "SqlError",
+    "OperatorError", "PipelineDefinitionError", "RegistryUnavailable", "SinkError", "SourceError",
+    "SqlError",
 ]

@@ -9,6 +9,8 @@ from typing import Any
 from .columns import KAFKA_KEY
 from .errors import PipelineDefinitionError
 from .kafka_client import DEFAULT_TIMEOUT, connection, part_id
+from .kafka_client.registry import REGISTRY_FORMATS, SchemaRegistry, registry_of
+from .kafka_client.serde import reader_schema
 from .pipeline import Stream
 from .sources import CallbackSource, DeltaTableSource, FileSource, KafkaSource, RecordSchema, kafka_schema
 
@@ -60,11 +62,16 @@ class Readers:
                    schema: Mapping[str, str] | None = None,
                    starting: str | Mapping[Any, int] = "earliest", max_records: int | None = None,
                    on_missing: str = "fail", options: Mapping[str, str] | None = None,
-                   name: str = "kafka", timeout: float = DEFAULT_TIMEOUT) -> Stream:
+                   name: str = "kafka", timeout: float = DEFAULT_TIMEOUT,
+                   registry: SchemaRegistry | str | None = None) -> Stream:
         """A stream of the records of Kafka ``topics`` (one name or several), read committed.
 
         ``value_format``: ``"json"`` (an object per record, checked against ``schema``, which
-        it needs) or ``"string"`` (the text in column ``value``). Rows also carry ``_key``,
+        it needs), ``"string"`` (the text in column ``value``), or a schema registry's format,
+        ``"avro"``, ``"protobuf"`` or ``"json_schema"``, with ``registry`` (a URL or an
+        :class:`~ops.kafka_client.registry.SchemaRegistry`): each record is decoded with its
+        writer's schema, and without ``schema`` the columns are those of the first topic's
+        subject's latest schema (see :mod:`ops.kafka_client.serde`). Rows also carry ``_key``,
         ``_topic``, ``_partition``, ``_offset`` and ``_timestamp``; ``key`` keys the stream
         (the record key by default; ``None``: unkeyed; or value fields). ``starting``:
         ``"earliest"``, ``"latest"`` or offsets by partition (``{0: 42}`` for one topic, else
@@ -76,6 +83,12 @@ class Readers:
         ...                             schema={"item": "string", "qty": "long"})
         """
         names = (topics,) if isinstance(topics, str) else tuple(topics)
+        reader = None
+        if registry is not None or value_format in REGISTRY_FORMATS:
+            registry = registry_of(registry, f"source {name!r}", value_format)
+        if registry is not None and value_format in REGISTRY_FORMATS:
+            schema = dict(schema) if schema else registry.fields(names[0], value_format)
+            reader = reader_schema(registry, value_format, names)
         if value_format == "json" and not schema:
             raise PipelineDefinitionError(
                 f"source {name!r}: value_format='json' needs a schema (field -> type), so every "
@@ -84,7 +97,8 @@ class Readers:
         source = KafkaSource(name=name, topics=names, connection=connection(bootstrap, options, timeout),
                              schema=kafka_schema(schema, value_format, key), value_format=value_format,
                              starting=_starting_offsets(starting, names, name),
-                             max_records=max_records, on_missing=on_missing)
+                             max_records=max_records, on_missing=on_missing,
+                             registry=registry, reader=reader)
         return Stream(source=source)
 
 

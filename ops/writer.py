@@ -13,6 +13,7 @@ from state import check_name
 
 from .errors import PipelineDefinitionError
 from .kafka_client import DEFAULT_TIMEOUT, connection
+from .kafka_client.registry import REGISTRY_FORMATS, SchemaRegistry, registry_of
 from .sinks import ConsoleSink, DeltaSink, KafkaSink, Sink, TableSink
 
 if TYPE_CHECKING:  # the pipeline holds its writer's module, not the other way round
@@ -49,17 +50,24 @@ class Writer:
     def to_kafka(self, topic: str, *, bootstrap: str, key: str | None = None,
                  value_format: str = "json", delivery: str = "exactly_once",
                  options: Mapping[str, str] | None = None, name: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> Pipeline:
+                 timeout: float = DEFAULT_TIMEOUT, registry: SchemaRegistry | str | None = None,
+                 register: bool = True) -> Pipeline:
         """Send each batch's rows to Kafka ``topic``: exactly once by default (one transaction
         per batch, committed before the checkpoint; a replay sends nothing twice), or
         ``delivery="at_least_once"`` through Spark's Kafka writer. Values are the rows as JSON
-        objects (``value_format="string"``: column ``value``); ``key`` names the key column.
+        objects (``value_format="string"``: column ``value``), or records of a schema
+        registry's format (``"avro"``, ``"protobuf"``, ``"json_schema"``) with ``registry``:
+        their schema is made from the columns and registered under ``<topic>-value``
+        (``register=False``: it must be registered already). ``key`` names the key column.
         Consumers must read with ``isolation.level=read_committed`` to see each row once."""
         sink_name = name or f"kafka_{topic}".replace(".", "_").replace("-", "_")
         check_name("sink", sink_name)
+        if registry is not None or value_format in REGISTRY_FORMATS:
+            registry = registry_of(registry, f"sink {sink_name!r}", value_format)
         return self._with(KafkaSink(name=sink_name, topic=topic,
                                     connection=connection(bootstrap, options, timeout), key=key,
-                                    value_format=value_format, delivery=delivery))
+                                    value_format=value_format, delivery=delivery,
+                                    registry=registry, register=register))
 
     def _with(self, sink: Sink) -> Pipeline:
         if any(existing.name == sink.name for existing in self.pipeline.sinks):

@@ -60,10 +60,12 @@ def send_json(bootstrap: str, topic: str, records: Iterable[Mapping[str, Any]],
     return sent
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = DEFAULT_TIMEOUT) -> list[dict[str, Any]]:
+def read_topic(bootstrap: str, topic: str, timeout: float = DEFAULT_TIMEOUT,
+               raw: bool = False) -> list[dict[str, Any]]:
     """Every committed record of ``topic`` (``isolation.level=read_committed``), in partition
-    then offset order: ``key``, ``value`` (text), ``partition``, ``offset`` and ``headers``
-    (a dict). What an exactly-once consumer sees; for tests and examples."""
+    then offset order: ``key``, ``value`` (text; ``raw=True``: bytes, for registry formats),
+    ``partition``, ``offset`` and ``headers`` (a dict). What an exactly-once consumer sees;
+    for tests and examples."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     brokers = connection(bootstrap, timeout=timeout)
@@ -86,7 +88,8 @@ def read_topic(bootstrap: str, topic: str, timeout: float = DEFAULT_TIMEOUT) -> 
                     continue
                 value, key = message.value(), message.key()
                 records.append({"key": None if key is None else bytes(key).decode(),
-                                "value": None if value is None else bytes(value).decode(),
+                                "value": None if value is None else
+                                bytes(value) if raw else bytes(value).decode(),
                                 "partition": message.partition(), "offset": message.offset(),
                                 "headers": _headers(message.headers())})
         if open_parts:

@@ -15,8 +15,12 @@ record also carries the headers ``lakestream.pipeline``, ``lakestream.batch`` an
 **At-least-once** (``delivery="at_least_once"``): Spark's own Kafka writer, which retries
 without transactions; a replayed batch is sent again. Only when that is what you want.
 
-Values are JSON objects of the row's columns (``value_format="json"``), or the text of one
-column (``"string"``, column ``value``); the key is a column's text (``key=``) or none.
+Values are JSON objects of the row's columns (``value_format="json"``), the text of one
+column (``"string"``, column ``value``), or records of a schema registry's format (``"avro"``,
+``"protobuf"``, ``"json_schema"``, with ``registry=``) whose schema is made from the columns
+and registered under the topic's subject (``register=False``: only looked up; see
+:mod:`ops.kafka_client.serde`). The key is a column's text (``key=``) or none. A batch is
+encoded whole before its transaction begins, so a row that cannot be encoded sends nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ from ..columns import KAFKA_COLUMNS, ORDER_COLUMN, ROW_COLUMN, WRITTEN_COLUMNS
 from ..context import RunContext
 from ..errors import PipelineDefinitionError, SinkError
 from ..kafka_client import KafkaConnection, call_within
+from ..kafka_client.registry import REGISTRY_FORMATS, SchemaRegistry
+from ..kafka_client.serde import RegistryEncoder
 from .base import Sink
 
 log = logging.getLogger(__name__)
 
 DELIVERIES = ("exactly_once", "at_least_once")
+VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
 _LEFT_OUT = {*KAFKA_COLUMNS, *WRITTEN_COLUMNS, ORDER_COLUMN}  # lakestream's, not the row's
 
 
@@ -137,6 +144,10 @@ class KafkaSink(Sink):
     value_format: str = "json"
     delivery: str = "exactly_once"
     transaction_timeout_ms: int = 60_000
+    #: the schema registry of a registry format, and whether the sink registers its schema
+    registry: SchemaRegistry | None = None
+    register: bool = True
+    _encoder: list[RegistryEncoder] = field(default_factory=list, compare=False, repr=False, hash=False)
     _runs: dict[str, _Transactions] = field(default_factory=dict, compare=False, repr=False, hash=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False, hash=False)
 
@@ -144,10 +155,22 @@ class KafkaSink(Sink):
         where = f"sink {self.name!r}"
         if not self.topic or ":" in self.topic:
             raise PipelineDefinitionError(f"{where}: {self.topic!r} is not a topic name")
-        if self.value_format not in ("json", "string"):
-            raise PipelineDefinitionError(f"{where}: value_format must be 'json' or 'string'")
+        if self.value_format not in VALUE_FORMATS:
+            raise PipelineDefinitionError(f"{where}: value_format must be one of {VALUE_FORMATS}")
         if self.delivery not in DELIVERIES:
             raise PipelineDefinitionError(f"{where}: delivery must be one of {DELIVERIES}")
+        if (self.value_format in REGISTRY_FORMATS) != (self.registry is not None):
+            raise PipelineDefinitionError(
+                f"{where}: a schema registry goes with value_format one of {REGISTRY_FORMATS}, "
+                f"and only with those (value_format={self.value_format!r})")
+        if self.registry is not None:
+            if self.delivery == "at_least_once":
+                raise PipelineDefinitionError(
+                    f"{where}: delivery='at_least_once' sends through Spark's Kafka writer, "
+                    f"which writes JSON or text; {self.value_format} goes through the "
+                    "exactly-once sink (the default)")
+            self._encoder.append(RegistryEncoder(self.registry, self.value_format, self.topic,
+                                                 self.topic, self.register))
 
     def transactional_id(self, ctx: RunContext) -> str:
         """The producer's transactional id, also the marker's consumer group."""
@@ -190,8 +213,8 @@ class KafkaSink(Sink):
                     "consumers keep them and will also see the batches run again",
                     ctx.pipeline, self.name, batch_id, self.topic)
 
-    def _encode(self, frame: pd.DataFrame) -> tuple[list[str | None], list[str]]:
-        """Each row's key text and value text, in order."""
+    def _encode(self, frame: pd.DataFrame) -> tuple[list[str | None], list[bytes]]:
+        """Each row's key text and value bytes, in order."""
         if self.key is not None and self.key not in frame:
             raise SinkError(f"sink {self.name!r}: key column {self.key!r} is not in the output "
                             f"(columns: {list(frame.columns)})")
@@ -202,14 +225,28 @@ class KafkaSink(Sink):
             if "value" not in frame:
                 raise SinkError(f"sink {self.name!r}: value_format='string' sends column 'value', "
                                 f"which the output lacks (columns: {list(frame.columns)})")
-            return keys, ["" if pd.isna(v) else str(v) for v in frame["value"]]
+            return keys, [("" if pd.isna(v) else str(v)).encode() for v in frame["value"]]
         columns = [c for c in frame.columns if c not in _LEFT_OUT]
+        if self._encoder:
+            return keys, self._encoded(frame[columns])
         lines = frame[columns].to_json(orient="records", lines=True, date_format="iso",
                                        date_unit="us", force_ascii=False)
-        return keys, str(lines).splitlines()
+        return keys, [line.encode() for line in str(lines).splitlines()]
+
+    def _encoded(self, frame: pd.DataFrame) -> list[bytes]:
+        """The rows in the registry format, with a schema of the columns' kinds."""
+        kinds = column_kinds(frame)
+        rows = frame.astype(object).where(frame.notna(), None)
+        for column, kind in kinds.items():
+            if kind == "string":
+                rows[column] = [v if v is None or isinstance(v, str) else str(v) for v in rows[column]]
+        try:
+            return self._encoder[0].encode(rows.to_dict(orient="records"), kinds)
+        except ValueError as error:
+            raise SinkError(f"sink {self.name!r}: batch not sent to topic {self.topic!r}: {error}") from None
 
     def _send(self, ctx: RunContext, transactions: _Transactions, batch_id: int,
-              keys: list[str | None], values: list[str]) -> None:
+              keys: list[str | None], values: list[bytes]) -> None:
         """One transaction: the records, then the marker; committed, or aborted on failure."""
         from confluent_kafka import TopicPartition
 
@@ -268,12 +305,34 @@ class KafkaSink(Sink):
          .option("topic", self.topic).save())
 
 
-def _produce(producer: Any, topic: str, key: str | None, value: str,
+def column_kinds(frame: pd.DataFrame) -> dict[str, str]:
+    """The kind of each column (``long``, ``double``, ``boolean``, ``timestamp``, else
+    ``string``), from its dtype, for a registry schema.
+
+    >>> column_kinds(pd.DataFrame({"n": [1], "x": [0.5], "s": ["a"], "b": [True]}))
+    {'n': 'long', 'x': 'double', 's': 'string', 'b': 'boolean'}
+    """
+    kinds = {}
+    for column, dtype in frame.dtypes.items():
+        if pd.api.types.is_bool_dtype(dtype):
+            kinds[str(column)] = "boolean"
+        elif pd.api.types.is_integer_dtype(dtype):
+            kinds[str(column)] = "long"
+        elif pd.api.types.is_float_dtype(dtype):
+            kinds[str(column)] = "double"
+        elif pd.api.types.is_datetime64_any_dtype(dtype):
+            kinds[str(column)] = "timestamp"
+        else:
+            kinds[str(column)] = "string"
+    return kinds
+
+
+def _produce(producer: Any, topic: str, key: str | None, value: bytes,
              headers: list[tuple[str, bytes]]) -> None:
     """Queue one record, waiting for room when the producer's queue is full."""
     while True:
         try:
-            producer.produce(topic, value=value.encode(), key=None if key is None else key.encode(),
+            producer.produce(topic, value=value, key=None if key is None else key.encode(),
                              headers=headers)
             return
         except BufferError:

@@ -7,7 +7,9 @@ topic are picked up at the next plan, from their first offset. A batch's rows ar
 partition, offset order.
 
 Each record becomes a row: the value's fields (``value_format="json"``: a JSON object checked
-against ``schema``; ``"string"``: the UTF-8 text in ``value``) plus ``_key``, ``_topic``,
+against ``schema``; ``"string"``: the UTF-8 text in ``value``; ``"avro"``, ``"protobuf"``,
+``"json_schema"``: a schema registry's record, decoded with its writer's schema, see
+:mod:`ops.kafka_client.serde`) plus ``_key``, ``_topic``,
 ``_partition``, ``_offset`` and ``_timestamp``. ``_key`` keys the stream by default, as the
 message key keys KX's state. A record that does not decode or check goes to dead letters with
 ``topic:partition@offset`` as its position.
@@ -34,13 +36,15 @@ from ..columns import FIRST_ORDINAL, KAFKA_COLUMNS, KAFKA_KEY, ORDER_COLUMN
 from ..context import RunContext
 from ..errors import PipelineDefinitionError, SourceError
 from ..kafka_client import KafkaConnection, parse_part, part_id
+from ..kafka_client.registry import REGISTRY_FORMATS, SchemaRegistry
+from ..kafka_client.serde import RegistryDecoder
 from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source
 from .kafka_decoding import KafkaRecordDecoder, SparkDecoder
 from .records import RecordSchema
 
 log = logging.getLogger(__name__)
 
-VALUE_FORMATS = ("json", "string")
+VALUE_FORMATS = ("json", "string", *REGISTRY_FORMATS)
 STARTS = ("earliest", "latest")
 #: A driver-mode batch this large is read by Spark's Kafka source (executors in parallel)
 #: and brought to the driver through Arrow, instead of through one Python consumer.
@@ -75,18 +79,28 @@ class KafkaSource(Source):
     starting: str | tuple[tuple[str, int], ...] = "earliest"
     max_records: int | None = None
     on_missing: str = "fail"
-    #: decodes and checks this source's records; made from ``schema`` and ``value_format``,
-    #: so it takes no part in the source's equality or repr
+    #: the schema registry of a registry format's records
+    registry: SchemaRegistry | None = None
+    #: the registry schema records are read through (see ``serde.reader_schema``)
+    reader: Any = field(default=None, repr=False, compare=False)
+    #: decodes and checks this source's records; made from ``schema``, ``value_format`` and
+    #: the registry, so it takes no part in the source's equality or repr
     decoder: KafkaRecordDecoder = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "decoder", KafkaRecordDecoder(self.schema, self.value_format))
         where = f"source {self.name!r}"
-        if not self.topics or not all(isinstance(t, str) and t and ":" not in t for t in self.topics):
-            raise PipelineDefinitionError(f"{where}: topics must be non-empty names, got {self.topics!r}")
         if self.value_format not in VALUE_FORMATS:
             raise PipelineDefinitionError(
                 f"{where}: value_format {self.value_format!r} is not one of {VALUE_FORMATS}")
+        if (self.value_format in REGISTRY_FORMATS) != (self.registry is not None):
+            raise PipelineDefinitionError(
+                f"{where}: a schema registry goes with value_format one of {REGISTRY_FORMATS}, "
+                f"and only with those (value_format={self.value_format!r})")
+        values = None if self.registry is None else RegistryDecoder(self.registry, self.value_format,
+                                                                    self.reader)
+        object.__setattr__(self, "decoder", KafkaRecordDecoder(self.schema, self.value_format, values))
+        if not self.topics or not all(isinstance(t, str) and t and ":" not in t for t in self.topics):
+            raise PipelineDefinitionError(f"{where}: topics must be non-empty names, got {self.topics!r}")
         if isinstance(self.starting, str) and self.starting not in STARTS:
             raise PipelineDefinitionError(
                 f"{where}: starting {self.starting!r} is not 'earliest', 'latest' or offsets by "
@@ -310,6 +324,8 @@ class KafkaSource(Source):
         read committed), decoded and checked on executors: the schema's columns, plus the
         reason (``__reason``) and the raw value (``__raw``) of a rejected record."""
         schema = self.schema.spark_schema()
+        if self.decoder.registry is not None:  # executors get the writer schemas known so far
+            self.decoder.registry.learn(self.topics)
         by_topic: dict[str, dict[str, dict[str, int]]] = {}
         for part, (first, stop) in ranges.items():
             topic, partition = parse_part(part)

@@ -1,8 +1,8 @@
-"""A Kafka record decoded into a row of its source: the value's fields (a JSON object, or the
-UTF-8 text in ``value``) checked against the schema, plus the metadata columns every Kafka row
-carries; a record that does not decode or check becomes a dead letter. The same decoding runs
-on the driver (one consumer's messages) and on executors (Spark's Kafka rows, through
-:class:`SparkDecoder`)."""
+"""A Kafka record decoded into a row of its source: the value's fields (a JSON object, the
+UTF-8 text in ``value``, or a schema registry format's record) checked against the schema,
+plus the metadata columns every Kafka row carries; a record that does not decode or check
+becomes a dead letter. The same decoding runs on the driver (one consumer's messages) and on
+executors (Spark's Kafka rows, through :class:`SparkDecoder`)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,18 @@ from typing import Any
 import pandas as pd
 
 from ..columns import KAFKA_KEY
+from ..kafka_client.serde import RegistryDecoder
 from .records import RecordSchema, parse_payload
 
 
 @dataclass(frozen=True)
 class KafkaRecordDecoder:
-    """Decodes and checks the records of one Kafka source (``value_format``: ``"json"`` or
-    ``"string"``) against its ``schema``."""
+    """Decodes and checks the records of one Kafka source (``value_format``: ``"json"``,
+    ``"string"``, or a registry format, which ``registry`` decodes) against its ``schema``."""
 
     schema: RecordSchema
     value_format: str
+    registry: RegistryDecoder | None = None
 
     def decode(self, part: str, message: Any, rows: list[dict[str, Any]],
                rejected: list[dict[str, Any]]) -> None:
@@ -42,8 +44,11 @@ class KafkaRecordDecoder:
         """A message's fields and metadata; ``ValueError`` says what is wrong with it."""
         if value is None:
             raise ValueError("record has no value (a tombstone)")
-        text = _utf8(value, "value")
-        record = ({"value": text} if self.value_format == "string" else parse_payload(text))
+        if self.registry is not None:
+            record = self.registry.decode(value, topic)
+        else:
+            text = _utf8(value, "value")
+            record = ({"value": text} if self.value_format == "string" else parse_payload(text))
         if not isinstance(record, dict):
             raise ValueError(f"record is a JSON {type(record).__name__}, not an object")
         return {**record, KAFKA_KEY: None if key is None else _utf8(key, "key"), "_topic": topic,

@@ -1,0 +1,120 @@
+"""Kafka topics in a schema registry's formats (Avro, Protobuf, JSON Schema) against the real
+broker, with confluent-kafka's in-memory registry (``mock://``): columns from the registry,
+records of two schema versions, dead letters for what cannot be decoded, and the exactly-once
+sink encoding with a registered subject."""
+
+import pytest
+from confluent_kafka import Producer
+
+import ops as sp
+from ops.kafka_client import create_topic, read_topic
+from ops.kafka_client.serde import RegistryDecoder, RegistryEncoder, reader_schema
+from tests.helpers import dead_letters
+
+V1 = {"item": "string", "qty": "long"}
+V2 = {**V1, "price": "double"}  # a field added, nullable
+
+
+def _produce(bootstrap, topic, values):
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value=value, key=b"k")
+    producer.flush(10)
+
+
+def _encoded(registry, value_format, topic, kinds, rows):
+    """Rows encoded as a producer with auto-registration writes them (record name "Order")."""
+    return RegistryEncoder(registry, value_format, topic, "Order").encode(rows, kinds)
+
+
+def _bad_records(registry, value_format, topic):
+    """Three records no decoder can read, and the start of the reason each gets."""
+    known = registry.client.get_latest_version(registry.subject(topic)).schema_id
+    garbage = {"avro": b"\xff\xff\xff\xff\xff", "protobuf": b"\x00\xff\xff\xff\xff",
+               "json_schema": b"{not json"}[value_format]
+    return [(b'{"item": "tea"}', "record is not in the schema registry's wire format"),
+            (b"\x00" + (9999).to_bytes(4, "big") + b"\x02ab",
+             "schema id 9999 is not in the schema registry at mock://"),
+            (b"\x00" + known.to_bytes(4, "big") + garbage,
+             f"record is not a valid {value_format} value of schema id {known}")]
+
+
+@pytest.mark.parametrize("value_format, mode", [
+    ("avro", "driver"), ("protobuf", "driver"), ("json_schema", "driver"), ("avro", "distributed"),
+    pytest.param("protobuf", "distributed", marks=pytest.mark.slow),
+    pytest.param("json_schema", "distributed", marks=pytest.mark.slow)])
+def test_a_registry_topic_in_and_out_exactly_once_with_evolution_and_dead_letters(
+        spark, warehouse, kafka, topic, value_format, mode):
+    registry = sp.SchemaRegistry(f"mock://{topic}")
+    source, target = topic, f"{topic}_out"
+    for name in (source, target):
+        create_topic(kafka.bootstrap, name, partitions=1)
+    old = _encoded(registry, value_format, source, V1, [{"item": "tea", "qty": 2}])
+    new = _encoded(registry, value_format, source, V2, [{"item": "cake", "qty": 1, "price": 2.5},
+                                                        {"item": "pie", "qty": None, "price": None}])
+    bad = _bad_records(registry, value_format, source)
+    _produce(kafka.bootstrap, source, [*old, *[value for value, _ in bad], *new])
+
+    stream = sp.read.from_kafka(source, bootstrap=kafka.bootstrap, value_format=value_format,
+                                registry=registry)
+    pipeline = (stream.write.to_kafka(target, bootstrap=kafka.bootstrap, key="item",
+                                      value_format=value_format, registry=registry)
+                ).named(f"registry_{value_format}").with_mode(mode)
+    fields = dict(stream.source.schema.fields)
+    assert {name: fields[name] for name in V2} == V2  # the columns of the latest schema
+
+    pipeline.run_once(spark, warehouse)
+    pipeline.run_once(spark, warehouse)  # nothing new: nothing sent twice
+
+    decoder = RegistryDecoder(registry, value_format, reader_schema(registry, value_format, (target,)))
+    sent = read_topic(kafka.bootstrap, target, raw=True)
+    decoded = [decoder.decode(record["value"], target) for record in sent]
+    assert [(r["item"], r.get("qty"), r.get("price")) for r in decoded] == [
+        ("tea", 2, None), ("cake", 1, 2.5), ("pie", None, None)]
+    assert [record["key"] for record in sent] == ["tea", "cake", "pie"]
+    latest = registry.client.get_latest_version(registry.subject(target))
+    assert latest.schema.schema_type == {"avro": "AVRO", "protobuf": "PROTOBUF",
+                                         "json_schema": "JSON"}[value_format]
+    letters = dead_letters(spark, pipeline, warehouse).sort_values("position")
+    assert list(letters["position"]) == [f"{source}:0@{n}" for n in (1, 2, 3)]
+    for reason, (_, expected) in zip(letters["reason"], bad):
+        assert reason.startswith(expected), reason
+
+
+def test_an_avro_record_of_an_older_schema_reads_the_added_fields_default():
+    """Schema resolution through the reader schema (the subject's latest when the source was
+    defined): a field added with a default reads as the default; a removed one is gone."""
+    registry = sp.SchemaRegistry("mock://avro-evolution")
+    old = ('{"type": "record", "name": "Order", "fields": [{"name": "item", "type": "string"}, '
+           '{"name": "note", "type": "string"}]}')
+    new = ('{"type": "record", "name": "Order", "fields": [{"name": "item", "type": "string"}, '
+           '{"name": "qty", "type": "long", "default": 1}]}')
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    context = SerializationContext("orders", MessageField.VALUE)
+    conf = {"subject.name.strategy": topic_subject_name_strategy}
+    written = AvroSerializer(registry.client, old, conf=conf)({"item": "tea", "note": "hot"}, context)
+    AvroSerializer(registry.client, new, conf=conf)({"item": "cake", "qty": 3}, context)
+    reader = registry.latest(registry.subject("orders"), "avro").schema
+
+    assert RegistryDecoder(registry, "avro", reader).decode(written, "orders") == {"item": "tea", "qty": 1}
+    assert RegistryDecoder(registry, "avro").decode(written, "orders") == {"item": "tea", "note": "hot"}
+    assert registry.fields("orders", "avro") == {"item": "string", "qty": "long"}
+
+
+def test_registry_mistakes_are_named_before_anything_runs(kafka, topic):
+    with pytest.raises(sp.PipelineDefinitionError, match="needs registry="):
+        sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro")
+    with pytest.raises(sp.PipelineDefinitionError, match="has no subject"):
+        sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro",
+                           registry=sp.SchemaRegistry(f"mock://{topic}"))
+    with pytest.raises(sp.PipelineDefinitionError, match="only with those"):
+        sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, schema=V1, registry="mock://x")
+    with pytest.raises(sp.PipelineDefinitionError, match="is not http"):
+        sp.SchemaRegistry("localhost:8081")
+    stream = sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, value_format="string")
+    with pytest.raises(sp.PipelineDefinitionError, match="at_least_once"):
+        stream.write.to_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro",
+                              registry="mock://x", delivery="at_least_once")
