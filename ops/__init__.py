@@ -134,7 +134,7 @@ from .sources import (
     Source,
 )
 from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
-from .sql import Catalog, TableQuery, compile_query, query, register, sql
+from .sql import Catalog, TableQuery, compile_query, declare, query, register, sql
 from .writer import Writer
 
 __all__ = [
@@ -148,7 +148,7 @@ __all__ = [
     "min_", "sum_",
     "Window", "Session", "hopping", "session", "tumbling",
     # SQL
-    "Catalog", "TableQuery", "compile_query", "query", "register", "sql",
+    "Catalog", "TableQuery", "compile_query", "declare", "query", "register", "sql",
     # running and operating
     "run_pipeline", "BatchReport", "CheckpointReport", "RunReport", "StopSignal", "Trigger",
     "RunMetrics", "MetricsEndpoint",

@@ -1,10 +1,11 @@
 """ksqlDB-style SQL: ``sp.sql("CREATE TABLE|STREAM … AS SELECT …")`` over registered streams,
-and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it made.
+and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it made;
+``sp.declare("CREATE STREAM … WITH (KAFKA_TOPIC=…, VALUE_FORMAT=…)")`` registers a Kafka source.
 
 ``catalog`` holds the names ``FROM`` reads; ``statement`` parses a statement and
-``clauses`` reads ksqlDB's WINDOW and EMIT; ``names`` resolves columns and points errors at
-the text; ``inputs`` turns ``FROM``/``JOIN`` into a stream; ``engine`` evaluates expressions
-with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull and
+``clauses`` reads ksqlDB's WINDOW and EMIT; ``declare`` reads source declarations; ``names``
+resolves columns and points errors at the text; ``inputs`` turns ``FROM``/``JOIN`` into a
+stream; ``engine`` evaluates expressions with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull and
 push queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
 another.
 """
@@ -16,13 +17,16 @@ from collections.abc import Mapping
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from ..kafka_client.registry import SchemaRegistry
 from ..pipeline import Pipeline, Stream
 from .catalog import Catalog
 from .compile import compile_statement
+from .declare import declare as _declare
 from .queries import TableQuery, pull
 from .queries import compile_query as _compile_query
 
-__all__ = ["DEFAULT_CATALOG", "Catalog", "TableQuery", "compile_query", "query", "register", "sql"]
+__all__ = ["DEFAULT_CATALOG", "Catalog", "TableQuery", "compile_query", "declare", "query", "register",
+           "sql"]
 
 #: The catalog ``sp.register`` and ``sp.sql`` use when given none.
 DEFAULT_CATALOG = Catalog()
@@ -36,6 +40,24 @@ def register(name: str, stream: Stream, timestamp: str | None = None, *,
     ``primary_key`` makes it a TABLE of updates (see :meth:`Catalog.register`). ``catalog``
     defaults to :data:`DEFAULT_CATALOG`."""
     (catalog or DEFAULT_CATALOG).register(name, stream, timestamp, primary_key=primary_key)
+
+
+def declare(statement: str, *, bootstrap: str, registry: SchemaRegistry | str | None = None,
+            options: dict[str, str] | None = None, catalog: Catalog | None = None) -> Stream:
+    """Register the Kafka source a ksqlDB declaration describes, ``CREATE STREAM|TABLE <name>
+    [(<columns>)] WITH (KAFKA_TOPIC='…', VALUE_FORMAT='AVRO'|'PROTOBUF'|'JSON_SR'|'JSON')``,
+    for ``FROM <name>``, and return its stream. A registry format without a column list takes
+    the columns of the topic's latest value schema in ``registry``; see
+    :mod:`ops.sql.declare` for TIMESTAMP, PRIMARY KEY and the rest.
+
+    >>> import ops as sp
+    >>> sp.declare("CREATE STREAM orders WITH (KAFKA_TOPIC='orders')",   # doctest: +ELLIPSIS
+    ...            bootstrap="127.0.0.1:9092")
+    Traceback (most recent call last):
+    ops.errors.SqlError: CREATE STREAM orders: WITH needs KAFKA_TOPIC='<topic>' and VALUE_FORMAT=...
+    """
+    return _declare(statement, catalog or DEFAULT_CATALOG, bootstrap=bootstrap, registry=registry,
+                    options=options)
 
 
 def sql(statement: str, streams: Mapping[str, Stream] | None = None, timestamp: str | None = None,

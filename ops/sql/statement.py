@@ -47,7 +47,8 @@ def parse(statement: str) -> Statement:
     if not isinstance(create, exp.Create) or kind not in ("TABLE", "STREAM") \
             or not isinstance(create.expression, exp.Select):
         raise SqlError("expected CREATE TABLE <name> AS SELECT … or CREATE STREAM <name> AS "
-                       f"SELECT …, got: {snippet(create)} (for a pull query use sp.query)")
+                       f"SELECT …, got: {snippet(create)} (for a pull query use sp.query; to "
+                       "declare a Kafka source, CREATE STREAM … WITH (KAFKA_TOPIC=…), sp.declare)")
     for prop in (create.args.get("properties") or exp.Properties()).expressions:
         if isinstance(prop, exp.PartitionedByProperty):
             raise located(statement, prop, "PARTITION BY", "unsupported: a table is keyed by its "
