@@ -100,11 +100,13 @@ def test_crash_between_kafka_commit_and_checkpoint_on_executors(spark, warehouse
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", ["warehouse", "s3_warehouse"], ids=["local", "s3"])
 def test_a_state_table_over_a_topic_killed_between_its_changelog_and_its_upsert(
-        spark, warehouse, child_env, warm_children, kafka, topic):
+        spark, request, store, child_env, warm_children, kafka, topic):
     """The Kafka example's shape: SIGKILL after batch 2's changelog commit, before its table
     upsert (both delta-rs commits in driver mode); the next run replays from the last durable
-    checkpoint, and the table and changelog are what the orders mean.
+    checkpoint, and the table and changelog are what the orders mean. With the warehouse on a
+    local disk, and on the session's S3 server (conditional puts).
 
     Batch 2's sinks are written while checkpoint 1 commits (ops/runtime/write_behind.py), so
     the kill may come before checkpoint 1 is durable: the next run then replays batches 1 and
@@ -113,7 +115,8 @@ def test_a_state_table_over_a_topic_killed_between_its_changelog_and_its_upsert(
                                                               ("cake", 4), ("pie", 5), ("tea", 1)]]
     create_topic(kafka.bootstrap, topic, partitions=1)  # one partition: batches in send order
     send_json(kafka.bootstrap, topic, orders, key="item")
-    env = dict(child_env, LAKESTREAM_CRASH_AT="table_changelog_written:2",
+    warehouse = request.getfixturevalue(store)
+    env = dict(child_env, LAKESTREAM_WAREHOUSE=warehouse, LAKESTREAM_CRASH_AT="table_changelog_written:2",
                KAFKA_BOOTSTRAP=kafka.bootstrap, KAFKA_SOURCE=topic)
     crashed = warm_children.run("tests.kafka.crash_child", env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
@@ -194,8 +197,12 @@ def test_at_least_once_goes_through_spark_and_a_bad_key_column_is_named(spark, w
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("crash_at", [
+    "kafka_mid_send:2",      # half of batch 2 in a transaction left open
+    "kafka_after_commit:2",  # batch 2 committed to Kafka, its checkpoint not taken on S3
+])
 def test_kafka_in_and_out_with_the_warehouse_on_s3_sends_each_row_once_after_a_crash(
-        spark, s3_warehouse, child_env, warm_children, kafka, topics):
+        spark, s3_warehouse, child_env, warm_children, kafka, topics, crash_at):
     _crash_then_recover(spark, s3_warehouse, warm_children,
                         dict(child_env, LAKESTREAM_WAREHOUSE=s3_warehouse),
-                        kafka, topics, "kafka_after_commit:2")
+                        kafka, topics, crash_at)

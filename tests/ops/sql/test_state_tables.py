@@ -409,13 +409,20 @@ def test_joins_on_a_declared_table_end_to_end_across_runs(spark, warehouse):
     assert schema["coupon"].dataType.simpleString() == "string"
 
 
-@pytest.mark.parametrize("step", ["table_changelog_written", "before_checkpoint_commit"])
-def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_crash(spark, step):
+@pytest.mark.parametrize("step, store", [
+    pytest.param("table_changelog_written", None, id="table_changelog_written"),
+    pytest.param("before_checkpoint_commit", None, id="before_checkpoint_commit"),
+    pytest.param("table_changelog_written", "s3_warehouse", id="table_changelog_written-s3",
+                 marks=pytest.mark.slow),
+])
+def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_crash(
+        spark, request, step, store):
     """The retracting aggregation and the per-record changelog (several changes of one key in
     a batch, the table taking the last) written once though the second batch crashed between
     the changelog's append and the table's upsert, or after both, before its checkpoint (where
     a duplicate would come from; the protocol's other steps are crash-tested for every
-    pipeline shape in tests/ops/runtime/recovery/test_crash_recovery.py)."""
+    pipeline shape in tests/ops/runtime/recovery/test_crash_recovery.py). The first step also
+    with the warehouse on the session's S3 server."""
     catalog = sp.Catalog()
     catalog.register("users", sp.read.from_callback(
         "users", schema={"id": "string", "region": "string"}, max_versions=1), primary_key="id")
@@ -423,7 +430,8 @@ def test_a_table_over_a_table_with_per_record_changes_is_exactly_once_across_a_c
                       "GROUP BY region", catalog=catalog, emit_changes="per_record")
     result = run_records(pipeline, [{"id": "ann", "region": "east"}, {"id": "bob", "region": "east"}],
                          [{"id": "ann", "region": "west"}], [{"id": "bob", "region": None}],
-                         spark=spark, crash_at_step=step, crash=2)
+                         spark=spark, crash_at_step=step, crash=2,
+                         warehouse=request.getfixturevalue(store) if store else None)
     assert result.reports[-1].batches[0].batch_id == 2  # the recovery replayed the crashed batch
     table = result.outputs["region_users"]
     assert list(zip(table["region"], table["users"])) == [("east", 0), ("west", 1)]
