@@ -5,9 +5,9 @@ and ``sp.query("SELECT … FROM <table> WHERE …")`` over the state tables it m
 ``catalog`` holds the names ``FROM`` reads; ``statement`` parses a statement and
 ``clauses`` reads ksqlDB's WINDOW and EMIT; ``declare`` reads source declarations; ``names``
 resolves columns and points errors at the text; ``inputs`` turns ``FROM``/``JOIN`` into a
-stream; ``engine`` evaluates expressions with DuckDB; ``compile`` builds the pipeline with the Python API; ``queries`` answers pull and
-push queries. ``register``/``sql``/``query`` work on one default catalog; pass ``catalog=`` to use
-another.
+stream; ``engine`` evaluates expressions with DuckDB; ``compile`` builds the pipeline with the
+Python API; ``queries`` answers pull and push queries. ``register``/``declare``/``sql``/``query``
+work on one default catalog; pass ``catalog=`` to use another.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ broker, with confluent-kafka's in-memory registry (``mock://``): columns from th
 records of two schema versions, dead letters for what cannot be decoded, and the exactly-once
 sink encoding with a registered subject."""
 
+import re
+
 import pytest
 from confluent_kafka import Producer
 
@@ -118,3 +120,67 @@ def test_registry_mistakes_are_named_before_anything_runs(kafka, topic):
     with pytest.raises(sp.PipelineDefinitionError, match="at_least_once"):
         stream.write.to_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro",
                               registry="mock://x", delivery="at_least_once")
+
+
+def test_a_declared_avro_stream_takes_its_columns_from_the_registry_and_feeds_a_table(
+        spark, warehouse, kafka, topic):
+    """ksqlDB's way: CREATE STREAM … WITH (KAFKA_TOPIC, VALUE_FORMAT='AVRO') with no column
+    list, then a state table over it."""
+    registry = sp.SchemaRegistry(f"mock://{topic}")
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    _produce(kafka.bootstrap, topic, _encoded(registry, "avro", topic, V1, [
+        {"item": "tea", "qty": 2}, {"item": "cake", "qty": 1}, {"item": "tea", "qty": 3}]))
+    catalog = sp.Catalog()
+
+    stream = sp.declare(f"CREATE STREAM orders WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='AVRO')",
+                        bootstrap=kafka.bootstrap, registry=registry, catalog=catalog)
+    totals = sp.sql("CREATE TABLE item_qty AS SELECT item, SUM(qty) AS qty FROM orders GROUP BY item",
+                    catalog=catalog)
+    totals.run_once(spark, warehouse)
+
+    assert {name: stream.source.schema.fields[name] for name in V1} == V1
+    table = totals.read_sink(spark, "item_qty", warehouse).sort_values("item")
+    assert list(zip(table["item"], table["qty"])) == [("cake", 1), ("tea", 5)]
+
+
+def test_a_sink_that_may_not_register_stops_the_batch_before_sending(spark, warehouse, kafka, topic):
+    registry = sp.SchemaRegistry(f"mock://{topic}")
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    _produce(kafka.bootstrap, topic, _encoded(registry, "avro", topic, V1, [{"item": "tea", "qty": 2}]))
+    target = f"{topic}_out"
+    create_topic(kafka.bootstrap, target, partitions=1)
+    pipeline = (sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro", registry=registry)
+                .write.to_kafka(target, bootstrap=kafka.bootstrap, value_format="avro",
+                                registry=registry, register=False)).named("registry_lookup_only")
+
+    with pytest.raises(sp.SinkError, match=f"is not registered under subject '{target}-value'"):
+        pipeline.run_once(spark, warehouse)
+    assert read_topic(kafka.bootstrap, target) == []
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE STREAM s WITH (KAFKA_TOPIC='t')", "WITH needs KAFKA_TOPIC='<topic>' and VALUE_FORMAT"),
+    ("CREATE STREAM s WITH (KAFKA_TOPIC='t', VALUE_FORMAT='AVRO', PARTITIONS='3')",
+     'unsupported property "PARTITIONS'),
+    ("CREATE STREAM s WITH (KAFKA_TOPIC='t', VALUE_FORMAT='DELIMITED')", "'DELIMITED' is not one of"),
+    ("CREATE STREAM s WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')", "'JSON' needs a column list"),
+    ("CREATE TABLE s (id VARCHAR, n BIGINT) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')",
+     "a TABLE needs a column declared PRIMARY KEY"),
+    ("CREATE STREAM s (id ARRAY<INT>) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')", "type ARRAY of column id"),
+    ("CREATE STREAM s AS SELECT * FROM t", "expected CREATE STREAM|TABLE <name> [(<columns>)] WITH"),
+])
+def test_a_declaration_mistake_is_named(statement, message):
+    from ops.sql.declare import parse_declaration
+
+    with pytest.raises(sp.SqlError, match=re.escape(message)):
+        parse_declaration(statement)
+
+
+def test_a_declared_json_table_has_its_columns_key_and_timestamp():
+    from ops.sql.declare import parse_declaration
+
+    said = parse_declaration("CREATE TABLE users (id VARCHAR PRIMARY KEY, age BIGINT, seen TIMESTAMP) "
+                             "WITH (KAFKA_TOPIC='users', VALUE_FORMAT='JSON', TIMESTAMP='seen')")
+    assert (said.kind, said.topic, said.value_format, said.primary_key, said.timestamp) == (
+        "TABLE", "users", "json", "id", "seen")
+    assert said.columns == {"id": "string", "age": "long", "seen": "timestamp"}
