@@ -81,6 +81,8 @@ def check_kafka(spark, namespace: dict, folder: Path) -> None:
     assert totals == [1, 2, 4]
     letters = dead_letters(spark, namespace["per_user"], str(folder / "warehouse"))
     assert letters["reason"].tolist() == ["field 'n' 'x' is not an integer; expected long"]
+    per_item = namespace["per_item"].read_sink(spark, "per_item", str(folder / "warehouse"))
+    assert sorted(zip(per_item["item"], per_item["qty"])) == [("cake", 1), ("tea", 2)]  # from Avro
 
 
 def check_state_tables(spark, namespace: dict, folder: Path) -> None:

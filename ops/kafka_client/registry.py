@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,19 +48,28 @@ class SchemaRegistry:
     One object holds one client; a ``mock://`` registry lives in that client, so a test's
     producer, sources and sinks share the object. Pickled (to executors) it is its settings
     only: each process makes its own client.
+
+    >>> registry = SchemaRegistry("https://registry:8081", {"basic.auth.user.info": "key:secret"})
+    >>> registry.options, registry.subject("orders")
+    ((('basic.auth.user.info', 'key:secret'),), 'orders-value')
+    >>> import pickle
+    >>> pickle.loads(pickle.dumps(registry)) == registry
+    True
     """
 
     url: str
-    options: tuple[tuple[str, str], ...] = ()
+    options: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
     _client: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        settings = self.options.items() if isinstance(self.options, Mapping) else self.options
+        object.__setattr__(self, "options", tuple(sorted((str(k), str(v)) for k, v in settings)))
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://", "mock://")):
             raise PipelineDefinitionError(
                 f"schema registry url {self.url!r} is not http(s)://host:port (or mock://name for "
                 "the client's in-memory registry)")
 
-    def __reduce__(self) -> tuple[Any, tuple[str, tuple[tuple[str, str], ...]]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return SchemaRegistry, (self.url, self.options)
 
     @property

@@ -1,11 +1,12 @@
-"""One embedded Kafka broker (KRaft, loopback) for the whole test session, and a fresh topic
-name per test."""
+"""One embedded Kafka broker (KRaft, loopback) and, for the tests that ask, one schema registry
+server (Apicurio, Confluent's API) for the whole test session, and a fresh topic name per test."""
 
 import uuid
 
 import pytest
 
 from ops.devservers.kafka_broker import EmbeddedKafka
+from ops.devservers.schema_registry import LocalRegistry
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +14,13 @@ def kafka(tmp_path_factory):
     broker = EmbeddedKafka.start(tmp_path_factory.mktemp("kafka"))
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_server(tmp_path_factory):
+    server = LocalRegistry.start(tmp_path_factory.mktemp("registry"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture

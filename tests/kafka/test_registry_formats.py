@@ -1,7 +1,8 @@
 """Kafka topics in a schema registry's formats (Avro, Protobuf, JSON Schema) against the real
-broker, with confluent-kafka's in-memory registry (``mock://``): columns from the registry,
-records of two schema versions, dead letters for what cannot be decoded, and the exactly-once
-sink encoding with a registered subject."""
+broker, with confluent-kafka's in-memory registry (``mock://``) and a real registry server
+(Apicurio, serving Confluent's API): columns from the registry, records of two schema versions,
+dead letters for what cannot be decoded, and the exactly-once sink encoding with a registered
+subject, refused when the registry finds it incompatible."""
 
 import re
 
@@ -35,19 +36,28 @@ def _bad_records(registry, value_format, topic):
     garbage = {"avro": b"\xff\xff\xff\xff\xff", "protobuf": b"\x00\xff\xff\xff\xff",
                "json_schema": b"{not json"}[value_format]
     return [(b'{"item": "tea"}', "record is not in the schema registry's wire format"),
-            (b"\x00" + (9999).to_bytes(4, "big") + b"\x02ab",
-             "schema id 9999 is not in the schema registry at mock://"),
+            (b"\x00" + (99999).to_bytes(4, "big") + b"\x02ab",
+             f"schema id 99999 is not in the schema registry at {registry.url}"),
             (b"\x00" + known.to_bytes(4, "big") + garbage,
              f"record is not a valid {value_format} value of schema id {known}")]
 
 
-@pytest.mark.parametrize("value_format, mode", [
-    ("avro", "driver"), ("protobuf", "driver"), ("json_schema", "driver"), ("avro", "distributed"),
-    pytest.param("protobuf", "distributed", marks=pytest.mark.slow),
-    pytest.param("json_schema", "distributed", marks=pytest.mark.slow)])
+def _registry(kind, topic, request):
+    if kind == "mock":
+        return sp.SchemaRegistry(f"mock://{topic}")
+    return sp.SchemaRegistry(request.getfixturevalue("registry_server").url)
+
+
+@pytest.mark.parametrize("value_format, mode, kind", [
+    ("avro", "driver", "mock"), ("protobuf", "driver", "mock"), ("json_schema", "driver", "mock"),
+    ("avro", "distributed", "mock"),
+    pytest.param("protobuf", "distributed", "mock", marks=pytest.mark.slow),
+    pytest.param("json_schema", "distributed", "mock", marks=pytest.mark.slow),
+    ("avro", "driver", "apicurio"), ("protobuf", "distributed", "apicurio"),
+    pytest.param("json_schema", "driver", "apicurio", marks=pytest.mark.slow)])
 def test_a_registry_topic_in_and_out_exactly_once_with_evolution_and_dead_letters(
-        spark, warehouse, kafka, topic, value_format, mode):
-    registry = sp.SchemaRegistry(f"mock://{topic}")
+        spark, warehouse, kafka, topic, value_format, mode, kind, request):
+    registry = _registry(kind, topic, request)
     source, target = topic, f"{topic}_out"
     for name in (source, target):
         create_topic(kafka.bootstrap, name, partitions=1)
@@ -158,6 +168,26 @@ def test_a_sink_that_may_not_register_stops_the_batch_before_sending(spark, ware
     assert read_topic(kafka.bootstrap, target) == []
 
 
+def test_a_schema_the_registry_finds_incompatible_stops_the_batch_before_sending(
+        spark, warehouse, kafka, topic, registry_server):
+    """The real registry's compatibility check (BACKWARD): the target subject's qty is text,
+    the output's is a long, so the sink's schema is refused (HTTP 409) and nothing is sent."""
+    registry = sp.SchemaRegistry(registry_server.url)
+    target = f"{topic}_out"
+    for name in (topic, target):
+        create_topic(kafka.bootstrap, name, partitions=1)
+    _produce(kafka.bootstrap, topic, _encoded(registry, "avro", topic, V1, [{"item": "tea", "qty": 2}]))
+    _encoded(registry, "avro", target, {"item": "string", "qty": "string"}, [{"item": "x", "qty": "y"}])
+    registry.client.set_compatibility(registry.subject(target), "BACKWARD")
+    pipeline = (sp.read.from_kafka(topic, bootstrap=kafka.bootstrap, value_format="avro", registry=registry)
+                .write.to_kafka(target, bootstrap=kafka.bootstrap, value_format="avro",
+                                registry=registry)).named("registry_incompatible")
+
+    with pytest.raises(sp.SinkError, match=f"was refused under subject '{target}-value'"):
+        pipeline.run_once(spark, warehouse)
+    assert read_topic(kafka.bootstrap, target) == []
+
+
 @pytest.mark.parametrize("statement, message", [
     ("CREATE STREAM s WITH (KAFKA_TOPIC='t')", "WITH needs KAFKA_TOPIC='<topic>' and VALUE_FORMAT"),
     ("CREATE STREAM s WITH (KAFKA_TOPIC='t', VALUE_FORMAT='AVRO', PARTITIONS='3')",
@@ -166,7 +196,8 @@ def test_a_sink_that_may_not_register_stops_the_batch_before_sending(spark, ware
     ("CREATE STREAM s WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')", "'JSON' needs a column list"),
     ("CREATE TABLE s (id VARCHAR, n BIGINT) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')",
      "a TABLE needs a column declared PRIMARY KEY"),
-    ("CREATE STREAM s (id ARRAY<INT>) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')", "type ARRAY of column id"),
+    ("CREATE STREAM s (id ARRAY<INT>) WITH (KAFKA_TOPIC='t', VALUE_FORMAT='JSON')",
+     "type ARRAY of column id"),
     ("CREATE STREAM s AS SELECT * FROM t", "expected CREATE STREAM|TABLE <name> [(<columns>)] WITH"),
 ])
 def test_a_declaration_mistake_is_named(statement, message):
