@@ -280,7 +280,7 @@ class TypedEncoding:
         described = self.state_type.describe()
         if self.inferred_from is not None:
             return (f"state of operator {self.name!r} for key {key!r}: {value!r} does not fit "
-                    f"its state_type {described!r}, inferred from state={self.inferred_from} (a "
+                    f"its state_type {described!r}, inferred from {self.inferred_from} (a "
                     "map without state_type= stores its state typed as its state= value is, "
                     "and the type binds once stored); nothing of this batch was written. Declare "
                     "state_type='json' (then sp.migrate(spark, pipeline) converts the stored "
@@ -317,7 +317,7 @@ class TypedEncoding:
     def _inferred_note(self) -> str:
         if self.inferred_from is None:
             return ""
-        return (f" (its type was inferred from state={self.inferred_from}; then sp.migrate(spark, "
+        return (f" (its type was inferred from {self.inferred_from}; then sp.migrate(spark, "
                 "pipeline) converts the stored state back to text)")
 
     def checkpoint_rows(self, frames: list[Any]) -> pa.Table:

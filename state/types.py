@@ -111,10 +111,10 @@ class StateType:
 @dataclass(frozen=True)
 class StateTypes:
     """How one run stores its states: the type of each state name stored in typed columns (the
-    others are JSON or pickled text), and, for the types inferred from a map's ``state=``
-    rather than declared with ``state_type=``, that value as ``repr`` gives it (errors name it).
+    others are JSON or pickled text), and, for the types inferred (from a map's ``state=``)
+    rather than declared with ``state_type=``, what they were inferred from (errors name it).
 
-    >>> run = StateTypes({"sum": declared(int)}, inferred={"sum": "0"})
+    >>> run = StateTypes({"sum": declared(int)}, inferred={"sum": "state=0"})
     >>> run.of("sum").describe(), run.of("other"), run.origin("sum")
     ('int64', None, "state_type 'int64' inferred from state=0")
     """
@@ -130,7 +130,7 @@ class StateTypes:
         """Where the type of typed state ``name`` comes from, as an error says it."""
         described = repr(self.types[name].describe())
         if name in self.inferred:
-            return f"state_type {described} inferred from state={self.inferred[name]}"
+            return f"state_type {described} inferred from {self.inferred[name]}"
         return f"declared state_type {described}"
 
 

@@ -18,7 +18,7 @@ from .aggregates import (
     min_,
     sum_,
 )
-from .base import Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
+from .base import InferredState, Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
 from .basic import GLOBAL_STATE, STATELESS, Filter, Map
 from .grouped import GroupAggregate
 from .joins import KeptTableJoin, TableJoin, TableTableJoin
@@ -32,7 +32,7 @@ from .windows import Window, WindowAggregate, hopping, tumbling
 __all__ = [
     "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "JoinSide",
     "KeptTableJoin", "LatestByKey", "Map", "Operator", "Session", "SessionAggregate",
-    "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
+    "InferredState", "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
     "TableProjection", "TableTableJoin", "TimerDeclaration", "Window", "WindowAggregate",
     "aggregate", "avg", "collect_list", "collect_set", "count", "hopping", "latest_by_offset",
     "max_", "min_", "session", "sum_", "tumbling",

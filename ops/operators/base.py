@@ -82,6 +82,15 @@ class StateDeclaration:
         return cls(StateKind.UNKEYED, (), (name,))
 
 
+@dataclass(frozen=True)
+class InferredState:
+    """The storage an operator's state would take if no checkpoint recorded one: ``kind``
+    (``None``: text) and where it comes from (``origin``, e.g. ``state=0``), for messages."""
+
+    kind: StateType | None
+    origin: str
+
+
 class Operator(ABC):
     """One step of a pipeline.
 
@@ -132,9 +141,9 @@ class Operator(ABC):
         :mod:`state.encodings`); the others are stored as text. Default: none."""
         return {}
 
-    def inferable_state_types(self) -> dict[str, StateType | None]:
+    def inferable_state_types(self) -> dict[str, InferredState]:
         """The state names whose storage this operator leaves to the run (no declaration), each
-        with the type inferred for it (``None``: none, text), which the run applies to a name
+        with the type inferred for it (``kind=None``: none, text), which the run applies to a name
         no checkpoint recorded yet; a recorded name keeps what is stored
         (:mod:`ops.runtime.storage`). Default: none (what it stores is its own to say)."""
         return {}

@@ -17,7 +17,7 @@ from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
 from .arrays import KeyBlocks, as_arrays, gathered
-from .base import Operator, StateDeclaration, TimerDeclaration
+from .base import InferredState, Operator, StateDeclaration, TimerDeclaration
 from .timing import KeyClock
 
 
@@ -124,23 +124,24 @@ class Map(Operator):
     def state_types(self) -> dict[str, StateType]:
         return {} if self.state_type is None else {self.name: self.state_type}
 
-    def inferable_state_types(self) -> dict[str, StateType | None]:
+    def inferable_state_types(self) -> dict[str, InferredState]:
         """Without ``state_type=`` (and not ``"json"``), a keyed state's storage is the run's
         to settle, with the type of ``state``'s value (:func:`state.types.infer`) where typed
         storage could hold it: the json codec, no timers or TTL (typed state with them runs in
         driver mode only), a name that can name columns; else ``None`` (text).
 
-        >>> Map(fn=len, name="sum", state=0, keys=("k",)).inferable_state_types()["sum"].describe()
+        >>> Map(fn=len, name="sum", state=0, keys=("k",)).inferable_state_types()["sum"].kind.describe()
         'int64'
-        >>> Map(fn=len, name="sum", state=None, keys=("k",)).inferable_state_types()
-        {'sum': None}
+        >>> Map(fn=len, name="sum", state=None, keys=("k",)).inferable_state_types()["sum"].kind is None
+        True
         """
         if self.state_type is not None or not self.infer_state_type or not (self.stateful
                                                                           and self.keys):
             return {}
+        origin = f"state={self.state!r}"
         if self.codec != "json" or self.clock is not None or not _typed_name(self.name):
-            return {self.name: None}
-        return {self.name: infer_state_type(self.state)}
+            return {self.name: InferredState(None, origin)}
+        return {self.name: InferredState(infer_state_type(self.state), origin)}
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         if not self.stateful:

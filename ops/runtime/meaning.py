@@ -31,6 +31,7 @@ from typing import Any
 from state import WATERMARK, StateTypes, expiry_state, timer_state
 
 from ..operators import Operator, StateKind
+from .storage import declared_state_types
 
 VALUES, TIMERS, EXPIRY = "values", "timers", "expiry"  # the roles of an operator's state names
 _CLOCK_FIELDS = ("event_time", "delay_ms", "ttl_ms")  # settings a run may change freely
@@ -74,8 +75,7 @@ def describe(operators: Iterable[Operator],
     """
     operators = list(operators)
     if storage is None:
-        storage = StateTypes({name: kind for op in operators
-                              for name, kind in op.state_types().items()})
+        storage = StateTypes(declared_state_types(operators))
     described: dict[str, dict[str, Any]] = {}
     for operator in operators:
         declared = operator.declares()

@@ -29,6 +29,7 @@ runs of one pipeline must not store differently because their first batches diff
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from state import Checkpoint, StateType, StateTypes, delta_io
@@ -48,17 +49,22 @@ def state_types(pipeline: RunnablePipeline, state_path: str, last: Checkpoint | 
     module docstring) given ``last``, the latest checkpoint (``None``: none yet), and the
     ``_state`` table at ``state_path``."""
     operators = pipeline.stream.operators
-    types = {name: kind for op in operators for name, kind in op.state_types().items()}
+    types = declared_state_types(operators)
     inferred: dict[str, str] = {}
     everywhere = _typed_everywhere(pipeline, state_path)
     for op in operators:
-        for name, kind in op.inferable_state_types().items():
+        for name, inference in op.inferable_state_types().items():
             kept = _recorded(last, name)
             chosen = kept[0] if kept is not None else (
-                kind if everywhere and _typed_keys(pipeline, op) else None)
+                inference.kind if everywhere and _typed_keys(pipeline, op) else None)
             if chosen is not None:
-                types[name], inferred[name] = chosen, repr(getattr(op, "state", None))
+                types[name], inferred[name] = chosen, inference.origin
     return StateTypes(types, inferred)
+
+
+def declared_state_types(operators: Iterable[Operator]) -> dict[str, StateType]:
+    """The state types the operators declare (``state_type=``), by state name."""
+    return {name: kind for op in operators for name, kind in op.state_types().items()}
 
 
 def _recorded(last: Checkpoint | None, name: str) -> tuple[StateType | None] | None:
