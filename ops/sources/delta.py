@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -217,13 +217,9 @@ class DeltaTableSource(Source):
                                              for c in (self.order_by or columns))]
         rows = changes.orderBy(*order).select(*columns)
         rows = rows.withColumn(ORDER_COLUMN, F.lit(FIRST_ORDINAL) + F.monotonically_increasing_id())
-        keys = list(self.schema.key_fields)
-        null_key = _null_key(keys)
         # from the unsorted feed: a filtered scan, not a second sort of the batch
-        bad: pd.DataFrame = changes.where(null_key).select("_commit_version", *columns).toPandas()
-        bad = bad.sort_values(["_commit_version", *(self.order_by or columns)], kind="stable",
-                              na_position="first").drop(columns=["_commit_version"])
-        return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
+        return self._keyed(rows, changes, columns, ["_commit_version", *(self.order_by or columns)],
+                           start, end)
 
     def _from_files(self, ctx: RunContext, files: list[tuple[int, str]], schema: StructType,
                     start: Any, end: Any) -> FrameSlice:
@@ -233,10 +229,17 @@ class DeltaTableSource(Source):
         columns = [c for c in read.columns if c not in (appended.VERSION, appended.ROW_IN_TABLE)]
         rows = read.select(*[F.col(f"`{c}`") for c in columns],
                            (F.lit(FIRST_ORDINAL) + F.col(appended.ROW_IN_TABLE)).alias(ORDER_COLUMN))
-        null_key = _null_key(self.schema.key_fields)
-        bad: pd.DataFrame = read.where(null_key).select(appended.ROW_IN_TABLE, *columns).toPandas()
-        bad = bad.sort_values(appended.ROW_IN_TABLE).drop(columns=[appended.ROW_IN_TABLE])
+        return self._keyed(rows, read, columns, [appended.ROW_IN_TABLE], start, end)
+
+    def _keyed(self, rows: DataFrame, scanned: DataFrame, columns: list[str], order: list[str],
+               start: Any, end: Any) -> FrameSlice:
+        """``rows`` without those whose key is null, which come to the driver as dead letters:
+        ``columns`` from ``scanned`` (the read before anything was sorted), in ``order``, whose
+        first column only orders them."""
         keys = list(self.schema.key_fields)
+        null_key = _null_key(keys)
+        bad: pd.DataFrame = scanned.where(null_key).select(order[0], *columns).toPandas()
+        bad = bad.sort_values(order, kind="stable", na_position="first").drop(columns=[order[0]])
         return FrameSlice(good=rows.where(~null_key), rejected=_null_keys(bad, keys, start, end))
 
     def _plan_unreadable(self, ctx: RunContext, start: Any, end: Any, reason: str) -> str:
