@@ -2,6 +2,7 @@
 commit that only the feed could give is refused before it is planned (nothing recorded), and a
 plan recorded before that check is discarded with ``sp.discard_plans`` without losing a row."""
 
+import json
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from delta.tables import DeltaTable
 import ops as sp
 from ops import ConfigError, RunContext
 from state import BatchPlan, BatchPlans, appended, tables
+from tests.helpers import dead_letters
 
 FEED_ON = "(delta.enableChangeDataFeed = true)"
 
@@ -175,3 +177,22 @@ def test_rows_keep_the_tables_order_and_a_plan_from_before_that_replays_sorted(s
     assert delivered(spark, pipeline, warehouse) == [["a", 1], ["b", 2], ["c", 3], ["z", 9], ["y", 8]]
     assert [plan[2] for plan in plans(spark, pipeline, warehouse)] == ['{"events": [-1, 0]}',
                                                                        '{"events": [0, 1]}']
+
+
+@pytest.mark.parametrize("mode", ["driver", "distributed"])
+def test_rows_with_a_null_key_go_to_dead_letters_and_the_others_on_in_order(spark, warehouse,
+                                                                            tmp_path, mode):
+    """Whether read from the files an append added or, for a merge, from the change feed, a
+    row with a null key is a dead letter and the others keep their order."""
+    path = str(tmp_path / "events")
+    append(spark, path, ("b", 2), (None, 7), ("a", 1), (None, 5))
+    pipeline = pipeline_of(path).with_mode(mode)
+    pipeline.run_once(spark, warehouse)
+    feed_on(spark, path)
+    merge(spark, path, ("c", 3), (None, 6))
+    pipeline.run_once(spark, warehouse)
+
+    assert delivered(spark, pipeline, warehouse) == [["b", 2], ["a", 1], ["c", 3]]
+    letters = dead_letters(spark, pipeline, warehouse)
+    assert set(letters["reason"]) == {"key field(s) ['k'] null"}
+    assert sorted(json.loads(raw)["x"] for raw in letters["raw"]) == [5, 6, 7]
