@@ -23,7 +23,7 @@ from deltalake.exceptions import CommitFailedError
 
 from ..errors import StorageError
 from .cache import remember, snapshots, synced
-from .commits import CHECKPOINT_EVERY, checkpoint_now_and_then, commit_properties, retrying
+from .commits import CHECKPOINT_EVERY, checkpoint_now_and_then, commit_properties, post_commit, retrying
 from .stores import calling, location, serves
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
     if current is not None:
         calling(path, "appending", lambda: write_deltalake(
             current, data, mode="append", commit_properties=properties,
+            post_commithook_properties=post_commit(current),
             writer_properties=writer_properties(data.schema)))
         remember(path, current)
         checkpoint_now_and_then(path, current)

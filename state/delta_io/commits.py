@@ -1,13 +1,19 @@
 """How every commit this package makes is made: idempotent by Delta's ``txn``, tried again on the
 table as another writer left it when it loses a race (as Delta's optimistic concurrency does for
-blind appends), with ``userMetadata``, and followed by a log checkpoint every tenth version."""
+blind appends), with ``userMetadata``, and followed by a log checkpoint every tenth version.
+
+delta-rs looks for expired log files to delete (a ``LIST`` of the whole ``_delta_log``, which
+grows with every commit until the retention, 30 days by default, lets files go) after every
+commit unless told otherwise; here it does so after every tenth version only
+(:func:`post_commit`), as Spark does at its log checkpoints: what it deletes is the same, a few
+commits later."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ..errors import StorageError
@@ -51,6 +57,16 @@ def commit_properties(txn: tuple[str, int] | None, user_metadata: str | None) ->
     return CommitProperties(
         app_transactions=[Transaction(app_id=txn[0], version=txn[1])] if txn else None,
         custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
+
+
+def post_commit(current: DeltaTable) -> PostCommitHookProperties:
+    """What delta-rs does after a commit made on ``current``: the log checkpoint the table's
+    interval asks for, and the cleanup of expired log files (as the table's settings say) only
+    when the commit's version is a multiple of :data:`CHECKPOINT_EVERY`; else none, which
+    saves a ``LIST`` of the whole log per commit on an object store. Skipping it changes
+    nothing but when expired files go: the next cleanup deletes them."""
+    cleanup = None if (int(current.version()) + 1) % CHECKPOINT_EVERY == 0 else False
+    return PostCommitHookProperties(cleanup_expired_logs=cleanup)
 
 
 def checkpoint_now_and_then(path: str, current: DeltaTable) -> None:

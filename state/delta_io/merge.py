@@ -18,7 +18,7 @@ from deltalake import CommitProperties, DeltaTable
 
 from .appends import Creation, as_arrow, create, writable_schema
 from .cache import remember, snapshots, synced
-from .commits import checkpoint_now_and_then, retrying
+from .commits import checkpoint_now_and_then, post_commit, retrying
 from .log import feed_enabled
 from .stores import calling, serves
 
@@ -138,7 +138,8 @@ def _merge(path: str, current: DeltaTable, data: pa.Table, how: Upsert) -> None:
     writer's commit came first: no retry inside, the caller reads the table again)."""
     columns = how.assignments(data.schema.names)
     merging = (current.merge(data, how.predicate(), source_alias="s", target_alias="t",
-                             commit_properties=CommitProperties(max_commit_retries=0))
+                             commit_properties=CommitProperties(max_commit_retries=0),
+                             post_commithook_properties=post_commit(current))
                .when_matched_delete(predicate=how.deleted_when())
                .when_matched_update(columns, predicate=how.newer())
                .when_not_matched_insert(columns, predicate=how.inserted_when()))

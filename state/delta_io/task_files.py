@@ -21,7 +21,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from ..errors import StorageError
 from .appends import repeats, table_fields, writable_schema
 from .cache import remember, served_table, snapshots, synced
-from .commits import checkpoint_now_and_then, commit_properties, retrying
+from .commits import checkpoint_now_and_then, commit_properties, post_commit, retrying
 from .stores import calling, location
 
 
@@ -152,7 +152,8 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
         calling(path, "committing files to", lambda: current.create_write_transaction(
             adds, mode="append", schema=current.schema(),
             partition_by=current.metadata().partition_columns or None,
-            commit_properties=commit_properties(txn, user_metadata)))
+            commit_properties=commit_properties(txn, user_metadata),
+            post_commithook_properties=post_commit(current)))
         calling(path, "reading the log", current.update_incremental)  # to the version made
         remember(path, current)
         checkpoint_now_and_then(path, current)

@@ -2,7 +2,8 @@
 ``down()`` stops listening (clients get "connection refused"), ``throttle(every)`` answers
 every n-th request with S3's ``503 SlowDown``, ``require_key(key_id)`` refuses requests signed
 with another access key as S3 does (``403 InvalidAccessKeyId``), ``up()`` passes everything
-through again.
+through again. ``seen`` lists the requests passed through (method and path with its query),
+for tests that count what an operation asks of the store.
 
 Clients are pointed at it with ``AWS_ENDPOINT_URL=proxy.endpoint``; the data stays in the
 server behind it, so a run that failed through the proxy is recovered against the server.
@@ -36,6 +37,7 @@ class FaultyProxy:
         self.upstream = (where.hostname, where.port)
         self.port = free_port()
         self.requests = 0
+        self.seen: list[tuple[str, str]] = []  # (method, path?query) of each request passed through
         self.throttled = 0
         self._every = 0
         self._key_id: str | None = None
@@ -126,6 +128,8 @@ class FaultyProxy:
                 if proxy._should_throttle():
                     self._reply(503, {"Content-Type": "application/xml"}, _SLOW_DOWN)
                     return
+                with proxy._lock:
+                    proxy.seen.append((self.command, self.path))
                 upstream = http.client.HTTPConnection(*proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 headers["Content-Length"] = str(len(body))
