@@ -129,10 +129,12 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
            user_metadata: str | None, create: Creation | None) -> None:
     properties = commit_properties(txn, user_metadata)
     if current is not None:
+        before = int(current.version())
         calling(path, "appending", lambda: write_deltalake(
             current, data, mode="append", commit_properties=properties,
             post_commithook_properties=post_commit(current),
             writer_properties=writer_properties(data.schema)))
+        snapshots.committed(path, current, before, txn)
         remember(path, current)
         checkpoint_now_and_then(path, current)
         return

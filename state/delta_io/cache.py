@@ -7,6 +7,12 @@ cost a request per use, so there the commit file the table was opened at is look
 ``HEAD``) at most every :data:`RECHECK_SETTING` seconds (10 by default) per table: a table made
 again is noticed within that time, and until then may be read as the one before it with the
 new one's later commits.
+
+What the process's own commits tell is kept too (:class:`Known`): per table, the latest ``txn``
+version of each app id asked about, as of the version the snapshot is at, carried forward by
+each commit this process makes on that snapshot. An idempotent append then checks its ``txn``
+without delta-rs reading every commit since the last log checkpoint again (one ``GET`` each
+on an object store, up to ten).
 """
 
 from __future__ import annotations
@@ -35,6 +41,20 @@ RECHECK_SETTING = "LAKESTREAM_TABLE_RECHECK_SECONDS"
 
 
 @dataclass(frozen=True)
+class Known:
+    """What is known of the table at ``version`` of the snapshot ``table`` (that object, at
+    that version; anything else and it says nothing): ``txns``, per app id asked about or
+    committed with, its latest ``txn`` version (``None``: none), and ``own``, whether this
+    process made the commit of ``version`` on that snapshot (then no other commit is known
+    after it)."""
+
+    table: DeltaTable
+    version: int
+    txns: Mapping[str, int | None]
+    own: bool = False
+
+
+@dataclass(frozen=True)
 class Mark:
     """What tells a table on an object store from one made again at its path: the size and
     modification time of the commit file of ``version`` (the version it was opened at), as seen
@@ -59,7 +79,8 @@ class Snapshots:
         self._stamps: dict[str, Stamp | None] = {}  # the commit file each table was read at
         self._appends: dict[str, dict[int, bool]] = {}  # per table, per version: a blind append?
         self._marks: dict[str, Mark] = {}  # per table on an object store: its commit file as opened
-        self._lock = threading.Lock()  # guards the four above
+        self._known: dict[str, Known] = {}  # per table: what its snapshot's own commits told
+        self._lock = threading.Lock()  # guards the five above
         self._table_locks: dict[str, threading.Lock] = {}
 
     def lock_for(self, path: str) -> threading.Lock:
@@ -81,6 +102,8 @@ class Snapshots:
         """Cache ``opened`` as the snapshot of ``path``, forgetting the least recently opened
         table beyond the bound."""
         with self._lock:
+            if self._tables.get(path) is not opened:
+                self._known.pop(path, None)  # it was of the snapshot replaced
             self._tables[path] = opened
             self._tables.move_to_end(path)
             while len(self._tables) > self._capacity:
@@ -88,6 +111,7 @@ class Snapshots:
                 self._stamps.pop(forgotten, None)
                 self._appends.pop(forgotten, None)
                 self._marks.pop(forgotten, None)
+                self._known.pop(forgotten, None)
 
     def remember(self, path: str, stamp: Stamp | None) -> None:
         """Note that the snapshot of ``path`` is now as of the commit file ``stamp`` tells."""
@@ -101,6 +125,7 @@ class Snapshots:
             self._stamps.pop(path, None)
             self._appends.pop(path, None)  # a table made again at this path reuses its version numbers
             self._marks.pop(path, None)
+            self._known.pop(path, None)
 
     def clear(self) -> None:
         """Forget every snapshot (what commits did stays true: a commit never changes)."""
@@ -108,6 +133,41 @@ class Snapshots:
             self._tables.clear()
             self._stamps.clear()
             self._marks.clear()
+            self._known.clear()
+
+    def known(self, path: str, current: DeltaTable) -> Known | None:
+        """What is known of ``path`` as of ``current`` (the snapshot, at its version now);
+        ``None``: nothing (another snapshot, or it moved to another version since)."""
+        with self._lock:
+            found = self._known.get(path)
+        if found is None or found.table is not current or found.version != int(current.version()):
+            return None
+        return found
+
+    def learn_txn(self, path: str, current: DeltaTable, app_id: str, seen: int | None) -> None:
+        """Note that ``current`` (at its version now) holds ``seen`` as the latest ``txn``
+        version of ``app_id``, as delta-rs read it from the log."""
+        found = self.known(path, current)
+        txns = {**(found.txns if found else {}), app_id: seen}
+        with self._lock:
+            self._known[path] = Known(current, int(current.version()),
+                                      txns, found.own if found else False)
+
+    def committed(self, path: str, current: DeltaTable, before: int,
+                  txn: tuple[str, int] | None) -> None:
+        """Note a commit this process made on ``current``, which was at version ``before``:
+        when it is now at the next version, that commit is the one it made, so what was known
+        at ``before`` holds with ``txn`` as its app id's latest; else (a commit by another
+        writer came first, and delta-rs took it in) nothing is known."""
+        with self._lock:
+            found = self._known.get(path)
+            if int(current.version()) != before + 1:
+                self._known.pop(path, None)
+                return
+            prior = found.txns if found is not None and found.table is current and \
+                found.version == before else {}
+            txns = {**prior, **({txn[0]: txn[1]} if txn else {})}
+            self._known[path] = Known(current, before + 1, txns, own=True)
 
     def mark(self, path: str) -> Mark | None:
         """What the table at ``path`` (on an object store) was opened at (``None``: unknown)."""

@@ -17,7 +17,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Tr
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ..errors import StorageError
-from .cache import synced
+from .cache import snapshots, synced
 from .stores import calling
 
 log = logging.getLogger(__name__)
@@ -46,9 +46,20 @@ def retrying(path: str, current: DeltaTable | None, txn: tuple[str, int] | None,
 
 
 def has_seen(path: str, current: DeltaTable, txn: tuple[str, int]) -> bool:
-    """Whether ``current`` holds a commit of ``txn``'s app id at its version or a later one."""
-    # None: never (and 0 is a version like any other)
-    seen = calling(path, "reading the transactions of", lambda: current.transaction_version(txn[0]))
+    """Whether ``current`` holds a commit of ``txn``'s app id at its version or a later one.
+
+    delta-rs answers by reading every commit since the table's last log checkpoint (on an
+    object store, one request each); once it has, or once this process committed with that
+    app id, the answer is kept for the snapshot's version and carried forward by the commits
+    this process makes on it (:meth:`Snapshots.committed`), so the next batch's check asks
+    nothing of the store. A commit by another writer moves the snapshot past what is known,
+    and delta-rs reads the log again."""
+    known = snapshots.known(path, current)
+    if known is not None and txn[0] in known.txns:
+        seen = known.txns[txn[0]]
+    else:  # None: never (and 0 is a version like any other)
+        seen = calling(path, "reading the transactions of", lambda: current.transaction_version(txn[0]))
+        snapshots.learn_txn(path, current, txn[0], seen)
     return seen is not None and seen >= txn[1]
 
 

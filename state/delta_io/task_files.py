@@ -149,12 +149,14 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
 
     def attempt(found: DeltaTable | None) -> bool:
         current = _taking(path, found, schema, lacking)
+        before = int(current.version())
         calling(path, "committing files to", lambda: current.create_write_transaction(
             adds, mode="append", schema=current.schema(),
             partition_by=current.metadata().partition_columns or None,
             commit_properties=commit_properties(txn, user_metadata),
             post_commithook_properties=post_commit(current)))
         calling(path, "reading the log", current.update_incremental)  # to the version made
+        snapshots.committed(path, current, before, txn)
         remember(path, current)
         checkpoint_now_and_then(path, current)
         return True

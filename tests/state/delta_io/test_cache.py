@@ -50,6 +50,28 @@ def test_forget_drops_everything_clear_keeps_what_commits_did(tmp_path):
     assert snapshots.appends(path) == {}
 
 
+def test_what_own_commits_told_holds_for_that_snapshot_at_that_version_only(tmp_path):
+    snapshots = Snapshots()
+    path, found = _table(tmp_path, "t")
+    snapshots.keep(path, found)
+    snapshots.learn_txn(path, found, "sink", None)  # as delta-rs read it at version 0
+    write_deltalake(found, pa.table({"x": pa.array([2], pa.int64())}), mode="append")
+    assert snapshots.known(path, found) is None  # version 1 now: what version 0 told is moot
+    snapshots.committed(path, found, 0, ("sink", 1))  # it was this process's commit
+    known = snapshots.known(path, found)
+    assert known is not None and known.own and dict(known.txns) == {"sink": 1}
+    other = DeltaTable(path)  # the same table, version and all, but another snapshot
+    assert snapshots.known(path, other) is None
+    write_deltalake(other, pa.table({"x": pa.array([3], pa.int64())}), mode="append")  # 2
+    write_deltalake(found, pa.table({"x": pa.array([4], pa.int64())}), mode="append")  # 3
+    snapshots.committed(path, found, 1, ("sink", 2))  # another writer's commit came first
+    assert found.version() == 3 and snapshots.known(path, found) is None
+    snapshots.learn_txn(path, found, "sink", 1)
+    snapshots.keep(path, other)  # another snapshot replaces it: what was known goes
+    snapshots.keep(path, found)
+    assert snapshots.known(path, found) is None
+
+
 def test_only_the_newest_commits_are_remembered(tmp_path):
     snapshots = Snapshots(commits=3)
     snapshots.note_appends("t", {version: version % 2 == 0 for version in range(10)})

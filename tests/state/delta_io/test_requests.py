@@ -66,3 +66,45 @@ def test_a_commit_lists_the_whole_log_only_at_every_tenth_version(store, s3_ware
         whole[version] = counted(store, lambda: append(path, version)).count("LIST whole log")
     assert delta_io.latest_version(path) == 21
     assert [version for version, lists in whole.items() if lists] == [10, 20], whole
+
+
+def before_the_commit(requests: list[str]) -> list[str]:
+    """The requests an append made before putting its commit file."""
+    return requests[:requests.index("PUT commit")]
+
+
+def test_an_idempotent_append_after_this_process_committed_reads_no_commit_to_check_its_txn(
+        store, s3_warehouse):
+    """delta-rs tells a txn's latest version by reading every commit since the last log
+    checkpoint; after this process's own commits the answer is known without it."""
+    path = f"{s3_warehouse}/t"
+    assert append(path, 0, txn=("sink", 0))  # creates the table
+    first = counted(store, lambda: append(path, 1, txn=("sink", 1)))
+    assert before_the_commit(first).count("GET commit") >= 1  # delta-rs read the log
+    for batch in range(2, 8):
+        requests = counted(store, lambda: append(path, batch, txn=("sink", batch)))
+        assert "GET commit" not in before_the_commit(requests), (batch, requests)
+    assert append(path, 7, txn=("sink", 7)) is False  # seen: skipped, as before
+    assert sorted(delta_io.table(path).to_pandas()["x"]) == list(range(8))
+
+
+def test_a_txn_another_writer_committed_since_is_seen_and_skipped(store, s3_warehouse):
+    """What this process knows of a txn holds only up to the commits it made: a commit by
+    another writer (here with the same app id: a second run doing the same batch) is read, and
+    the batch it wrote is not written twice."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    import pyarrow as pa
+
+    path = f"{s3_warehouse}/t"
+    for batch in range(3):
+        assert append(path, batch, txn=("sink", batch))
+    other = DeltaTable(path.replace("s3a://", "s3://"))
+    write_deltalake(other, pa.table({"x": pa.array([3], pa.int64())}), mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id="sink", version=3)]))
+    assert append(path, 3, txn=("sink", 3)) is False  # the other writer's batch 3: skipped
+    assert append(path, 4, txn=("sink", 4)) is True
+    write_deltalake(other, pa.table({"x": pa.array([-1], pa.int64())}), mode="append")  # no txn
+    assert append(path, 4, txn=("sink", 4)) is False
+    assert append(path, 5, txn=("sink", 5)) is True
+    assert sorted(delta_io.table(path).to_pandas()["x"]) == [-1, 0, 1, 2, 3, 4, 5]
