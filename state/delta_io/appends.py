@@ -79,7 +79,7 @@ def append(rows: pd.DataFrame | pa.Table, path: str, *, txn: tuple[str, int] | N
     if not serves(path):
         return None
     with snapshots.lock_for(path):
-        current = synced(path)
+        current = synced(path, committing=True)
         try:
             return _append_to(current, rows, path, txn, user_metadata, create, fill_missing)
         except StorageError as failure:

@@ -206,14 +206,27 @@ def served_table(path: str) -> DeltaTable | None:
     return table(path) if serves(path) else None
 
 
-def synced(path: str, fresh: bool = False) -> DeltaTable | None:
+def synced(path: str, fresh: bool = False, committing: bool = False) -> DeltaTable | None:
     """The cached table brought up to date, or the table opened (``None``: none there); the
-    caller holds the table's lock."""
+    caller holds the table's lock.
+
+    With ``committing`` (the caller is about to commit on it), a table on an object store whose
+    snapshot is at a commit this process made on it (:attr:`Known.own`) is taken as it is, not
+    brought up to date (a ``LIST`` of its log and a ``GET`` of ``_last_checkpoint``): the
+    commit finds any later commit itself. Its commit file's put is conditional, and delta-rs
+    reads the commits it did not know and checks them against its own, as it does for a commit
+    made just after the ``LIST`` would have been: another writer's commit with the same ``txn``
+    app id, or one that changed the table's metadata, fails it with ``CommitFailedError``, and
+    :func:`~state.delta_io.commits.retrying` reads the table afresh and checks again; one that
+    only added files is committed after. Whether the table was made again is still looked at
+    as every use does."""
     cached = None if fresh else snapshots.get(path)
     if cached is not None and _made_again(path):
         snapshots.forget(path)  # and what its commits did: the new table reuses their numbers
         cached = None
     if cached is not None and stamp_of(path, cached) == snapshots.stamp(path):
+        if committing and _made_the_latest(path, cached):
+            return cached
         try:
             calling(path, "reading the log", cached.update_incremental)
             remember(path, cached)
@@ -233,6 +246,15 @@ def synced(path: str, fresh: bool = False) -> DeltaTable | None:
         version = int(opened.version())
         snapshots.set_mark(path, Mark(version, _commit_file(path, version), time.monotonic()))
     return opened
+
+
+def _made_the_latest(path: str, cached: DeltaTable) -> bool:
+    """Whether ``cached`` (a table on an object store) is at a commit this process made on it,
+    the latest it knows of."""
+    if local_path(path) is not None:
+        return False  # a local table is brought up to date at every use: a directory listing
+    known = snapshots.known(path, cached)
+    return known is not None and known.own
 
 
 def _made_again(path: str) -> bool:

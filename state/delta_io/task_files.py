@@ -161,7 +161,7 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
         checkpoint_now_and_then(path, current)
         return True
     with snapshots.lock_for(path):
-        return bool(retrying(path, synced(path), txn, "committing files to", attempt))
+        return bool(retrying(path, synced(path, committing=True), txn, "committing files to", attempt))
 
 
 def _taking(path: str, current: DeltaTable | None, schema: pa.Schema, lacking: bool) -> DeltaTable:

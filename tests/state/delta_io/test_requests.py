@@ -108,3 +108,45 @@ def test_a_txn_another_writer_committed_since_is_seen_and_skipped(store, s3_ware
     assert append(path, 4, txn=("sink", 4)) is False
     assert append(path, 5, txn=("sink", 5)) is True
     assert sorted(delta_io.table(path).to_pandas()["x"]) == [-1, 0, 1, 2, 3, 4, 5]
+
+
+def test_an_append_after_this_process_own_commit_does_not_bring_the_table_up_to_date_first(
+        store, s3_warehouse, monkeypatch):
+    """Its commit finds a later commit itself: the LIST it makes before the commit's
+    conditional PUT is delta-rs's, and nothing before that asks the store of the log."""
+    monkeypatch.setenv(delta_io.RECHECK_SETTING, "3600")  # the table made again: not looked at
+    path = f"{s3_warehouse}/t"
+    assert append(path, 0, txn=("sink", 0))
+    assert append(path, 1, txn=("sink", 1))  # opens the table, checks the txn once
+    for batch in range(2, 6):
+        requests = counted(store, lambda: append(path, batch, txn=("sink", batch)))
+        assert before_the_commit(requests) == ["PUT data", "LIST log since"], requests
+    assert delta_io.latest_version(path) == 5
+
+
+def test_rows_and_columns_another_writer_committed_since_this_process_last_did_are_kept(
+        store, s3_warehouse):
+    """Appends on the snapshot at this process's last commit, each after another writer's
+    commit: a column added, which delta-rs refuses the append for (the metadata changed), so
+    it is made again on the table as it is, the new column null; rows added, which the append
+    is committed after."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.schema import Field, PrimitiveType
+    import pyarrow as pa
+
+    path = f"{s3_warehouse}/t"
+    for value in range(2):
+        assert append(path, value)
+    other = DeltaTable(path.replace("s3a://", "s3://"))
+    other.alter.add_columns([Field("y", PrimitiveType("long"), nullable=True)])  # version 2
+    refused = counted(store, lambda: delta_io.append(pd.DataFrame({"x": [2]}), path, fill_missing=True))
+    assert refused.count("PUT data") == 2 and refused.count("PUT commit") == 1, refused  # 3
+    other.update_incremental()
+    write_deltalake(other, pa.table({"x": pa.array([10], pa.int64()), "y": pa.array([1], pa.int64())}),
+                    mode="append")  # 4
+    after = counted(store, lambda: delta_io.append(pd.DataFrame({"x": [3]}), path, fill_missing=True))
+    assert after.count("PUT data") == 1 and after.count("PUT commit") == 1, after  # 5
+    rows = delta_io.table(path).to_pandas().sort_values("x")
+    assert rows["x"].tolist() == [0, 1, 2, 3, 10]
+    assert rows["y"].isna().tolist() == [True, True, True, True, False]
+    assert delta_io.latest_version(path) == 5
