@@ -83,7 +83,7 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     with ``instants``, a ``timestamp`` column as UTC instants (what executors' tasks get too:
     ``ops.runtime.instants``); a ``timestamp_ntz`` column is naive either way.
     """
-    schema = table_schema(spark, path)
+    schema = table_schema(spark, path, at_least=last)
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
     files = added_files(path, first, last, schema)
@@ -106,9 +106,11 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     return _as_instants(rows, schema, time_zone) if instants else rows
 
 
-def table_schema(spark: SparkSession, path: str) -> T.StructType:
-    """The table's columns: from its log where delta-rs serves it (no Spark job), else Spark's."""
-    known = delta_io.schema_json(path)
+def table_schema(spark: SparkSession, path: str, at_least: int | None = None) -> T.StructType:
+    """The table's columns: from its log where delta-rs serves it (no Spark job), else Spark's.
+    ``at_least``: as of that version or a later one, taken as this process holds the table
+    when it is (a read of commits up to that version: on an object store, no request)."""
+    known = delta_io.schema_json(path, at_least)
     return T.StructType.fromJson(known) if known else _table(spark, path).schema
 
 

@@ -21,9 +21,9 @@ from .warmup import note_append
 
 def exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` holds a Delta table (told by delta-rs without a Spark job where it
-    serves the path)."""
-    version = delta_io.latest_version(path)  # None: not delta-rs's to tell
-    return DeltaTable.isDeltaTable(spark, path) if version is None else version >= 0
+    serves the path, and without a request to an object store for a table it holds)."""
+    found = delta_io.exists(path)  # None: not delta-rs's to tell
+    return DeltaTable.isDeltaTable(spark, path) if found is None else found
 
 
 def ensure(spark: SparkSession, path: str, schema: StructType, *,
@@ -234,6 +234,14 @@ def history_version(spark: SparkSession, path: str) -> int:
     if version is not None:
         return version
     return int(DeltaTable.forPath(spark, path).history(1).select("version").collect()[0][0])
+
+
+def held_version(path: str, spark: SparkSession | None = None) -> int:
+    """The version of the Delta table at ``path`` as this process holds it (after its own
+    commit, that commit's), without asking an object store where delta-rs serves the path;
+    else :func:`latest_version`."""
+    version = delta_io.held_version(path)  # None: not delta-rs's to tell
+    return latest_version(path, spark) if version is None else version
 
 
 def latest_version(path: str, spark: SparkSession | None = None) -> int:

@@ -34,6 +34,8 @@ class PublishReport:
 
     accepted: int
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    #: the inbox's version once the records are stored: the publish's commit's (or a later one
+    #: this process read), the latest it knew of when nothing was written
     version: int | None = None
 
 
@@ -108,7 +110,7 @@ class CallbackSource(Source):
             txn = (f"publish/{dedupe_id}", 0) if dedupe_id else None
             tables.append_rows(spark, rows, path, schema=INBOX_SCHEMA, txn=txn, again_soon=False)
         return PublishReport(accepted=len(items) - len(rejected), rejected=rejected,
-                             version=tables.latest_version(path, spark))
+                             version=tables.held_version(path, spark))
 
 
 def _ensure_inbox(spark: SparkSession, path: str) -> None:

@@ -200,6 +200,22 @@ def table(path: str) -> DeltaTable | None:
         return synced(path)
 
 
+def table_at_least(path: str, version: int = 0) -> DeltaTable | None:
+    """The table at ``path`` as this process holds it, when that is at ``version`` or later,
+    without asking an object store for later commits (none asked); else as :func:`table`
+    gives it (``None``: no table there). For what holds of every version from ``version`` on:
+    that the table exists (bringing it up to date could not tell otherwise: the log of a
+    table deleted lists as empty as one with no new commit), the columns of commits up to
+    ``version`` (the batch a plan fixed reads them). Whether the table was made again is
+    looked at as every use does; a local table is brought up to date (a directory listing)."""
+    with snapshots.lock_for(path):
+        cached = snapshots.get(path)
+        if (cached is not None and local_path(path) is None and int(cached.version()) >= version
+                and not _made_again(path)):
+            return cached
+        return synced(path)
+
+
 def served_table(path: str) -> DeltaTable | None:
     """:func:`table`, where this package serves ``path``; ``None`` elsewhere (Spark's), as for a
     missing table."""

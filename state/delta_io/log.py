@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from ..errors import StorageError
-from .cache import served_table, snapshots, table
+from .cache import served_table, snapshots, table, table_at_least
 from .stores import calling, location, serves, table_files
 
 log = logging.getLogger(__name__)
@@ -50,11 +50,33 @@ def recent_metadata(path: str, commits: int = 10) -> list[str] | None:
     return [str(entry["userMetadata"]) for entry in history if entry.get("userMetadata")]
 
 
-def schema_json(path: str) -> dict[str, Any] | None:
+def schema_json(path: str, at_least: int | None = None) -> dict[str, Any] | None:
     """The table's schema in Delta's JSON form; ``None`` when there is no table, or it is not on
-    a path this package serves."""
-    found = served_table(path)
+    a path this package serves. ``at_least``: as of that version or a later one (what this
+    process holds, when it is: no request), where the latest is not needed (the columns of
+    the commits up to that version)."""
+    if at_least is not None and serves(path):
+        found = table_at_least(path, at_least)
+    else:
+        found = served_table(path)
     return None if found is None else dict(json.loads(found.schema().to_json()))
+
+
+def exists(path: str) -> bool | None:
+    """Whether there is a table at ``path``; ``None`` when this package does not serve ``path``
+    (Spark's to tell). A table this process holds exists without asking an object store
+    (:func:`~state.delta_io.cache.table_at_least`)."""
+    return None if not serves(path) else table_at_least(path) is not None
+
+
+def held_version(path: str) -> int | None:
+    """The version of the table at ``path`` as this process holds it (after its own commit:
+    that commit's, or a later one delta-rs took in), without asking an object store; -1 when
+    there is no table, ``None`` when this package does not serve ``path``."""
+    if not serves(path):
+        return None
+    found = table_at_least(path)
+    return -1 if found is None else int(found.version())
 
 
 def metadata_at(path: str, version: int) -> dict[str, Any] | None:

@@ -44,10 +44,10 @@ def kinds(seen: list[tuple[str, str]]) -> list[str]:
     return named
 
 
-def counted(store: FaultyProxy, action) -> list[str]:
-    """The requests ``action()`` made, as :func:`kinds` names them."""
+def counted(store: FaultyProxy, action, *args, **kwargs) -> list[str]:
+    """The requests ``action(*args, **kwargs)`` made, as :func:`kinds` names them."""
     before = len(store.seen)
-    action()
+    action(*args, **kwargs)
     return kinds(store.seen[before:])
 
 
@@ -63,7 +63,7 @@ def test_a_commit_lists_the_whole_log_only_at_every_tenth_version(store, s3_ware
     append(path, 0)  # creates the table: version 0
     whole = {}
     for version in range(1, 22):
-        whole[version] = counted(store, lambda: append(path, version)).count("LIST whole log")
+        whole[version] = counted(store, append, path, version).count("LIST whole log")
     assert delta_io.latest_version(path) == 21
     assert [version for version, lists in whole.items() if lists] == [10, 20], whole
 
@@ -82,7 +82,7 @@ def test_an_idempotent_append_after_this_process_committed_reads_no_commit_to_ch
     first = counted(store, lambda: append(path, 1, txn=("sink", 1)))
     assert before_the_commit(first).count("GET commit") >= 1  # delta-rs read the log
     for batch in range(2, 8):
-        requests = counted(store, lambda: append(path, batch, txn=("sink", batch)))
+        requests = counted(store, append, path, batch, txn=("sink", batch))
         assert "GET commit" not in before_the_commit(requests), (batch, requests)
     assert append(path, 7, txn=("sink", 7)) is False  # seen: skipped, as before
     assert sorted(delta_io.table(path).to_pandas()["x"]) == list(range(8))
@@ -92,8 +92,8 @@ def test_a_txn_another_writer_committed_since_is_seen_and_skipped(store, s3_ware
     """What this process knows of a txn holds only up to the commits it made: a commit by
     another writer (here with the same app id: a second run doing the same batch) is read, and
     the batch it wrote is not written twice."""
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     import pyarrow as pa
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     path = f"{s3_warehouse}/t"
     for batch in range(3):
@@ -119,7 +119,7 @@ def test_an_append_after_this_process_own_commit_does_not_bring_the_table_up_to_
     assert append(path, 0, txn=("sink", 0))
     assert append(path, 1, txn=("sink", 1))  # opens the table, checks the txn once
     for batch in range(2, 6):
-        requests = counted(store, lambda: append(path, batch, txn=("sink", batch)))
+        requests = counted(store, append, path, batch, txn=("sink", batch))
         assert before_the_commit(requests) == ["PUT data", "LIST log since"], requests
     assert delta_io.latest_version(path) == 5
 
@@ -130,9 +130,9 @@ def test_rows_and_columns_another_writer_committed_since_this_process_last_did_a
     commit: a column added, which delta-rs refuses the append for (the metadata changed), so
     it is made again on the table as it is, the new column null; rows added, which the append
     is committed after."""
+    import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
     from deltalake.schema import Field, PrimitiveType
-    import pyarrow as pa
 
     path = f"{s3_warehouse}/t"
     for value in range(2):
@@ -150,3 +150,52 @@ def test_rows_and_columns_another_writer_committed_since_this_process_last_did_a
     assert rows["x"].tolist() == [0, 1, 2, 3, 10]
     assert rows["y"].isna().tolist() == [True, True, True, True, False]
     assert delta_io.latest_version(path) == 5
+
+
+def test_a_publish_to_an_inbox_this_process_wrote_last_asks_only_for_its_commit(
+        spark, store, s3_warehouse, monkeypatch):
+    """A publish made sure the inbox was there and told its version after, each bringing it
+    up to date (a LIST of its log and a GET of _last_checkpoint, twice): a table this process
+    holds exists, and its commit gives the version."""
+    import ops as sp
+
+    monkeypatch.setenv(delta_io.RECHECK_SETTING, "3600")
+    job = (sp.read.from_callback("events", key="k", schema={"k": "long"})
+           .write.to_delta("out")).named("publishes")
+    for n in range(2):
+        assert job.publish(spark, [{"k": n}], s3_warehouse).version == n + 1  # 0 made the inbox
+    reports = []
+    requests = counted(store, lambda: reports.append(job.publish(spark, [{"k": 2}], s3_warehouse)))
+    assert requests == ["PUT data", "LIST log since", "PUT commit",  # the commit: conditional
+                        "LIST log since", "GET commit", "GET commit"], requests  # then read back
+    assert reports[0].version == 3 and reports[0].accepted == 1
+    again = job.publish(spark, [{"k": 3}], s3_warehouse, dedupe_id="x")
+    assert job.publish(spark, [{"k": 3}], s3_warehouse, dedupe_id="x").version == again.version == 4
+    assert sorted(delta_io.table(job.layout(s3_warehouse).inbox("events")).to_pandas()["seq"]) == [0] * 4
+
+
+def test_a_read_of_commits_this_process_holds_takes_their_columns_without_asking_the_store(
+        spark, s3_warehouse, monkeypatch):
+    """The rows of commits up to a version the snapshot held is at are read with its columns,
+    without bringing the table up to date (a LIST of its log and a GET of _last_checkpoint on
+    S3). Counted by the calls to delta-rs, not through the proxy: the by-hand reads of commits
+    and files (pyarrow over delta-rs's store) hold the GIL while they wait for the store, and
+    a proxy in this process then never answers."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from state import appended
+
+    path = f"{s3_warehouse}/t"
+    for value in range(3):
+        assert append(path, value)
+    updates = []
+    update = DeltaTable.update_incremental
+    monkeypatch.setattr(DeltaTable, "update_incremental",
+                        lambda table: updates.append(table) or update(table))
+    assert appended.inserted_rows(spark, path, 1, 2)["x"].tolist() == [1, 2]
+    assert updates == []
+    other = DeltaTable(path.replace("s3a://", "s3://"))
+    write_deltalake(other, pa.table({"x": pa.array([3], pa.int64())}), mode="append")
+    assert appended.inserted_rows(spark, path, 1, 3)["x"].tolist() == [1, 2, 3]
+    assert len(updates) == 1  # version 3 is past the one held: brought up to date first
