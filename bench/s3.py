@@ -11,6 +11,7 @@ Starts the local S3 server (``ops.devservers.s3_server``, moto) before Spark, th
    stores), on the local disk and on S3.
 
     .venv/bin/python bench/s3.py [--keys 100000 --batch 1000000 --batches 3 --rounds 30]
+    .venv/bin/python bench/s3.py --only latency [--rounds 30]   # part 2 alone
 
 The S3 server is moto, a Python process on the same two cores: its figures are a floor for a
 real store's request latency, not a model of S3's.
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.5)
     parser.add_argument("--trigger", default="100ms")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--only", choices=["sum", "latency"], default=None,
+                        help="run one part (the running sum, or continuous mode's latency)")
     args = parser.parse_args()
 
     local = tempfile.mkdtemp(prefix="lakestream-s3-bench-")
@@ -154,27 +157,31 @@ def main() -> None:
         s3 = f"s3a://{BUCKET}/run-{int(time.time())}"
         throughput(spark, argparse.Namespace(**{**vars(args), "batch": 10_000, "batches": 2}),
                    f"{local}/warm", "delta-rs")  # the JIT warm, the jars loaded
-        sums = {"local disk": throughput(spark, args, f"{local}/sum", "delta-rs"),
-                "S3, delta-rs": throughput(spark, args, f"{s3}/sum_rs", "delta-rs"),
-                "S3, Spark only": throughput(spark, args, f"{s3}/sum_spark", "spark")}
-        lat = {"local disk": latency(spark, args, f"{local}/latency"),
-               "S3, delta-rs": latency(spark, args, f"{s3}/latency")}
+        sums = {} if args.only == "latency" else {
+            "local disk": throughput(spark, args, f"{local}/sum", "delta-rs"),
+            "S3, delta-rs": throughput(spark, args, f"{s3}/sum_rs", "delta-rs"),
+            "S3, Spark only": throughput(spark, args, f"{s3}/sum_spark", "spark")}
+        lat = {} if args.only == "sum" else {
+            "local disk": latency(spark, args, f"{local}/latency"),
+            "S3, delta-rs": latency(spark, args, f"{s3}/latency")}
         spark.stop()
 
-    base = sums["local disk"]["events_per_s"]
-    print_table(f"running sum, vectorized, {args.keys} keys, {args.batches} x {args.batch} events",
-                ["where", "events/s", "x local disk", "median batch s"],
-                [[name, f"{r['events_per_s']:,.0f}", f"{r['events_per_s'] / base:.2f}",
-                  f"{r['median_batch_s']:.2f}"] for name, r in sums.items()])
-    names = list(phases())
-    print_table("seconds per batch, by phase", ["phase", *sums],
-                [[name, *(f"{r['per_batch_s'].get(name, 0):.2f}" for r in sums.values())]
-                 for name in names])
-    print(f"delta-rs vs Spark only on S3: "
-          f"{sums['S3, delta-rs']['events_per_s'] / sums['S3, Spark only']['events_per_s']:.2f}x")
-    print_table(f"continuous mode, publish -> readable, {args.records} records every {args.every} s",
-                ["where", "p50 ms", "p99 ms", "n"],
-                [[name, f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["n"]] for name, r in lat.items()])
+    if sums:
+        base = sums["local disk"]["events_per_s"]
+        print_table(f"running sum, vectorized, {args.keys} keys, {args.batches} x {args.batch} events",
+                    ["where", "events/s", "x local disk", "median batch s"],
+                    [[name, f"{r['events_per_s']:,.0f}", f"{r['events_per_s'] / base:.2f}",
+                      f"{r['median_batch_s']:.2f}"] for name, r in sums.items()])
+        names = list(phases())
+        print_table("seconds per batch, by phase", ["phase", *sums],
+                    [[name, *(f"{r['per_batch_s'].get(name, 0):.2f}" for r in sums.values())]
+                     for name in names])
+        print(f"delta-rs vs Spark only on S3: "
+              f"{sums['S3, delta-rs']['events_per_s'] / sums['S3, Spark only']['events_per_s']:.2f}x")
+    if lat:
+        print_table(f"continuous mode, publish -> readable, {args.records} records every {args.every} s",
+                    ["where", "p50 ms", "p99 ms", "n"],
+                    [[name, f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["n"]] for name, r in lat.items()])
     write_results("s3", {"args": vars(args), "running_sum": sums, "latency": lat})
 
 
