@@ -132,7 +132,7 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
         before = int(current.version())
         calling(path, "appending", lambda: write_deltalake(
             current, data, mode="append", commit_properties=properties,
-            post_commithook_properties=post_commit(current),
+            post_commithook_properties=post_commit(path, current),
             writer_properties=writer_properties(data.schema)))
         snapshots.committed(path, current, before, txn)
         remember(path, current)

@@ -6,11 +6,20 @@ delta-rs looks for expired log files to delete (a ``LIST`` of the whole ``_delta
 grows with every commit until the retention, 30 days by default, lets files go) after every
 commit unless told otherwise; here it does so after every tenth version only
 (:func:`post_commit`), as Spark does at its log checkpoints: what it deletes is the same, a few
-commits later."""
+commits later.
+
+On an object store a log checkpoint (every tenth version) costs delta-rs a read of every
+commit since the last one, twice, and two puts: 20-odd requests, which it made after the
+commit and before the call returned, so the batch waited. There it is written by a thread of
+its own (:func:`checkpoint_now_and_then`), after the call returns, with the cleanup of expired
+log files; on a local disk, in the commit, as before."""
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import zlib
 from collections.abc import Callable
 
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
@@ -18,7 +27,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 
 from ..errors import StorageError
 from .cache import snapshots, synced
-from .stores import calling
+from .stores import calling, local_path
 
 log = logging.getLogger(__name__)
 
@@ -70,25 +79,94 @@ def commit_properties(txn: tuple[str, int] | None, user_metadata: str | None) ->
         custom_metadata={"userMetadata": user_metadata} if user_metadata is not None else None)
 
 
-def post_commit(current: DeltaTable) -> PostCommitHookProperties:
-    """What delta-rs does after a commit made on ``current``: the log checkpoint the table's
-    interval asks for, and the cleanup of expired log files (as the table's settings say) only
-    when the commit's version is a multiple of :data:`CHECKPOINT_EVERY`; else none, which
-    saves a ``LIST`` of the whole log per commit on an object store. Skipping it changes
-    nothing but when expired files go: the next cleanup deletes them."""
+def post_commit(path: str, current: DeltaTable) -> PostCommitHookProperties:
+    """What delta-rs does after a commit made on ``current``, in the commit's call. On an
+    object store nothing: :func:`checkpoint_now_and_then` has the log checkpoint and the
+    cleanup of expired log files done in the background. On a local disk, the log checkpoint
+    the table's interval asks for, and the cleanup (as the table's settings say) only when the
+    commit's version is a multiple of :data:`CHECKPOINT_EVERY`: else delta-rs lists the whole
+    log after every commit. Skipping it changes nothing but when expired files go: the next
+    cleanup deletes them."""
+    if local_path(path) is None:
+        return PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
     cleanup = None if (int(current.version()) + 1) % CHECKPOINT_EVERY == 0 else False
     return PostCommitHookProperties(cleanup_expired_logs=cleanup)
 
 
 def checkpoint_now_and_then(path: str, current: DeltaTable) -> None:
-    """Every tenth version of a table without ``delta.checkpointInterval`` (one Spark made),
-    write the log checkpoint Spark's own commit would have written (delta-rs's own default is
-    every hundredth), so neither reader replays a long log. delta-rs checkpoints the tables it
-    made itself (they carry the property)."""
+    """After a commit on ``current``: the log checkpoint due at its version, if one is: every
+    ``delta.checkpointInterval`` versions for tables delta-rs made (they carry it), every tenth
+    for tables Spark made, as Spark's own commit would (delta-rs's own default is every
+    hundredth), so neither reader replays a long log. On a local disk delta-rs writes its
+    tables' in the commit (:func:`post_commit`) and Spark's are written here, at multiples of
+    ten. On an object store both are handed to a background thread (:func:`settled` waits for
+    it), which also cleans up expired log files (unless ``delta.enableExpiredLogCleanup`` is
+    false), each table at versions of its own (:func:`_offset`)."""
     version = int(current.version())
-    if version % CHECKPOINT_EVERY or "delta.checkpointInterval" in (current.metadata().configuration or {}):
+    configuration = current.metadata().configuration or {}
+    interval = configuration.get("delta.checkpointInterval")
+    if local_path(path) is not None:
+        if interval is None and version % CHECKPOINT_EVERY == 0:
+            _checkpoint(path, current, cleanup=False)
         return
+    every = max(int(interval), 1) if interval is not None else CHECKPOINT_EVERY
+    if (version + 1 + _offset(path, every)) % every == 0:
+        _later(path, current)
+
+
+def _offset(path: str, every: int) -> int:
+    """Where in each run of ``every`` versions the table at ``path`` (on an object store) gets
+    its log checkpoint: a run's tables each take a commit per batch, so at the same versions
+    they would all be checkpointed in the same batch (20-odd requests each, at once).
+
+    >>> _offset("s3://lake/wh/p/_state", 10) == _offset("s3://lake/wh/p/_state", 10)
+    True
+    """
+    return zlib.crc32(path.encode()) % every
+
+
+def settled() -> None:
+    """Wait until the log checkpoints handed to the background are written (or given up)."""
+    _pending.join()
+
+
+def _checkpoint(path: str, current: DeltaTable, cleanup: bool) -> None:
+    version = int(current.version())
     try:
         current.create_checkpoint()
+        configuration = current.metadata().configuration or {}
+        if cleanup and str(configuration.get("delta.enableExpiredLogCleanup", "true")).lower() == "true":
+            current.cleanup_metadata()
     except (OSError, DeltaError):  # a missed checkpoint costs reading time, never data
         log.warning("log checkpoint of %s at version %d failed", path, version, exc_info=True)
+
+
+_pending: queue.Queue[tuple[str, DeltaTable]] = queue.Queue()
+_worker_lock = threading.Lock()
+_worker: threading.Thread | None = None
+
+
+def _later(path: str, current: DeltaTable) -> None:
+    """Have the background thread write the log checkpoint of ``current`` (the snapshot of
+    ``path`` this process holds) under the table's lock, unless the snapshot was forgotten or
+    replaced by then. A daemon thread: a process that ends first leaves the checkpoint to the
+    table's next one (readers replay a few more commits meanwhile)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="lakestream-log-checkpoints", daemon=True)
+            _worker.start()
+    _pending.put((path, current))
+
+
+def _work() -> None:
+    while True:
+        path, current = _pending.get()
+        try:
+            with snapshots.lock_for(path):
+                if snapshots.get(path) is current:
+                    _checkpoint(path, current, cleanup=True)
+        except Exception:  # noqa: BLE001 - never let the thread die: later checkpoints need it
+            log.warning("log checkpoint of %s failed", path, exc_info=True)
+        finally:
+            _pending.task_done()

@@ -139,7 +139,7 @@ def _merge(path: str, current: DeltaTable, data: pa.Table, how: Upsert) -> None:
     columns = how.assignments(data.schema.names)
     merging = (current.merge(data, how.predicate(), source_alias="s", target_alias="t",
                              commit_properties=CommitProperties(max_commit_retries=0),
-                             post_commithook_properties=post_commit(current))
+                             post_commithook_properties=post_commit(path, current))
                .when_matched_delete(predicate=how.deleted_when())
                .when_matched_update(columns, predicate=how.newer())
                .when_not_matched_insert(columns, predicate=how.inserted_when()))

@@ -154,7 +154,7 @@ def commit_files(path: str, actions: list[str], schema: pa.Schema, *,
             adds, mode="append", schema=current.schema(),
             partition_by=current.metadata().partition_columns or None,
             commit_properties=commit_properties(txn, user_metadata),
-            post_commithook_properties=post_commit(current)))
+            post_commithook_properties=post_commit(path, current)))
         calling(path, "reading the log", current.update_incremental)  # to the version made
         snapshots.committed(path, current, before, txn)
         remember(path, current)

@@ -8,16 +8,21 @@ import pandas as pd
 import pytest
 
 from state import delta_io
+from state.delta_io import commits
 from tests.objectstore.faulty_proxy import FaultyProxy
 
 LONG = {"name": "x", "type": "long", "nullable": True, "metadata": {}}
+LATER = commits._later  # what hands a log checkpoint to the background thread
 
 
 @pytest.fixture
 def store(s3, monkeypatch):
-    """Every request of this process's delta-rs through a proxy that lists them (``seen``)."""
+    """Every request of this process's delta-rs through a proxy that lists them (``seen``).
+    Log checkpoints are not handed to the background thread: its requests would mix with the
+    ones counted (the test of that hand-over makes it itself)."""
     proxy = FaultyProxy(s3.endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setattr(commits, "_later", lambda path, current: None)
     delta_io.snapshots.clear()  # tables opened before reach the server directly
     yield proxy
     delta_io.snapshots.clear()  # and these reach the proxy, about to go
@@ -56,16 +61,35 @@ def append(path: str, value: int, txn: tuple[str, int] | None = None):
                            create=delta_io.Creation((LONG,)))
 
 
-def test_a_commit_lists_the_whole_log_only_at_every_tenth_version(store, s3_warehouse):
-    """delta-rs looks for expired log files after each commit by listing the whole log, which
-    grows with every commit: here only at every tenth version (the files go the same)."""
+def test_log_checkpoints_and_the_log_cleanup_are_written_after_the_commit_returns(
+        store, s3_warehouse, monkeypatch):
+    """delta-rs looked for expired log files after each commit by listing the whole log (which
+    grows with every commit), and wrote a log checkpoint every tenth version (20-odd requests)
+    before the commit's call returned. On S3 both are left to a background thread, once per
+    log checkpoint: no append waits for them."""
+    handed, later = [], LATER
+    monkeypatch.setattr(commits, "_later",
+                        lambda path, current: handed.append((path, current, int(current.version()))))
     path = f"{s3_warehouse}/t"
     append(path, 0)  # creates the table: version 0
-    whole = {}
     for version in range(1, 22):
-        whole[version] = counted(store, append, path, version).count("LIST whole log")
-    assert delta_io.latest_version(path) == 21
-    assert [version for version, lists in whole.items() if lists] == [10, 20], whole
+        requests = counted(store, append, path, version)
+        assert "LIST whole log" not in requests and "PUT log checkpoint" not in requests, requests
+    offset = commits._offset(path, 10)  # each table checkpoints at versions of its own
+    assert [version for _, _, version in handed] == [v for v in range(1, 22) if (v + 1 + offset) % 10 == 0]
+    monkeypatch.setattr(commits, "_later", later)
+    delta_io.snapshots.forget(path)  # the snapshots handed are not held any more: nothing done
+    assert counted(store, lambda: (later(*handed[0][:2]), commits.settled())) == []
+    commits.settled()
+    delta_io.table(path)  # held again, at version 21: its log checkpoint is written
+    before = len(store.seen)
+    later(path, delta_io.snapshots.get(path))
+    commits.settled()
+    background = kinds(store.seen[before:])
+    assert background.count("PUT log checkpoint") == 1 and "PUT _last_checkpoint" in background
+    assert background.count("LIST whole log") == 1  # the cleanup's
+    written = [target for method, target in store.seen[before:] if ".checkpoint." in target]
+    assert written[0].split("?")[0].endswith("/_delta_log/00000000000000000021.checkpoint.parquet")
 
 
 def before_the_commit(requests: list[str]) -> list[str]:
