@@ -86,12 +86,13 @@ def inserted_rows(spark: SparkSession, path: str, first: int, last: int,
     schema = table_schema(spark, path, at_least=last)
     time_zone = spark.conf.get("spark.sql.session.timeZone")
     assert time_zone is not None  # a built-in setting: get() returns its value or raises
-    files = added_files(path, first, last, schema)
+    sizes: dict[str, int] = {}
+    files = added_files(path, first, last, schema, sizes)
     if files is None:
         rows = _from_change_feed(spark, path, first, last)
         sort_all = True
     else:
-        rows = _from_files(path, files, schema, time_zone)
+        rows = _from_files(path, files, schema, time_zone, sizes)
         if rows is None:  # columns pyarrow would not give as Spark does: Spark reads the files
             read: pd.DataFrame = file_rows(spark, path, files, schema).toPandas()
             rows = read.sort_values(ROW_IN_TABLE).drop(columns=[ROW_IN_TABLE])
@@ -114,14 +115,15 @@ def table_schema(spark: SparkSession, path: str, at_least: int | None = None) ->
     return T.StructType.fromJson(known) if known else _table(spark, path).schema
 
 
-def added_files(path: str, first: int, last: int,
-                schema: T.StructType | None = None) -> list[tuple[int, str]] | None:
+def added_files(path: str, first: int, last: int, schema: T.StructType | None = None,
+                sizes: dict[str, int] | None = None) -> list[tuple[int, str]] | None:
     """The data files holding the rows commits ``first..last`` inserted, with each one's commit
     version, in the table's order (version, then the order each commit added them), as paths
     in the table's folder; ``None`` when the log alone does not tell (a commit did more than
     append files, its JSON is gone, the table maps column names or is not on a store this
     package serves): only the change feed gives those rows. ``schema``: the table's, when the
-    caller has it (else read from its log: on an object store, one more request).
+    caller has it (else read from its log: on an object store, one more request); ``sizes``,
+    when given, gets each file's size as its commit gave it.
     One read of each commit's JSON (on an object store, one request each)."""
     if schema is None:
         known = delta_io.schema_json(path)
@@ -132,10 +134,18 @@ def added_files(path: str, first: int, last: int,
     for version in range(first, last + 1):
         actions = delta_io.commit_actions(path, version)
         names = None if actions is None else _inserted_files(actions)
-        if names is None:
+        if names is None or actions is None:
             return None
         files += [(version, name) for name in names]
+        if sizes is not None:
+            sizes.update(_sizes(actions))
     return files
+
+
+def _sizes(actions: list[dict[str, Any]]) -> dict[str, int]:
+    """The size of each file a commit (its ``actions``) added, by its path in the table's folder."""
+    return {unquote(add["path"]): int(add["size"]) for add in
+            (action.get("add") for action in actions) if add is not None and "size" in add}
 
 
 #: :func:`file_rows`: a row's place in the table's order (its file's, then its own in the file).
@@ -258,17 +268,20 @@ def missing_change_data(error: BaseException) -> str | None:
 
 
 def _from_files(path: str, files: list[tuple[int, str]], schema: T.StructType,
-                time_zone: str) -> pd.DataFrame | None:
+                time_zone: str, sizes: dict[str, int] | None = None) -> pd.DataFrame | None:
     """The rows of ``files`` (:func:`added_files`), read with pyarrow in that order (a column a
     file lacks is null); ``None`` when a column would not come out as Spark gives it (its type,
-    a time zone only Spark knows)."""
+    a time zone only Spark knows). Each file is opened by its name, not looked up (on an object
+    store that was a ``HEAD`` and a ``LIST``), and with its size from ``sizes`` (the log's) not
+    asked for either: on an object store, its footer's and its columns' ranged reads only."""
     if not _plain_columns(schema):
         return None
-    store = delta_io.table_files(path)
+    store = delta_io.table_files(path, sizes)
     parts = []
     for version, name in files:
         try:
-            table = pq.read_table(name, filesystem=store)
+            with store.open_input_file(name) as handle:
+                table = pq.read_table(handle)
         except pa.ArrowInvalid:  # not Parquet pyarrow reads: Spark will say what it is
             return None
         except OSError as failed:  # gone: no other read has its rows

@@ -123,11 +123,13 @@ def describe(path: str, doing: str, error: BaseException) -> str:
             "answers and the credentials in the AWS environment may read and write it.")
 
 
-def table_files(path: str) -> pyarrow.fs.FileSystem:
+def table_files(path: str, known_sizes: Mapping[str, int] | None = None) -> pyarrow.fs.FileSystem:
     """The files of the table at ``path`` (an object store's URI or a local path), by their
     paths in the table's folder as its log gives them: what reads a commit's JSON or the data
-    files an append added, reaching the store as delta-rs does (the same settings)."""
+    files an append added, reaching the store as delta-rs does (the same settings).
+    ``known_sizes``: the sizes of files the log gave (its ``add`` actions), which an object
+    store is then not asked for (a ``HEAD`` each) when they are opened."""
     local = local_path(path)
     if local is not None:
         return pyarrow.fs.SubTreeFileSystem(os.path.abspath(local), pyarrow.fs.LocalFileSystem())
-    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(location(path)))
+    return pyarrow.fs.PyFileSystem(DeltaStorageHandler(location(path), known_sizes=dict(known_sizes or {})))

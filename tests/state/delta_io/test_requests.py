@@ -198,13 +198,16 @@ def test_a_publish_to_an_inbox_this_process_wrote_last_asks_only_for_its_commit(
     assert sorted(delta_io.table(job.layout(s3_warehouse).inbox("events")).to_pandas()["seq"]) == [0] * 4
 
 
-def test_a_read_of_commits_this_process_holds_takes_their_columns_without_asking_the_store(
-        spark, s3_warehouse, monkeypatch):
+def test_a_read_of_commits_this_process_holds_asks_for_their_json_and_their_files_only(
+        spark, s3, s3_warehouse, monkeypatch):
     """The rows of commits up to a version the snapshot held is at are read with its columns,
     without bringing the table up to date (a LIST of its log and a GET of _last_checkpoint on
-    S3). Counted by the calls to delta-rs, not through the proxy: the by-hand reads of commits
-    and files (pyarrow over delta-rs's store) hold the GIL while they wait for the store, and
-    a proxy in this process then never answers."""
+    S3), and each file with its size from the log: its ranged reads, no HEAD, no LIST. Counted
+    by the calls to delta-rs and from the server's access log, not through the proxy: the
+    by-hand reads of commits and files (pyarrow over delta-rs's store) hold the GIL while they
+    wait for the store, and a proxy in this process then never answers."""
+    import time
+
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -217,8 +220,16 @@ def test_a_read_of_commits_this_process_holds_takes_their_columns_without_asking
     update = DeltaTable.update_incremental
     monkeypatch.setattr(DeltaTable, "update_incremental",
                         lambda table: updates.append(table) or update(table))
+    log = s3.folder / "server.log"
+    time.sleep(0.5)  # the server writes its log line after its answer: the appends' are in
+    before = len(log.read_text().splitlines())
     assert appended.inserted_rows(spark, path, 1, 2)["x"].tolist() == [1, 2]
     assert updates == []
+    time.sleep(0.5)
+    table = path.removeprefix("s3a://").split("/", 1)[1]
+    asked = [line for line in log.read_text().splitlines()[before:] if table in line]
+    files = [line for line in asked if ".parquet" in line]
+    assert len(files) == 4 and all('"GET ' in line for line in files), asked  # 2 ranged reads each
     other = DeltaTable(path.replace("s3a://", "s3://"))
     write_deltalake(other, pa.table({"x": pa.array([3], pa.int64())}), mode="append")
     assert appended.inserted_rows(spark, path, 1, 3)["x"].tolist() == [1, 2, 3]
