@@ -17,7 +17,6 @@ the pid it recorded.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import time
 import uuid
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..spark.jars import kafka_broker_bundle
-from .process import LocalServer, free_port, listening
+from .process import LocalServer, free_port, listening, shell_command
 
 _READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
 _PROPERTIES = """\
@@ -149,24 +148,9 @@ def _run_storage_tool(classpath: str, properties: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m ops.devservers.kafka_broker start|stop|status [--dir DIR] [--port N]``."""
-    parser = argparse.ArgumentParser(prog="python -m ops.devservers.kafka_broker",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["start", "stop", "status"])
-    parser.add_argument("--dir", default=".kafka", help="its data, log and pid (default .kafka)")
-    parser.add_argument("--port", type=int, default=9092, help="the client port (default 9092)")
-    args = parser.parse_args(argv)
-    running = EmbeddedKafka.attach(args.dir)
-    if args.action == "start":
-        if running is None:
-            running = EmbeddedKafka.start(args.dir, args.port)
-            running.process = None  # it outlives this command
-        print(f"Kafka broker running at {running.bootstrap} (pid {running.pid}, data in {args.dir})")
-    elif args.action == "stop":
-        if running is not None:
-            running.stop()
-        print("Kafka broker stopped" if running else f"no Kafka broker running from {args.dir}")
-    else:
-        print(f"running at {running.bootstrap} (pid {running.pid})" if running else "not running")
+    shell_command(EmbeddedKafka, argv, prog="python -m ops.devservers.kafka_broker",
+                  what="Kafka broker", folder=".kafka", port=9092, start=EmbeddedKafka.start,
+                  address=lambda broker: broker.bootstrap)
 
 
 if __name__ == "__main__":

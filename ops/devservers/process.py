@@ -3,15 +3,17 @@ file to find a server again from another command, and stopping it by its pid."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar, Self, TypeVar
 
 
 def free_port() -> int:
@@ -103,3 +105,31 @@ class LocalServer:
             if path.exists():
                 lines += path.read_text(errors="replace").splitlines()[-15:]
         return "\n".join(lines) or "(no log)"
+
+
+Server = TypeVar("Server", bound=LocalServer)
+
+
+def shell_command(kind: type[Server], argv: list[str] | None, *, prog: str, what: str,
+                  folder: str, port: int, start: Callable[[str, int], Server],
+                  address: Callable[[Server], str]) -> None:
+    """``<prog> start|stop|status [--dir DIR] [--port N]`` for a server ``what`` of ``kind``:
+    ``start`` leaves it running (found again by its pid file in ``--dir``), ``stop`` stops it by
+    its pid, ``status`` says where it runs."""
+    parser = argparse.ArgumentParser(prog=prog, description=f"the local {what}")
+    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("--dir", default=folder, help=f"its files and pid (default {folder})")
+    parser.add_argument("--port", type=int, default=port, help=f"its port (default {port})")
+    args = parser.parse_args(argv)
+    running = kind.attach(args.dir)
+    if args.action == "start":
+        if running is None:
+            running = start(args.dir, args.port)
+            running.process = None  # it outlives this command
+        print(f"{what} running at {address(running)} (pid {running.pid}, files in {args.dir})")
+    elif args.action == "stop":
+        if running is not None:
+            running.stop()
+        print(f"{what} stopped" if running else f"no {what} running from {args.dir}")
+    else:
+        print(f"running at {address(running)} (pid {running.pid})" if running else "not running")

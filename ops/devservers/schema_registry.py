@@ -16,7 +16,6 @@ From a shell: ``python -m ops.devservers.schema_registry start|stop|status [--di
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import tarfile
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..spark.jars import jars_dir
-from .process import LocalServer, free_port, listening
+from .process import LocalServer, free_port, listening, shell_command
 
 #: The Apicurio Registry release run (3.1 and later need Java 21).
 APICURIO_VERSION = "3.0.9"
@@ -118,24 +117,9 @@ class LocalRegistry(LocalServer):
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m ops.devservers.schema_registry start|stop|status [--dir DIR] [--port N]``."""
-    parser = argparse.ArgumentParser(prog="python -m ops.devservers.schema_registry",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["start", "stop", "status"])
-    parser.add_argument("--dir", default=".registry", help="its log and pid (default .registry)")
-    parser.add_argument("--port", type=int, default=8081, help="the HTTP port (default 8081)")
-    args = parser.parse_args(argv)
-    running = LocalRegistry.attach(args.dir)
-    if args.action == "start":
-        if running is None:
-            running = LocalRegistry.start(args.dir, args.port)
-            running.process = None  # it outlives this command
-        print(f"schema registry running at {running.url} (pid {running.pid})")
-    elif args.action == "stop":
-        if running is not None:
-            running.stop()
-        print("schema registry stopped" if running else f"no schema registry running from {args.dir}")
-    else:
-        print(f"running at {running.url} (pid {running.pid})" if running else "not running")
+    shell_command(LocalRegistry, argv, prog="python -m ops.devservers.schema_registry",
+                  what="schema registry", folder=".registry", port=8081, start=LocalRegistry.start,
+                  address=lambda registry: registry.url)
 
 
 if __name__ == "__main__":

@@ -220,7 +220,7 @@ class KafkaSource(Source):
             # dropped once it is done (read_frame cannot: its good rows are read later)
             checked = self._checked_with_spark(ctx.spark, ranges).persist()
             try:
-                framed = self._split(checked, ranges)
+                framed = _split(checked, ranges)
                 good: pd.DataFrame = framed.good.toPandas()
             finally:
                 checked.unpersist()
@@ -242,7 +242,7 @@ class KafkaSource(Source):
             return FrameSlice(FrameSlice.empty(ctx.spark, self.schema).good, gaps)
         # not cached: the good rows are read by the stages after this returns, and nothing
         # would drop a cache then; the rejected rows cost a second scan, as for Delta sources
-        framed = self._split(self._checked_with_spark(ctx.spark, ranges), ranges)
+        framed = _split(self._checked_with_spark(ctx.spark, ranges), ranges)
         return FrameSlice(framed.good, pd.concat([gaps, framed.rejected], ignore_index=True))
 
     def _ranges(self, start: Positions, end: Positions) -> tuple[dict[str, tuple[int, int]], pd.DataFrame]:
@@ -342,30 +342,30 @@ class KafkaSource(Source):
         decode = SparkDecoder(self.decoder, [f.name for f in schema.fields])
         return raw.mapInPandas(decode, checked_schema)
 
-    @staticmethod
-    def _split(checked: DataFrame, ranges: Mapping[str, tuple[int, int]]) -> FrameSlice:
-        """Decoded records as the good rows, numbered in topic, partition, offset order, and
-        the rejected ones collected with their positions. A record's number is its offset's
-        place in the plan's ``ranges`` (partitions in order, each taking as many numbers as
-        its range holds offsets): no sort of the batch, and the same number on every reading."""
-        parts = sorted((parse_part(part), first, stop) for part, (first, stop) in ranges.items())
-        bases = np.cumsum([0] + [stop - first for _, first, stop in parts])
-        starts = tables.literal_frame(  # joined by broadcast: each row stays where it was read
-            checked.sparkSession, [("_topic", "string"), ("_partition", "long"), ("__start", "long")],
-            [(topic, partition, int(FIRST_ORDINAL + base - first))
-             for ((topic, partition), first, _), base in zip(parts, bases)])
-        good = checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
-        numbered = (F.col("__start") + F.col("_offset")).alias(ORDER_COLUMN)
-        good = good.join(F.broadcast(starts), ["_topic", "_partition"]).select(
-            *[F.col(f"`{c}`") for c in good.columns], numbered)
-        bad: pd.DataFrame = checked.where(F.col("__reason").isNotNull()).select(
-            "_topic", "_partition", "_offset", "__reason", "__raw").toPandas()
-        bad = bad.sort_values(["_topic", "_partition", "_offset"])
-        rejected = pd.DataFrame({
-            "position": [f"{part_id(t, int(p))}@{int(o)}"
-                         for t, p, o in zip(bad["_topic"], bad["_partition"], bad["_offset"])],
-            "reason": bad["__reason"].tolist(), "raw": bad["__raw"].tolist()}, columns=REJECTED_COLUMNS)
-        return FrameSlice(good, rejected)
+
+def _split(checked: DataFrame, ranges: Mapping[str, tuple[int, int]]) -> FrameSlice:
+    """Decoded records as the good rows, numbered in topic, partition, offset order, and
+    the rejected ones collected with their positions. A record's number is its offset's
+    place in the plan's ``ranges`` (partitions in order, each taking as many numbers as
+    its range holds offsets): no sort of the batch, and the same number on every reading."""
+    parts = sorted((parse_part(part), first, stop) for part, (first, stop) in ranges.items())
+    bases = np.cumsum([0] + [stop - first for _, first, stop in parts])
+    starts = tables.literal_frame(  # joined by broadcast: each row stays where it was read
+        checked.sparkSession, [("_topic", "string"), ("_partition", "long"), ("__start", "long")],
+        [(topic, partition, int(FIRST_ORDINAL + base - first))
+         for ((topic, partition), first, _), base in zip(parts, bases)])
+    good = checked.where(F.col("__reason").isNull()).drop("__reason", "__raw")
+    numbered = (F.col("__start") + F.col("_offset")).alias(ORDER_COLUMN)
+    good = good.join(F.broadcast(starts), ["_topic", "_partition"]).select(
+        *[F.col(f"`{c}`") for c in good.columns], numbered)
+    bad: pd.DataFrame = checked.where(F.col("__reason").isNotNull()).select(
+        "_topic", "_partition", "_offset", "__reason", "__raw").toPandas()
+    bad = bad.sort_values(["_topic", "_partition", "_offset"])
+    rejected = pd.DataFrame({
+        "position": [f"{part_id(t, int(p))}@{int(o)}"
+                     for t, p, o in zip(bad["_topic"], bad["_partition"], bad["_offset"])],
+        "reason": bad["__reason"].tolist(), "raw": bad["__raw"].tolist()}, columns=REJECTED_COLUMNS)
+    return FrameSlice(good, rejected)
 
 
 def kafka_schema(fields: Mapping[str, str] | None, value_format: str,
