@@ -9,11 +9,15 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self, TypeVar
+
+from ..errors import ConfigError
 
 
 def free_port() -> int:
@@ -96,6 +100,22 @@ class LocalServer:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.stop()
+
+    def wait_for_http(self, url: str, what: str, seconds: float, pause: float) -> None:
+        """Return once ``url`` answers an HTTP request; raise ``ConfigError`` naming ``what``
+        if the process died or did not answer within ``seconds`` (then stopped by its pid)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ConfigError(f"{what} exited with code {self.process.returncode}: "
+                                  f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(pause)
+        self.stop()
+        raise ConfigError(f"{what} did not answer on {url} within {seconds:g} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
         """The last lines of the server's logs, for an error that says why it did not start."""

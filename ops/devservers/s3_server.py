@@ -29,7 +29,6 @@ import ipaddress
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -74,19 +73,7 @@ class LocalS3(LocalServer):
 
     def wait_until_ready(self) -> None:
         """Return once the server answers an S3 request; raise if it died or took too long."""
-        deadline = time.monotonic() + _READY_SECONDS
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ConfigError(f"the S3 server ({self.folder}) exited with code "
-                                  f"{self.process.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.endpoint + "/", timeout=2):
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.3)
-        self.stop()
-        raise ConfigError(f"the S3 server ({self.folder}) did not answer on {self.endpoint} "
-                          f"within {_READY_SECONDS} s: {self.log_tail()}")
+        self.wait_for_http(self.endpoint + "/", f"the S3 server ({self.folder})", _READY_SECONDS, 0.3)
 
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (nothing when it exists); a name S3 refuses is a ``ConfigError``

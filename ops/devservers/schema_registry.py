@@ -20,9 +20,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -100,19 +97,8 @@ class LocalRegistry(LocalServer):
 
     def wait_until_ready(self) -> None:
         """Return once the registry lists its subjects; raise if it died or took too long."""
-        deadline = time.monotonic() + _READY_SECONDS
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ConfigError(f"the schema registry in {self.folder} exited with code "
-                                  f"{self.process.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/subjects", timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.25)
-        self.stop()
-        raise ConfigError(f"the schema registry in {self.folder} did not answer at {self.url} "
-                          f"within {_READY_SECONDS} s: {self.log_tail()}")
+        self.wait_for_http(f"{self.url}/subjects", f"the schema registry in {self.folder}",
+                           _READY_SECONDS, 0.25)
 
 
 def main(argv: list[str] | None = None) -> None:
