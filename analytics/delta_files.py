@@ -1,9 +1,14 @@
 """A Delta table read without Spark, through delta-rs (:mod:`state.delta_io`), on a local disk
 or an object store alike.
 
-The query manager follows a state table's changelog this way: a poll brings the table up to
-date from the version it read (a listing of ``_delta_log`` from that version: one request on
-S3, nothing more when no commit was made), and the files added since are read; a file removed
+The query manager follows a state table's changelog this way. A poll asks for the next commit's
+JSON (on a local disk one ``open``, on an object store one request, whatever the size of the
+table) and, when it is there and only added files (a changelog's appends), reads those files
+alone: so a poll does not grow with the table's commits and files, and it takes no lock, so
+the pipeline committing to the table holds it up nowhere. Any other commit (a reset removing
+rows, a schema change, a checkpoint-only log) and, every :func:`state.delta_io.recheck_seconds`
+seconds (a table made again at its path, a log cleaned up past the version read), the table is
+brought up to date through delta-rs and its files compared with those read: a file removed
 means rows were taken out (a reset), and the table is read again. That needs no change data
 feed, which changelog tables do not have. A full read is the table's snapshot; a read of one
 subscription's rows opens only the files whose statistics allow it.
@@ -14,6 +19,7 @@ and callers fall back to Spark.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,25 +56,73 @@ class DeltaFiles:
         self.path = path
         self.version = -1
         self._files: dict[str, int] = {}  # the data files as of ``version``: when each was added
+        self._schema: pa.Schema | None = None  # the rows' columns, as the last full read gave them
+        self._store: Any = None  # the table's files, read directly (made on first use)
+        self._stamp: delta_io.Stamp | None = None  # local: the commit file of ``version`` read
+        self._synced_at = -float("inf")  # when the table was last brought up to date whole
 
     def commits(self) -> Commit | None:
         """What the commits made since the last :meth:`snapshot` or :meth:`commits` did, or
-        ``None`` while none was made (what a poll costs: see the module docstring)."""
+        ``None`` while none was made (what a poll costs: see the module docstring). Appends
+        come one commit per call."""
+        if self.version >= 0 and time.monotonic() - self._synced_at < delta_io.recheck_seconds() \
+                and self._same_table():
+            entry = _reading(lambda: delta_io.appended(self.path, self.version + 1, self._files_store()))
+            if entry is None:
+                return None
+            if entry.files is not None:
+                return self._appended(entry)
+        return self._synced()
+
+    def _appended(self, entry: delta_io.Appended) -> Commit:
+        """An append's commit, from its JSON and the files it added."""
+        assert entry.files is not None
+        names = [name for name, _ in entry.files]
+        rows = _reading(lambda: delta_io.read_added(self.path, names, self._schema, self._files_store()))
+        self._files.update(entry.files)
+        self.version = entry.version
+        self._stamp = self._stamp_of(entry.version)
+        return Commit(entry.version, to_frame(rows), False)
+
+    def _synced(self) -> Commit | None:
+        """The commits since ``version`` found by bringing the table up to date whole."""
         version, files = _reading(lambda: delta_io.data_files(self.path))
+        self._synced_at = time.monotonic()
         if version == self.version:
+            self._stamp = self._stamp_of(version)
             return None
         added = sorted((name for name in files if name not in self._files), key=files.__getitem__)
         removes = any(name not in files for name in self._files)
         rows = _reading(lambda: delta_io.read_data_files(self.path, added))
-        self.version, self._files = version, files
+        self._read(version, files, rows)
         return Commit(version, to_frame(rows), removes)
 
     def snapshot(self) -> tuple[int, pd.DataFrame]:
         """The latest version (-1: no table yet) and the rows that make it up."""
         version, files = _reading(lambda: delta_io.data_files(self.path))
+        self._synced_at = time.monotonic()
         rows = _reading(lambda: delta_io.read_data_files(self.path, sorted(files, key=files.__getitem__)))
-        self.version, self._files = version, files
+        self._read(version, files, rows)
         return version, to_frame(rows)
+
+    def _read(self, version: int, files: dict[str, int], rows: pa.Table) -> None:
+        self.version, self._files = version, files
+        self._stamp = self._stamp_of(version)
+        if rows.num_columns:
+            self._schema = rows.schema
+
+    def _files_store(self) -> Any:
+        if self._store is None:
+            self._store = delta_io.table_files(self.path)
+        return self._store
+
+    def _same_table(self) -> bool:
+        """Whether the commit file of ``version`` is still the one read (a local table: one
+        ``stat``); a table on an object store is looked at whole now and then instead."""
+        return self._stamp is None or self._stamp == self._stamp_of(self.version)
+
+    def _stamp_of(self, version: int) -> delta_io.Stamp | None:
+        return None if version < 0 else delta_io.commit_stamp(self.path, version)
 
     def rows_where(self, column: str, value: Any) -> pd.DataFrame:
         """The rows with ``column == value`` as of the latest version, from the files whose

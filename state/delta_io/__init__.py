@@ -20,11 +20,30 @@ with :data:`IO_SETTING` ``spark``), the writes and reads that may be left to Spa
 """
 
 from .appends import ARROW_TYPES, Creation, append, blind_append_refusal, create
-from .cache import RECHECK_SETTING, Snapshots, adopt_storage_environment, snapshots, table
+from .cache import (
+    RECHECK_SETTING,
+    Snapshots,
+    Stamp,
+    adopt_storage_environment,
+    commit_stamp,
+    recheck_seconds,
+    snapshots,
+    table,
+)
 from .columns_added import add_columns
-from .files import data_files, file_statistics, newest_rows, read_data_files, rows_at_least, snapshot
+from .files import (
+    data_files,
+    file_statistics,
+    newest_rows,
+    read_added,
+    read_data_files,
+    rows_at_least,
+    snapshot,
+)
 from .log import (
     FEED_PROPERTY,
+    Appended,
+    appended,
     commit_actions,
     commit_times,
     configuration,
@@ -52,10 +71,11 @@ from .task_files import commit_files, file_schema, takes_files, write_file
 
 __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
-    "RECHECK_SETTING", "Snapshots", "adopt_storage_environment", "snapshots", "table",
-    "data_files", "file_statistics", "newest_rows", "read_data_files", "rows_at_least", "snapshot",
-    "FEED_PROPERTY", "commit_actions", "commit_times", "configuration", "exists", "feed_enabled",
-    "feed_on", "held_version", "latest_version",
+    "RECHECK_SETTING", "recheck_seconds", "Snapshots", "Stamp", "commit_stamp",
+    "adopt_storage_environment", "snapshots", "table",
+    "data_files", "file_statistics", "newest_rows", "read_added", "read_data_files", "rows_at_least",
+    "snapshot", "Appended", "appended", "FEED_PROPERTY", "commit_actions", "commit_times",
+    "configuration", "exists", "feed_enabled", "feed_on", "held_version", "latest_version",
     "metadata_at", "reads_inserts", "recent_metadata", "schema_json",
     "Upsert", "merge_refusal", "upsert",
     "IO_SETTING", "OBJECT_STORE_SCHEMES", "local_path", "on_object_store", "serves", "storage_environment",

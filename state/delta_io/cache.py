@@ -34,8 +34,9 @@ from .stores import calling, local_path, location, serves, table_files
 _CACHED_TABLES = 256
 _CACHED_COMMITS = 1000  # per table: what each commit did, as far back as a plan reads
 
-#: What tells a local table from one made again at its path: its commit file's inode and size.
-Stamp = tuple[int, int]
+#: What tells a local table from one made again at its path: its commit file's inode, size and
+#: modification time (a file made again may get the inode a deleted one had, and its size).
+Stamp = tuple[int, int, int]
 #: Seconds between two looks at whether a table on an object store was made again (see above).
 RECHECK_SETTING = "LAKESTREAM_TABLE_RECHECK_SECONDS"
 
@@ -280,7 +281,7 @@ def _made_again(path: str) -> bool:
     too, once). Always ``False`` for a local table (its stamp tells, at every use)."""
     mark = snapshots.mark(path)
     now = time.monotonic()
-    if mark is None or now - mark.seen_at < _recheck_seconds():
+    if mark is None or now - mark.seen_at < recheck_seconds():
         return False
     if _commit_file(path, mark.version) != mark.file:
         return True
@@ -297,7 +298,7 @@ def _commit_file(path: str, version: int) -> tuple[int, int] | None:
     return int(found.size or 0), int(found.mtime_ns or 0)
 
 
-def _recheck_seconds() -> float:
+def recheck_seconds() -> float:
     """:data:`RECHECK_SETTING`, in seconds (10 unless set; 0: at every use)."""
     text = os.environ.get(RECHECK_SETTING, "10")
     try:
@@ -312,16 +313,22 @@ def remember(path: str, found: DeltaTable) -> None:
 
 
 def stamp_of(path: str, found: DeltaTable) -> Stamp | None:
-    """The inode and size of the commit file of ``found``'s version, for a local table (what
-    tells a table made again at the same path from the one read); ``None`` elsewhere."""
+    """The stamp of the commit file of ``found``'s version (:func:`commit_stamp`)."""
+    return commit_stamp(path, int(found.version()))
+
+
+def commit_stamp(path: str, version: int) -> Stamp | None:
+    """The inode, size and modification time of commit ``version``'s file, for a local table
+    (what tells a table made again at the same path from the one read; all -1: no such file);
+    ``None`` elsewhere."""
     local = local_path(path)
     if local is None:
         return None
     try:
-        status = os.stat(os.path.join(local, "_delta_log", f"{found.version():020d}.json"))
+        status = os.stat(os.path.join(local, "_delta_log", f"{version:020d}.json"))
     except FileNotFoundError:
-        return (-1, -1)
-    return status.st_ino, status.st_size
+        return (-1, -1, -1)
+    return status.st_ino, status.st_size, status.st_mtime_ns
 
 
 def adopt_storage_environment(settings: Mapping[str, str]) -> None:

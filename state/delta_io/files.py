@@ -4,16 +4,20 @@ the rows asked for."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.dataset
+import pyarrow.fs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from ..errors import StorageError
 from .cache import served_table, snapshots, table
-from .stores import calling
+from .stores import calling, table_files
 
 
 def data_files(path: str) -> tuple[int, dict[str, int]]:
@@ -44,6 +48,8 @@ def read_data_files(path: str, names: list[str], columns: list[str] | None = Non
     pruning = [(partition[0], "=", partition[1])] if partition is not None else None
     dataset = calling(path, "reading", lambda: found.to_pyarrow_dataset(file_pruning_predicate=pruning))
     by_name = {fragment.path: fragment for fragment in dataset.get_fragments()}
+    by_name.update({name: by_name[unquote(name)] for name in names
+                    if name not in by_name and unquote(name) in by_name})  # the log escapes, fragments not
     missing = [name for name in names if name not in by_name]
     if missing:
         raise StorageError(f"{path}: data file {missing[0]!r} is not in the table's version "
@@ -51,6 +57,32 @@ def read_data_files(path: str, names: list[str], columns: list[str] | None = Non
     chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
                                                dataset.format, dataset.filesystem)
     return plain(calling(path, "reading", lambda: chosen.to_table(columns=columns)))
+
+
+def read_added(path: str, names: list[str], schema: pa.Schema | None = None,
+               files: pyarrow.fs.FileSystem | None = None) -> pa.Table:
+    """The rows of data files ``names`` (paths as the log spells them: :class:`Appended`), in
+    that order, read directly (no snapshot, no lock: what each costs is its own file, however
+    many the table has); as ``schema`` (the table's columns as a snapshot read gives them, in
+    its order, a column a file lacks null) when given. ``files``: the table's (see
+    :func:`state.delta_io.appended`)."""
+    store = files or table_files(path)
+    parts = []
+    for name in names:
+        read = calling(path, f"reading data file {name} of", partial(pq.read_table, unquote(name),
+                                                                    filesystem=store))
+        parts.append(plain(read if schema is None else _as_schema(read, schema)))
+    if not parts:
+        return pa.table({}) if schema is None else schema.empty_table()
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with ``schema``'s columns in its order and types (times as the snapshot gives
+    them: a file Spark wrote holds naive INT96 nanoseconds, read as UTC), missing ones null."""
+    columns = [rows[field.name].cast(field.type, safe=False) if field.name in rows.column_names
+               else pa.nulls(len(rows), field.type) for field in schema]
+    return pa.table(columns, schema=schema)
 
 
 def file_statistics(path: str) -> pa.Table | None:

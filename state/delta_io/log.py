@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.fs
@@ -120,6 +122,48 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
     text = calling(path, f"reading commit {version} of",
                    lambda: _text(table_files(path), f"_delta_log/{version:020d}.json"))
     return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Commit ``version`` as a follower reads it from its JSON alone: ``files``, the data files
+    it added (each as the log spells its path, with its ``modificationTime``), in its order,
+    when all it did was add files with rows to an unpartitioned table without deletion vectors
+    (commit info and transaction ids pass); ``None`` when it did anything else (removed or
+    rewrote files, changed the schema or protocol, wrote change data): then only the table's
+    snapshot tells what it did."""
+
+    version: int
+    files: tuple[tuple[str, int], ...] | None
+
+
+def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None) -> Appended | None:
+    """Commit ``version`` of the table at ``path`` read from its JSON file (``files``: the
+    table's, from :func:`table_files`, kept by a caller that asks often); ``None`` while that
+    commit has not been made (or its file is gone). What a poll for the next commit costs: on a
+    local disk one ``open`` that fails, on an object store one ``GET`` (404), however many
+    commits and files the table has; no lock is taken, so a writer committing to the table
+    holds no reader up."""
+    text = calling(path, f"reading commit {version} of",
+                   lambda: _text(files or table_files(path), f"_delta_log/{version:020d}.json"))
+    if text is None:
+        return None
+    return Appended(version, _only_added([json.loads(line) for line in text.splitlines() if line.strip()]))
+
+
+def _only_added(actions: list[dict[str, Any]]) -> tuple[tuple[str, int], ...] | None:
+    added = []
+    for action in actions:
+        if not action.keys() <= {"add", "commitInfo", "txn"}:
+            return None  # remove, metaData, protocol, cdc, domain metadata …: not only appended rows
+        add = action.get("add")
+        if add is None:
+            continue
+        if not add.get("dataChange", True) or add.get("partitionValues") or add.get("deletionVector") \
+                or urlparse(unquote(add["path"])).scheme:
+            return None  # a rewrite, partition values or deleted rows (in the log, not the file)
+        added.append((str(add["path"]), int(add.get("modificationTime") or 0)))
+    return tuple(added)
 
 
 def _text(files: pyarrow.fs.FileSystem, name: str) -> str | None:
