@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -23,8 +24,11 @@ import urllib.request
 import uvicorn
 from _common import peak_rss_mb, print_table, write_results
 
-import ops as sp
-from analytics import QueryManager, QueryServer
+# this checkout's packages, not the ones the venv's editable install points at (another worktree)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ops as sp  # noqa: E402
+from analytics import QueryManager, QueryServer  # noqa: E402
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
 
 TOKEN = "load-token"
