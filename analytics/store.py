@@ -21,11 +21,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from state import resolve_warehouse, tables
+from state import delta_io, resolve_warehouse, tables
 
 from .delta_files import DeltaFiles, Unreadable
 from .registry import Subscription, canonical
@@ -62,7 +63,7 @@ class AnalyticsStore:
     """The two tables, their reads at start-up and for resumes, and the writer that fills them."""
 
     def __init__(self, spark: SparkSession, warehouse: str | None):
-        root = f"{resolve_warehouse(warehouse)}/_analytics"
+        self.root = root = f"{resolve_warehouse(warehouse)}/_analytics"
         self.subscriptions_path, self.deltas_path = f"{root}/subscriptions", f"{root}/deltas"
         self._spark = spark
         tables.ensure(spark, self.subscriptions_path, SUBSCRIPTIONS_SCHEMA)
@@ -189,10 +190,19 @@ class BackgroundWriter:
         for path, rows in by_path.items():
             for attempt in range(3):
                 try:
-                    tables.append(self._spark.createDataFrame(rows, self._schemas[path]), path,
-                                  again_soon=False)
+                    self._append(path, rows)
                     break
                 except Exception:  # Spark or the file system failed; the rows stay queued here
                     log.exception("analytics: writing %d row(s) to %s failed (attempt %d)",
                                   len(rows), path, attempt + 1)
                     time.sleep(1)
+
+    def _append(self, path: str, rows: list[tuple]) -> None:
+        """One commit of ``rows`` to ``path``: through delta-rs, which takes a few milliseconds
+        of this process (a Spark job would take the server's JVM and cores for a good part of a
+        second per batch, beside the pushes it follows); through Spark when delta-rs leaves it
+        (a store it does not serve)."""
+        schema = self._schemas[path]
+        frame = pd.DataFrame.from_records(rows, columns=schema.fieldNames())
+        if delta_io.append(frame, path) is None:
+            tables.append(self._spark.createDataFrame(rows, schema), path, again_soon=False)
