@@ -32,6 +32,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from ops import Catalog, Pipeline, SqlError, TableQuery, compile_query
+from state import delta_io
 
 from .errors import AnalyticsError
 from .live import LiveTable
@@ -209,6 +210,11 @@ class QueryManager:
         batch: the pushes a client receives next start right after it."""
         table = self._live[sub.target].frame()
         return self._published[sub.target], _records(self._analytic(sub.analytic).snapshot(sub, table))
+
+    @property
+    def on_object_store(self) -> bool:
+        """Whether the warehouse is on an object store (where a poll is a request)."""
+        return delta_io.on_object_store(self._store.root)
 
     def table_keys(self, target: str) -> tuple[str, ...]:
         """The key columns of ``target``'s state table (how a client merges deltas)."""
