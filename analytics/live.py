@@ -11,7 +11,6 @@ an object store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,10 @@ log = logging.getLogger(__name__)
 #: Changelog columns a subscriber never sees: a row's position, the values it replaced and a
 #: FINAL window's watermark.
 HIDDEN = (OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN)
+#: Batches of changes a table holds unmerged at most: merging is left until a snapshot needs the
+#: table (off the way from a commit to the clients), and bounded so that a table nobody
+#: subscribes to for long holds no more than this many batches' rows besides itself.
+MERGE_AFTER = 64
 
 
 @dataclass
@@ -55,7 +58,7 @@ class LiveTable:
         self.version = -1  # the last changelog commit applied
         self.batch = 0      # the last batch applied (0: none)
         self._base = pd.DataFrame()
-        self._pending: dict[Hashable, dict[str, Any] | None] = {}  # changes not in _base yet
+        self._pending: list[pd.DataFrame] = []  # batches' change rows not merged into _base yet
         self._frame: pd.DataFrame | None = None
         self._held: list[tuple[int, pd.DataFrame]] = []  # read, not applied yet (see ``after``)
         self.load(after)
@@ -78,7 +81,7 @@ class LiveTable:
             latest = latest[latest[CHANGE_COLUMN] != "delete"]
             self.batch = int(ordered[BATCH_COLUMN].max())
             self._base = self._indexed(latest.drop(columns=[*HIDDEN, CHANGE_COLUMN], errors="ignore"))
-        self._pending.clear()
+        self._pending = []
         self._frame = None
 
     def _read_all(self) -> tuple[int, pd.DataFrame]:
@@ -144,32 +147,34 @@ class LiveTable:
 
     # -- the table --------------------------------------------------------------------------
     def apply(self, batch: int, changes: pd.DataFrame) -> None:
-        """Apply one batch's change rows (in order): the last change per key wins."""
-        last = changes.drop_duplicates(list(self.keys), keep="last")
-        for row in last.to_dict("records"):
-            self._pending[self._key(row)] = None if row[CHANGE_COLUMN] == "delete" else {
-                k: v for k, v in row.items() if k != CHANGE_COLUMN}
+        """Apply one batch's change rows (in order): the last change per key wins. They are
+        kept as they come and merged into the table when :meth:`frame` is next asked for (or
+        once :data:`MERGE_AFTER` batches wait), so a batch costs its subscribers nothing here."""
+        self._pending.append(changes)
         self.batch = max(self.batch, batch)
         self._frame = None
+        if len(self._pending) >= MERGE_AFTER:
+            self._merge_pending()
 
     def frame(self) -> pd.DataFrame:
         """The table now: one row per key, with the ``_batch_id`` that last changed it. Built
         once per change (snapshots between two batches share it); do not modify it."""
         if self._frame is None:
-            if self._pending:
-                self._base = self._merged()
-                self._pending.clear()
+            self._merge_pending()
             self._frame = self._base.reset_index(drop=True)
         return self._frame
 
-    def _merged(self) -> pd.DataFrame:
-        kept = self._base[~self._base.index.isin(list(self._pending))] if len(self._base) \
-            else self._base
-        new = [row for row in self._pending.values() if row is not None]
-        if not new:
-            return kept
-        added = self._indexed(pd.DataFrame(new))
-        return pd.concat([kept, added]) if len(kept) else added
+    def _merge_pending(self) -> None:
+        """The table with the changes waiting merged in: each key's last change replaces its
+        row (a delete removes it)."""
+        if not self._pending:
+            return
+        changes = pd.concat(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending = []
+        last = self._indexed(changes.drop_duplicates(list(self.keys), keep="last"))
+        kept = self._base[~self._base.index.isin(last.index)] if len(self._base) else self._base
+        upserted = last[last[CHANGE_COLUMN] != "delete"].drop(columns=[CHANGE_COLUMN])
+        self._base = pd.concat([kept, upserted]) if len(kept) else upserted
 
     def _indexed(self, rows: pd.DataFrame) -> pd.DataFrame:
         """``rows`` indexed by key (the key columns stay columns too)."""
@@ -177,15 +182,17 @@ class LiveTable:
                       else pd.MultiIndex.from_frame(rows[list(self.keys)]))
         return rows.set_axis(index, axis=0)
 
-    def _key(self, row: dict[str, Any]) -> Hashable:
-        return row[self.keys[0]] if len(self.keys) == 1 else tuple(row[k] for k in self.keys)
 
 
 def _by_batch(rows: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
     """Change rows split by batch, in batch then row order, without the hidden columns."""
     if rows.empty:
         return []
+    hidden = [c for c in HIDDEN if c in rows.columns]
+    batches = rows[BATCH_COLUMN]
+    if batches.nunique() == 1:  # a commit holds one batch: no sort by batch, no grouping
+        in_order = rows.iloc[rows[ROW_COLUMN].argsort(kind="stable")]
+        return [(int(batches.iat[0]), in_order.drop(columns=hidden).reset_index(drop=True))]
     ordered = rows.sort_values([BATCH_COLUMN, ROW_COLUMN], kind="stable")
-    return [(int(batch), group.drop(columns=[c for c in HIDDEN if c in group.columns])
-             .reset_index(drop=True))
+    return [(int(batch), group.drop(columns=hidden).reset_index(drop=True))
             for batch, group in ordered.groupby(BATCH_COLUMN, sort=True)]
