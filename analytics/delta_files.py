@@ -77,9 +77,11 @@ class DeltaFiles:
     def _appended(self, entry: delta_io.Appended) -> Commit:
         """An append's commit, from its JSON and the files it added."""
         assert entry.files is not None
-        names = [name for name, _ in entry.files]
-        rows = _reading(lambda: delta_io.read_added(self.path, names, self._schema, self._files_store()))
-        self._files.update(entry.files)
+        names = [added.path for added in entry.files]
+        sizes = {added.path: added.size for added in entry.files if added.size is not None}
+        rows = _reading(lambda: delta_io.read_added(self.path, names, self._schema, self._files_store(),
+                                                    sizes))
+        self._files.update((added.path, added.modification_time) for added in entry.files)
         self.version = entry.version
         self._stamp = self._stamp_of(entry.version)
         return Commit(entry.version, to_frame(rows), False)

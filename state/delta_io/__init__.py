@@ -42,6 +42,7 @@ from .files import (
 )
 from .log import (
     FEED_PROPERTY,
+    AddedFile,
     Appended,
     appended,
     commit_actions,
@@ -74,7 +75,7 @@ __all__ = [
     "RECHECK_SETTING", "recheck_seconds", "Snapshots", "Stamp", "commit_stamp",
     "adopt_storage_environment", "snapshots", "table",
     "data_files", "file_statistics", "newest_rows", "read_added", "read_data_files", "rows_at_least",
-    "snapshot", "Appended", "appended", "FEED_PROPERTY", "commit_actions", "commit_times",
+    "snapshot", "AddedFile", "Appended", "appended", "FEED_PROPERTY", "commit_actions", "commit_times",
     "configuration", "exists", "feed_enabled", "feed_on", "held_version", "latest_version",
     "metadata_at", "reads_inserts", "recent_metadata", "schema_json",
     "Upsert", "merge_refusal", "upsert",

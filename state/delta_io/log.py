@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 import pyarrow.compute  # noqa: F401 - pa.compute
@@ -124,17 +124,26 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
     return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+class AddedFile(NamedTuple):
+    """A data file an append added: its path as the log spells it, its ``modificationTime``
+    and its size in bytes (``None`` when the log leaves it out)."""
+
+    path: str
+    modification_time: int
+    size: int | None
+
+
 @dataclass(frozen=True)
 class Appended:
     """Commit ``version`` as a follower reads it from its JSON alone: ``files``, the data files
-    it added (each as the log spells its path, with its ``modificationTime``), in its order,
+    it added (:class:`AddedFile`), in its order,
     when all it did was add files with rows to an unpartitioned table without deletion vectors
     (commit info and transaction ids pass); ``None`` when it did anything else (removed or
     rewrote files, changed the schema or protocol, wrote change data): then only the table's
     snapshot tells what it did."""
 
     version: int
-    files: tuple[tuple[str, int], ...] | None
+    files: tuple[AddedFile, ...] | None
 
 
 def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None) -> Appended | None:
@@ -151,7 +160,7 @@ def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None
     return Appended(version, _only_added([json.loads(line) for line in text.splitlines() if line.strip()]))
 
 
-def _only_added(actions: list[dict[str, Any]]) -> tuple[tuple[str, int], ...] | None:
+def _only_added(actions: list[dict[str, Any]]) -> tuple[AddedFile, ...] | None:
     added = []
     for action in actions:
         if not action.keys() <= {"add", "commitInfo", "txn"}:
@@ -162,7 +171,9 @@ def _only_added(actions: list[dict[str, Any]]) -> tuple[tuple[str, int], ...] | 
         if not add.get("dataChange", True) or add.get("partitionValues") or add.get("deletionVector") \
                 or urlparse(unquote(add["path"])).scheme:
             return None  # a rewrite, partition values or deleted rows (in the log, not the file)
-        added.append((str(add["path"]), int(add.get("modificationTime") or 0)))
+        size = add.get("size")
+        added.append(AddedFile(str(add["path"]), int(add.get("modificationTime") or 0),
+                               None if size is None else int(size)))
     return tuple(added)
 
 

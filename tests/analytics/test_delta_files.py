@@ -119,3 +119,25 @@ def test_a_schema_change_is_read_through_the_table(table):
     assert [b for b, _ in live.follow().batches] == [2, 3]
     frame = live.frame().set_index("sym")
     assert frame.loc["a", "note"] == "new" and frame.loc["b", "note"] == "newer"
+
+
+def test_on_s3_an_appended_file_is_read_in_one_request(s3, s3_warehouse):
+    """A poll that finds an append reads its commit's JSON, then each small file it added whole,
+    in one ``GET`` (its size is in the log): no ``HEAD`` of it, no separate footer read. Counted from
+    the server's access log (the reads hold the GIL while they wait, so no proxy in this process
+    could answer them)."""
+    path = f"{s3_warehouse}/changelog".replace("s3a://", "s3://")
+    write_deltalake(path, _batch(1, ["a", "b"]))
+    files = DeltaFiles(path)
+    files.snapshot()
+    write_deltalake(path, _batch(2, ["b", "c"]), mode="append")
+    log = s3.folder / "server.log"
+    time.sleep(0.5)  # the server writes its log line after its answer: the appends' are in
+    before = len(log.read_text().splitlines())
+    commit = files.commits()
+    assert commit is not None and sorted(commit.inserted["sym"]) == ["b", "c"]
+    time.sleep(0.5)
+    table = path.removeprefix("s3://").split("/", 1)[1]
+    asked = [line for line in log.read_text().splitlines()[before:] if table in line]
+    data = [line for line in asked if ".parquet" in line]
+    assert len(data) == 1 and '"GET ' in data[0], asked
