@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -120,6 +121,35 @@ def write_results(name: str, payload: dict) -> Path:
     payload = {"machine": platform.platform(), "cpus": _cpus(), "at": time.time(), **payload}
     path.write_text(json.dumps(payload, indent=2, default=float))
     return path
+
+
+def headline(bench: str, figures: str) -> str:
+    """The line to add to bench/README.md's "Headline runs" table for this run, printed and
+    returned: when (UTC), the commit of the checkout the bench ran from (``+`` when it had
+    changes), the machine's load before the run's end, the bench with its arguments, and its
+    figures. So a regression shows against the lines before it the next time anyone runs it.
+
+    >>> headline("demo 1/2", "p50 1 ms")  # doctest: +ELLIPSIS
+    headline (bench/README.md): | 20... | demo 1/2 | load ... | p50 1 ms |
+    '| 20... | demo 1/2 | load ... | p50 1 ms |'
+    """
+    line = (f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {_commit()} | {bench} "
+            f"| load {os.getloadavg()[0]:.1f} | {figures} |")
+    print(f"headline (bench/README.md): {line}")
+    return line
+
+
+def _commit() -> str:
+    """The short commit of the checkout this bench is in, ``+`` when its files differ from it."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return (commit or "?") + ("+" if changed else "")
 
 
 def print_table(title: str, header: list[str], rows: list[list]) -> None:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from _common import print_table, write_results
+from _common import headline, print_table, write_results
 
 import ops as sp
 from state import BatchPlans, CheckpointLog
@@ -156,6 +156,8 @@ def main() -> None:
         "p50_ms": statistics.median(ends) * 1000, "p99_ms": q(ends, n=100)[98] * 1000,
         "publish_p50_ms": statistics.median(calls) * 1000,
         "phases_median_ms": {p: statistics.median(s) * 1000 for p, s in timings.seconds.items()}})
+    headline(f"latency {args.rounds} rounds", f"p50 {statistics.median(ends) * 1000:.0f} ms, "
+                                              f"p99 {q(ends, n=100)[98] * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

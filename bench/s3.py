@@ -28,7 +28,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import per_batch, phase_times, print_table, write_results
+from _common import headline, per_batch, phase_times, print_table, write_results
 
 from ops.devservers.s3_server import LocalS3
 
@@ -183,6 +183,9 @@ def main() -> None:
                     ["where", "p50 ms", "p99 ms", "n"],
                     [[name, f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["n"]] for name, r in lat.items()])
     write_results("s3", {"args": vars(args), "running_sum": sums, "latency": lat})
+    for name, r in lat.items():
+        headline(f"s3 latency {args.rounds} rounds, {name}",
+                 f"p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms")
 
 
 if __name__ == "__main__":
