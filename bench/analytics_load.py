@@ -87,11 +87,13 @@ def _cpu_seconds(pid: int) -> float:
 class Steps:
     """When each batch passed each step on its way to the clients (``time.time()``, the clock
     of the commit files' mtimes): the poll that found it starting (``poll``), its commit read
-    (``read``), its deltas computed (``deltas``), queued for the clients (``queued``), and the
-    pipeline's ``run_once`` that made it returning (``run_once``). Recorded by wrapping the
-    server's own calls on this instance; nothing is changed in what they do."""
+    (``read``), its deltas computed (``deltas``), queued for the clients (``queued``), handed to
+    the first, the median and the last client's stream (``… written``), and the pipeline's
+    ``run_once`` that made it returning (``run_once``). Recorded by wrapping the server's own
+    calls on this instance; nothing is changed in what they do."""
 
-    NAMES = ("poll", "read", "deltas", "queued", "first written", "last written", "run_once")
+    NAMES = ("poll", "read", "deltas", "queued", "first written", "median written", "last written",
+             "run_once")
 
     def __init__(self, manager: QueryManager, server: QueryServer, live: LiveTable):
         self.at: dict[str, dict[int, float]] = {name: {} for name in self.NAMES}
@@ -142,6 +144,7 @@ class Steps:
         """Each step's median, ms after the batch's changelog commit; clients' first, median
         and last receipt per batch likewise."""
         self.at["first written"] = {b: min(ts) for b, ts in self._written.items()}
+        self.at["median written"] = {b: statistics.median(ts) for b, ts in self._written.items()}
         self.at["last written"] = {b: max(ts) for b, ts in self._written.items()}
         out = {step: _median_ms(self.at[step], commits) for step in self.NAMES}
         for name, pick in (("first client", min), ("median client", statistics.median),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # run from anywhere
 
-from _common import print_table, write_results  # noqa: E402
+from _common import headline, print_table, write_results  # noqa: E402
 
 import ops as sp  # noqa: E402
 
@@ -68,6 +68,9 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     results["suite_seconds"] = time.perf_counter() - started
     print(f"\nresults: {write_results('suite', results)} ({results['suite_seconds'] / 60:.1f} min)")
+    for line in results.get("summary", []):
+        headline(f"suite {line['workload']}, {line['system']} (scale {args.scale:g})",
+                 f"{line['ratio']:.2f} (target {line['target']})")
 
 
 def _running_sum(spark, workdir, n, args) -> list[dict]:
