@@ -143,11 +143,19 @@ class AnalyticsStore:
 class BackgroundWriter:
     """Appends queued rows to Delta tables from one thread: everything queued for a table since
     its last commit goes in one commit, tables in the order they were first queued. A failed
-    commit is retried (after a second) with the same rows."""
+    commit is retried (after a second) with the same rows.
 
-    def __init__(self, spark: SparkSession, schemas: Mapping[str, StructType]):
+    The writer waits ``linger_seconds`` after the first row of a commit arrives before it
+    writes (at once when :meth:`flush` or :meth:`close` asks): the rows come while the pushes
+    they record go out to the clients, and a commit then would compete with them for the
+    process. Bursts of batches also go in fewer commits."""
+
+    def __init__(self, spark: SparkSession, schemas: Mapping[str, StructType],
+                 linger_seconds: float = 0.2):
         self._spark = spark
         self._schemas = dict(schemas)
+        self._linger = linger_seconds
+        self._hurry = threading.Event()  # a flush or close is waiting: no lingering
         self._queue: queue.Queue[tuple[str, tuple] | None] = queue.Queue()
         self._idle = threading.Condition()
         self._queued = self._written = 0
@@ -163,10 +171,12 @@ class BackgroundWriter:
         """Wait until everything queued so far is written; whether it was within ``timeout``."""
         with self._idle:
             target = self._queued
+            self._hurry.set()
             return self._idle.wait_for(lambda: self._written >= target, timeout)
 
     def close(self, timeout: float = 60.0) -> None:
         """Write what is queued, then stop the thread."""
+        self._hurry.set()
         self._queue.put(None)
         self._thread.join(timeout)
 
@@ -174,7 +184,10 @@ class BackgroundWriter:
         stop = False
         while not stop:
             items = [self._queue.get()]
-            while not self._queue.empty():  # what queued up while the last commit ran
+            if items[0] is not None:
+                self._hurry.wait(self._linger)
+            self._hurry.clear()
+            while not self._queue.empty():  # what queued up while lingering or the last commit ran
                 items.append(self._queue.get_nowait())
             stop = None in items
             rows = [item for item in items if item is not None]
