@@ -183,7 +183,6 @@ class LiveTable:
         return rows.set_axis(index, axis=0)
 
 
-
 def _by_batch(rows: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
     """Change rows split by batch, in batch then row order, without the hidden columns."""
     if rows.empty:

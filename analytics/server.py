@@ -57,7 +57,7 @@ PAGE = Path(__file__).with_name("page.html")
 VENDOR = Path(__file__).with_name("static") / "vendor"
 #: How often a server looks for new changelog commits by default. On a local disk a poll with no
 #: commit is one ``open`` that fails (about 10 µs, whatever the table's size), so often: a commit
-#: waits 2.5 ms on average to be seen. On an object store it is one ``GET`` per target (billed,
+#: waits 2.5 ms on average to be seen. On an object store it is one request per target (billed,
 #: and a round trip of its own), so twenty times a second.
 LOCAL_POLL_SECONDS = 0.005
 OBJECT_STORE_POLL_SECONDS = 0.05
