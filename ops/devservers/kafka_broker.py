@@ -18,7 +18,6 @@ the pid it recorded.
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -111,20 +110,13 @@ class EmbeddedKafka(LocalServer):
         from confluent_kafka.admin import AdminClient  # only brokers need the client at import
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        deadline = time.monotonic() + _READY_SECONDS
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ConfigError(f"the Kafka broker in {self.folder} exited with code "
-                                  f"{self.process.returncode}: {self.log_tail()}")
-            try:
-                admin.list_topics(timeout=2)
-                self._start_transactions(deadline - time.monotonic())
-                return
-            except Exception:  # noqa: BLE001 - not up yet: librdkafka says so in many ways
-                time.sleep(0.5)
-        self.stop()
-        raise ConfigError(f"the Kafka broker in {self.folder} did not answer on {self.bootstrap} "
-                          f"within {_READY_SECONDS} s: {self.log_tail()}")
+
+        def answers(left: float) -> None:
+            admin.list_topics(timeout=2)
+            self._start_transactions(left)
+        # not up yet: librdkafka says so in many ways
+        self.wait_until(answers, f"the Kafka broker in {self.folder}", self.bootstrap, _READY_SECONDS,
+                        0.5, (Exception,))
 
     def _start_transactions(self, seconds: float) -> None:
         """Register a transactional producer once, so the transaction coordinator has loaded

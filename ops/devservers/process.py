@@ -104,18 +104,30 @@ class LocalServer:
     def wait_for_http(self, url: str, what: str, seconds: float, pause: float) -> None:
         """Return once ``url`` answers an HTTP request; raise ``ConfigError`` naming ``what``
         if the process died or did not answer within ``seconds`` (then stopped by its pid)."""
+        def answers(left: float) -> None:
+            with urllib.request.urlopen(url, timeout=2):
+                pass
+        self.wait_until(answers, what, url, seconds, pause,
+                        (urllib.error.URLError, ConnectionError, TimeoutError))
+
+    def wait_until(self, probe: Callable[[float], None], what: str, where: str, seconds: float,
+                   pause: float, not_yet: tuple[type[BaseException], ...]) -> None:
+        """Return once ``probe`` (given the seconds left) returns without raising one of
+        ``not_yet``, trying again every ``pause`` seconds; raise ``ConfigError`` naming ``what``
+        if the process died first or ``probe`` did not succeed within ``seconds`` (the process
+        is then stopped by its pid; ``where``: what it was asked on, for the message)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise ConfigError(f"{what} exited with code {self.process.returncode}: "
                                   f"{self.log_tail()}")
             try:
-                with urllib.request.urlopen(url, timeout=2):
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                probe(deadline - time.monotonic())
+                return
+            except not_yet:
                 time.sleep(pause)
         self.stop()
-        raise ConfigError(f"{what} did not answer on {url} within {seconds:g} s: {self.log_tail()}")
+        raise ConfigError(f"{what} did not answer on {where} within {seconds:g} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
         """The last lines of the server's logs, for an error that says why it did not start."""
