@@ -117,10 +117,14 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
     package does not serve. The one read of the log by hand: delta-rs gives a commit's
     operation (its history) but not its actions, which tell the files an append added and in
     which order (read by :mod:`state.appended`). On an object store: one request."""
-    if not serves(path):
-        return None
+    return _actions(path, version, table_files(path)) if serves(path) else None
+
+
+def _actions(path: str, version: int, files: pyarrow.fs.FileSystem) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` from its JSON file in ``files`` (the table's);
+    ``None`` when there is no such file."""
     text = calling(path, f"reading commit {version} of",
-                   lambda: _text(table_files(path), f"_delta_log/{version:020d}.json"))
+                   lambda: _text(files, f"_delta_log/{version:020d}.json"))
     return None if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -150,14 +154,11 @@ def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None
     """Commit ``version`` of the table at ``path`` read from its JSON file (``files``: the
     table's, from :func:`table_files`, kept by a caller that asks often); ``None`` while that
     commit has not been made (or its file is gone). What a poll for the next commit costs: on a
-    local disk one ``open`` that fails, on an object store one ``GET`` (404), however many
-    commits and files the table has; no lock is taken, so a writer committing to the table
-    holds no reader up."""
-    text = calling(path, f"reading commit {version} of",
-                   lambda: _text(files or table_files(path), f"_delta_log/{version:020d}.json"))
-    if text is None:
-        return None
-    return Appended(version, _only_added([json.loads(line) for line in text.splitlines() if line.strip()]))
+    local disk one ``open`` that fails, on an object store one request (a ``HEAD`` that finds
+    nothing), however many commits and files the table has; no lock is taken, so a writer
+    committing to the table holds no reader up."""
+    actions = _actions(path, version, files or table_files(path))
+    return None if actions is None else Appended(version, _only_added(actions))
 
 
 def _only_added(actions: list[dict[str, Any]]) -> tuple[AddedFile, ...] | None:
