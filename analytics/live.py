@@ -73,16 +73,13 @@ class LiveTable:
             later = rows[BATCH_COLUMN] > after
             self._held = _by_batch(rows[later])
             rows = rows[~later]
-        if rows.empty:
-            self.batch, self._base = 0, pd.DataFrame()
-        else:
+        self._base, self._pending, self._frame = pd.DataFrame(), [], None
+        self.batch = 0
+        if not rows.empty:  # the whole changelog merged as one batch of changes would be
             ordered = rows.sort_values([BATCH_COLUMN, ROW_COLUMN], kind="stable")
-            latest = ordered.drop_duplicates(list(self.keys), keep="last")
-            latest = latest[latest[CHANGE_COLUMN] != "delete"]
             self.batch = int(ordered[BATCH_COLUMN].max())
-            self._base = self._indexed(latest.drop(columns=[*HIDDEN, CHANGE_COLUMN], errors="ignore"))
-        self._pending = []
-        self._frame = None
+            self._pending = [ordered.drop(columns=[c for c in HIDDEN if c in ordered.columns])]
+            self._merge_pending()
 
     def _read_all(self) -> tuple[int, pd.DataFrame]:
         if not self._with_spark:
