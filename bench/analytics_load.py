@@ -18,7 +18,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,17 +38,12 @@ from analytics import QueryManager, QueryServer  # noqa: E402
 from analytics import server as analytics_server  # noqa: E402
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
 from analytics.live import LiveTable  # noqa: E402
+from ops.devservers.process import free_port  # noqa: E402
 from ops.devservers.s3_server import LocalS3  # noqa: E402
 from state import delta_io  # noqa: E402
 
 TOKEN = "load-token"
 BUCKET = "analytics-load"
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _subscribe(url: str, sym: str, took: list[float]) -> str:
@@ -358,7 +352,7 @@ def run(args: argparse.Namespace, warehouse: str, s3: LocalS3 | None) -> None:
 def _serving(server: QueryServer) -> Iterator[int]:
     """``server`` on a free loopback port (yielded) until the block ends; then its streams end
     and it stops (its poller before the interpreter's thread pool)."""
-    port = _port()
+    port = free_port()
     runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning"))
     serving = threading.Thread(target=runner.run, daemon=True)
     serving.start()
