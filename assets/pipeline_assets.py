@@ -142,12 +142,14 @@ def _sink_spec(pipeline: Pipeline, sink: Sink, group_name: str) -> dg.AssetSpec:
 
 
 def _session(context: dg.AssetExecutionContext, spark: SparkResource) -> SparkSession:
-    """The Spark session, saying first that it starts (a run a sensor started would otherwise
-    show nothing for the ~20 s the JVM takes), unless the engine's log, copied into the run's,
-    says so itself (and only when a session really starts)."""
-    if not _engine_logged(context):
-        context.log.info("starting Spark (first start takes ~20 s)…")
-    return spark.session()
+    """The Spark session, started only if the run needs it (a driver-mode run on a local disk
+    or an object store does not). When the engine's log is not copied into the run's, the run
+    says so as one starts: a sensor's run would otherwise show nothing for the 5-20 s the JVM
+    takes."""
+    if _engine_logged(context):  # the engine logs the start itself
+        return spark.lazy_session()
+    return spark.lazy_session(
+        on_start=lambda: context.log.info("starting Spark (this run needs it; 5-20 s)…"))
 
 
 def _progress(context: dg.AssetExecutionContext) -> Callable[[BatchReport], None] | None:

@@ -2,12 +2,13 @@
 
 
 import os
+from collections.abc import Callable
 
 import dagster as dg
 from pydantic import Field
 from pyspark.sql import SparkSession
 
-from ops import CONNECT_UNSUPPORTED, ConfigError, SparkConfig, spark_session
+from ops import CONNECT_UNSUPPORTED, ConfigError, SparkConfig, lazy_spark_session, spark_session
 from state import resolve_warehouse
 
 
@@ -26,9 +27,20 @@ class SparkResource(dg.ConfigurableResource):
                     "distributed or auto (default: each pipeline's own setting)")
 
     def session(self) -> SparkSession:
-        return spark_session(SparkConfig(master=self.master,
-                                         shuffle_partitions=self.shuffle_partitions,
-                                         extra=dict(self.conf)))
+        """The Spark session, started now if it is not running yet."""
+        return spark_session(self.config())
+
+    def lazy_session(self, on_start: Callable[[], None] | None = None) -> SparkSession:
+        """The Spark session, started only when something first needs it
+        (:func:`ops.lazy_spark_session`; ``on_start`` is called just before a JVM starts):
+        what the pipeline assets and their checks run on, so a step whose batch needs no
+        Spark (driver mode on a local disk or an object store) starts no JVM."""
+        return lazy_spark_session(self.config(), on_start=on_start)
+
+    def config(self) -> SparkConfig:
+        """The session's settings."""
+        return SparkConfig(master=self.master, shuffle_partitions=self.shuffle_partitions,
+                           extra=dict(self.conf))
 
 
 class WarehouseResource(dg.ConfigurableResource):

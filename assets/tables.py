@@ -1,5 +1,5 @@
 """What a sink asset's materialisation says about its table: Dagster's standard metadata
-(``dagster/row_count``, ``dagster/column_schema``, ``dagster/uri``) and a preview of its first rows.
+(``dagster/row_count``, ``dagster/column_schema``, ``dagster/uri``) and a preview of its newest rows.
 """
 
 import math
@@ -8,7 +8,8 @@ from typing import Any
 import dagster as dg
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 
 from ops import DeltaSink, KafkaSink, RunReport, Sink, TableSink
 from state import PipelineLayout, tables
@@ -35,25 +36,32 @@ def sink_metadata(session: SparkSession, sink: Sink, layout: PipelineLayout,
 
 
 def table_metadata(session: SparkSession, path: str) -> dict[str, Any]:
-    """Row count, column schema and a preview of the Delta table at ``path`` (only its location
-    before the first write creates it)."""
+    """Row count, column schema and a preview of the newest rows of the Delta table at
+    ``path`` (only its location before the first write creates it): from the table's log and
+    newest files, with no Spark job where delta-rs serves it (:func:`state.tables.summary`)."""
     metadata: dict[str, Any] = {URI: path, "table": dg.MetadataValue.path(path)}
-    if not tables.exists(session, path):
+    found = tables.summary(session, path, PREVIEW_ROWS)
+    if found is None:
         return {**metadata, ROW_COUNT: 0}
-    frame = tables.read(session, path)
-    schema = column_schema(frame)
-    metadata[ROW_COUNT] = frame.count()
+    schema = column_schema(found.schema)
+    metadata[ROW_COUNT] = found.rows
     metadata[COLUMN_SCHEMA] = schema
-    metadata["preview"] = preview(frame.limit(PREVIEW_ROWS).toPandas(), schema)
+    metadata["preview"] = preview(found.newest, schema)
     return metadata
 
 
-def column_schema(frame: DataFrame) -> dg.TableSchema:
-    """The columns of ``frame`` with their Spark SQL types."""
+def column_schema(schema: StructType) -> dg.TableSchema:
+    """The columns of ``schema`` with their Spark SQL types.
+
+    >>> from pyspark.sql.types import LongType, StringType, StructField
+    >>> schema = StructType([StructField("k", StringType()), StructField("n", LongType())])
+    >>> [column.type for column in column_schema(schema).columns]
+    ['string', 'bigint']
+    """
     return dg.TableSchema(columns=[dg.TableColumn(field.name, field.dataType.simpleString(),
                                                   constraints=dg.TableColumnConstraints(
                                                       nullable=field.nullable))
-                                   for field in frame.schema.fields])
+                                   for field in schema.fields])
 
 
 def preview(rows: pd.DataFrame, schema: dg.TableSchema) -> dg.TableMetadataValue:

@@ -24,7 +24,7 @@ from .pipelines import EXAMPLES, SEED_ROWS, item_totals
           description="Publishes the KX example's seven records to each example pipeline, once.")
 def running_sum_seed(context: dg.AssetExecutionContext, spark: SparkResource,
                      warehouse: WarehouseResource) -> dg.MaterializeResult:
-    session = spark.session()
+    session = spark.lazy_session()  # a publish is a delta-rs append: no JVM
     for pipeline in EXAMPLES:
         report = pipeline.publish(session, SEED_ROWS, warehouse.root, dedupe_id="kx-seed")
         context.log.info(f"published seed rows to {pipeline.name} (inbox version {report.version})")

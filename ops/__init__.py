@@ -133,7 +133,7 @@ from .sources import (
     PublishReport,
     Source,
 )
-from .spark import CONNECT_UNSUPPORTED, SparkConfig, spark_session
+from .spark import CONNECT_UNSUPPORTED, SparkConfig, lazy_spark_session, spark_session
 from .sql import Catalog, TableQuery, compile_query, declare, query, register, sql
 from .writer import Writer
 
@@ -157,7 +157,7 @@ __all__ = [
     "discard_plans", "compact", "vacuum", "DEFAULT_RETENTION_HOURS", "describe", "describe_lag",
     "describe_lag_by_part", "source_lag",
     "PipelineStatus", "read_state", "changed_keys", "checkpoint_problems", "global_table_problems",
-    "spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
+    "spark_session", "lazy_spark_session", "SparkConfig", "CONNECT_UNSUPPORTED",
     # interfaces to extend, and the implementations shipped
     "Source", "CallbackSource", "DeltaTableSource", "FileSource", "KafkaSource", "MergedSource",
     "PublishReport",

@@ -45,6 +45,7 @@ from .migration import Migrated, StateEdit, migrate_state
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
 from .rollback import discard_plans, reset_checkpoint
+from .sessions import LazySparkSession, spark_started, start_in_background
 from .store import OperatorState, StateStore, stored_values
 from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
 from .tracking import Tracked, restore_all, save_all, track
@@ -70,4 +71,5 @@ __all__ = [
     "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
     "StateType", "StateTypes",
     "declared_state_type", "infer_state_type", "Conversion",
+    "LazySparkSession", "spark_started", "start_in_background",
 ]

@@ -345,6 +345,16 @@ class CheckpointLog:
         row = self.records().orderBy(F.col("checkpoint_id").desc()).limit(1).collect()
         return Checkpoint.from_json(row[0]["value"]) if row else None
 
+    def ids(self) -> list[int]:
+        """The id of every checkpoint record, as often as it is recorded (once, unless the table
+        is broken): only that column of the records' files by delta-rs where it serves
+        ``_state``, else Spark."""
+        rows = delta_io.rows_at_least(self._layout.state, "checkpoint_id", 0, _RECORDS,
+                                      ["checkpoint_id"])
+        if rows is not None:
+            return [int(found) for found in rows["checkpoint_id"].to_pylist()]
+        return [row[0] for row in self.records().select("checkpoint_id").collect()]
+
     def lineage(self, latest: Checkpoint) -> list[int]:
         """Ids of ``latest`` and its predecessors, newest first: the checkpoints whose sink
         output is still there (a reset abandons those after the one it went back to)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
@@ -44,6 +45,46 @@ def ensure(spark: SparkSession, path: str, schema: StructType, *,
 def read(spark: SparkSession, path: str) -> DataFrame:
     """The latest version of the table at ``path``."""
     return spark.read.format("delta").load(path)
+
+
+@dataclass(frozen=True)
+class TableSummary:
+    """A table's row count, its columns, and its newest rows (oldest first)."""
+
+    rows: int
+    schema: StructType
+    newest: pd.DataFrame
+
+
+def summary(spark: SparkSession, path: str, newest: int = 10) -> TableSummary | None:
+    """The :class:`TableSummary` of the table at ``path`` (``None``: no table): from its log's
+    file statistics and its newest files through delta-rs where that serves the table (no
+    Spark job, however large it is); else Spark counts it and takes ``newest`` rows."""
+    found = delta_io.summary(path, newest)
+    if found is not None:
+        return TableSummary(found.rows, StructType.fromJson(found.schema),
+                            found.newest.to_pandas())
+    if not exists(spark, path):
+        return None
+    frame = read(spark, path)
+    return TableSummary(frame.count(), frame.schema, frame.limit(newest).toPandas())
+
+
+def count_between(spark: SparkSession, path: str, column: str, lowest: int,
+                  highest: int | None = None) -> int:
+    """How many rows of the table at ``path`` have integer ``column`` in ``lowest..highest``
+    (no upper bound for ``None``; 0 when there is no table): by delta-rs, reading only that
+    column of the files whose statistics allow such rows, where it serves the table; else
+    Spark."""
+    counted = delta_io.count_between(path, column, lowest, highest)
+    if counted is not None:
+        return counted
+    if not exists(spark, path):
+        return 0
+    within = F.col(column) >= lowest
+    if highest is not None:
+        within &= F.col(column) <= highest
+    return read(spark, path).where(within).count()
 
 
 # Up to this many keys a read filters with IN (pushed down to Parquet); beyond, a semi-join.

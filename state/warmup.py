@@ -24,6 +24,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from . import sessions
+
 log = logging.getLogger(__name__)
 
 _ACTIVE: ContextVar[TransactionWarmer | None] = ContextVar("lakestream_warmer", default=None)
@@ -33,8 +35,8 @@ class TransactionWarmer:
     """Warms the tables appended to idempotently during one run; see the module docstring."""
 
     def __init__(self, spark: SparkSession):
-        self._jvm = getattr(spark, "_jvm", None)  # None for a Spark Connect session: no warm-up
-        self._jsession = getattr(spark, "_jsparkSession", None)
+        self._spark = spark  # its JVM is asked for at the first warm-up once it runs (lazy: see
+        # state.sessions); a run that never starts Spark has nothing of Spark's to warm
         self._lock = threading.Lock()  # warm-ups finish in their own threads, maybe after close()
         self._appended: dict[str, None] = {}  # ordered: the order the next batch appends in
         self._warmed: list[Any] = []  # JVM snapshots whose state this warmer built
@@ -53,7 +55,7 @@ class TransactionWarmer:
         the last call. Call it before work that leaves Spark idle (reading, computing)."""
         with self._lock:
             paths, self._appended = list(self._appended), {}
-            if self._jvm is None or self._closed:
+            if self._closed or not sessions.spark_started(self._spark):
                 return
             self._pending = [future for future in self._pending if not future.done()]
             self._pending += [self._start(path) for path in paths]
@@ -86,11 +88,13 @@ class TransactionWarmer:
             future.result()
 
     def _warm_one(self, path: str) -> None:
-        jvm = self._jvm
-        assert jvm is not None  # warm() submits warm-ups only with a JVM
+        jvm = getattr(self._spark, "_jvm", None)
+        if jvm is None:  # a Spark Connect session: no JVM of ours to warm
+            return
         try:
             none = jvm.scala.Option.apply(None)
-            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._jsession, path)
+            delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                self._spark._jsparkSession, path)
             snapshot = delta_log.update(False, none, none)
             snapshot.setTransactions()
         except Exception as exc:  # best effort: the append will do the work itself

@@ -43,3 +43,10 @@ def scraped(url: str) -> dict[tuple[str, tuple], float]:
         text = answer.read().decode()
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def spark_jobs(spark) -> int:
+    """How many jobs the session's Spark context has started so far (its DAG scheduler's
+    count, which Spark's status listener follows): the same number before and after a step
+    means the step ran no Spark job."""
+    return int(spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs())

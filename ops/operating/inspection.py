@@ -179,25 +179,27 @@ def source_lag(ctx: RunContext, pipeline: Pipeline, offsets: dict[str, Any]) -> 
 def checkpoint_problems(spark: SparkSession, pipeline: Pipeline,
                         warehouse: str | None = None) -> list[str]:
     """What is wrong with the pipeline's checkpoints (empty when all is well): the latest record
-    must parse, ids must run 1..latest once each, and no state row may be newer than it."""
+    must parse, ids must run 1..latest once each, and no state row may be newer than it. Read
+    from the checkpoint records' ids and the statistics of ``checkpoint_id``, without Spark
+    where delta-rs serves ``_state``."""
     layout = pipeline.layout(warehouse)
     if not tables.exists(spark, layout.state):
         return []
+    checkpoints = CheckpointLog(spark, layout)
     try:
-        last = CheckpointLog(spark, layout).latest()
+        last = checkpoints.latest()
     except Exception as exc:
         return [f"latest checkpoint record of {layout.state} is unreadable: {exc}"]
     if last is None:
         return []
     problems = []
-    ids = [row[0] for row in CheckpointLog(spark, layout).records()
-           .groupBy("checkpoint_id").count().where("count > 1").select("checkpoint_id").collect()]
-    if ids:
-        problems.append(f"checkpoint id(s) recorded more than once: {sorted(ids)}")
-    count = CheckpointLog(spark, layout).records().select("checkpoint_id").distinct().count()
-    if count != last.checkpoint_id:
-        problems.append(f"{count} checkpoint records for ids 1..{last.checkpoint_id}")
-    newer = tables.read(spark, layout.state).where(F.col("checkpoint_id") > last.checkpoint_id).count()
+    ids = checkpoints.ids()
+    repeated = sorted({found for found in ids if ids.count(found) > 1})
+    if repeated:
+        problems.append(f"checkpoint id(s) recorded more than once: {repeated}")
+    if len(set(ids)) != last.checkpoint_id:
+        problems.append(f"{len(set(ids))} checkpoint records for ids 1..{last.checkpoint_id}")
+    newer = tables.count_between(spark, layout.state, "checkpoint_id", last.checkpoint_id + 1)
     if newer:
         problems.append(f"{newer} state row(s) newer than checkpoint {last.checkpoint_id}")
     return problems
@@ -206,16 +208,17 @@ def checkpoint_problems(spark: SparkSession, pipeline: Pipeline,
 def global_table_problems(spark: SparkSession, pipeline: Pipeline,
                           warehouse: str | None = None) -> list[str]:
     """Global tables holding rows beyond the marker of the last checkpoint (should be none once
-    a run ended: recovery and checkpoints keep them in step)."""
+    a run ended: recovery and checkpoints keep them in step). Counted from the index column's
+    statistics and values, without Spark where delta-rs serves the tables."""
     layout = pipeline.layout(warehouse)
     last = _last_checkpoint(spark, layout)
     problems = []
     for key, hook in pipeline.all_hooks():
-        if not isinstance(hook, state.GlobalTable) or not tables.exists(spark, layout.table(hook.name)):
+        if not isinstance(hook, state.GlobalTable):
             continue
         marker = last.markers.get(key) if last else None
         bound = -1 if marker is None else int(marker)
-        beyond = tables.read(spark, layout.table(hook.name)).where(F.col(hook.index) > bound).count()
+        beyond = tables.count_between(spark, layout.table(hook.name), hook.index, bound + 1)
         if beyond:
             problems.append(f"global table {hook.name!r}: {beyond} row(s) beyond marker {bound}")
     return problems

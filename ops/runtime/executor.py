@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
-from state import warming
+from state import delta_io, start_in_background, warming
 
 from ..clock import SYSTEM_CLOCK, Clock
 from .continuous import Continuous
@@ -53,6 +53,8 @@ def run_pipeline(pipeline: RunnablePipeline, spark: SparkSession, *, warehouse: 
     ``checkpointed`` with each checkpoint once committed.
     """
     started = time.perf_counter()
+    if needs_spark(pipeline, warehouse):  # overlap the JVM's start with recovery and planning
+        start_in_background(spark)
     options = RunOptions(progress, checkpointed, continuous, clock, allow_dropped_state, metrics)
     if metrics is not None:
         metrics.forget_state_keys(pipeline.id)  # what an earlier run held is not this run's
@@ -64,6 +66,16 @@ def run_pipeline(pipeline: RunnablePipeline, spark: SparkSession, *, warehouse: 
     report.last_batch_id = run.planner.batch_id
     report.seconds = time.perf_counter() - started
     return report
+
+
+def needs_spark(pipeline: RunnablePipeline, warehouse: str | None) -> bool:
+    """Whether a run of ``pipeline`` needs Spark whatever its batches hold: in distributed
+    mode, with an operator that reads tables through Spark, or with state delta-rs does not
+    serve. Otherwise a driver-mode run starts a (lazy) session only if something asks for it
+    (:mod:`state.sessions`)."""
+    return (pipeline.mode == "distributed"
+            or any(op.needs_spark for op in pipeline.stream.operators)
+            or not delta_io.serves(pipeline.layout(warehouse).state))
 
 
 def _ended(setup: Setup, options: RunOptions, max_batches: int | None) -> Run:

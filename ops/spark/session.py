@@ -6,11 +6,13 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from state import LazySparkSession
 
 from ..errors import ConfigError
 from . import class_archive
@@ -154,6 +156,24 @@ def spark_session(config: SparkConfig | None = None) -> SparkSession:
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def lazy_spark_session(config: SparkConfig | None = None, *,
+                       on_start: Callable[[], None] | None = None) -> LazySparkSession:
+    """:func:`spark_session` for ``config``, started only when something first needs it.
+
+    A driver-mode run on storage delta-rs serves (a local disk, S3, GCS, Azure) needs no JVM:
+    handed a lazy session, it never starts one, and a run that does need Spark (distributed
+    mode, a table only Spark reads, a Spark sink) starts it on the way, once per process. What
+    Dagster's pipeline assets and checks run on; ``spark_session()`` still starts at once.
+    ``on_start`` is called just before a JVM really starts.
+
+    >>> spark = lazy_spark_session()         # no JVM yet
+    >>> # pipeline.run_once(spark)           # starts one only if the run needs it
+    """
+    config = config or SparkConfig.from_env()
+    settings = config.to_spark_conf()  # checked now: a bad master fails here, not at first use
+    return LazySparkSession(lambda: spark_session(config), settings, on_start)
 
 
 def _merged(ours: str, theirs: str) -> str:

@@ -32,6 +32,8 @@ from .cache import (
 )
 from .columns_added import add_columns
 from .files import (
+    Summary,
+    count_between,
     data_files,
     file_statistics,
     newest_rows,
@@ -39,6 +41,7 @@ from .files import (
     read_data_files,
     rows_at_least,
     snapshot,
+    summary,
 )
 from .log import (
     FEED_PROPERTY,
@@ -74,6 +77,7 @@ __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
     "RECHECK_SETTING", "recheck_seconds", "Snapshots", "Stamp", "commit_stamp",
     "adopt_storage_environment", "snapshots", "table",
+    "Summary", "count_between", "summary",
     "data_files", "file_statistics", "newest_rows", "read_added", "read_data_files", "rows_at_least",
     "snapshot", "AddedFile", "Appended", "appended", "FEED_PROPERTY", "commit_actions", "commit_times",
     "configuration", "exists", "feed_enabled", "feed_on", "held_version", "latest_version",

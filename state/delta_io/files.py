@@ -4,7 +4,9 @@ the rows asked for."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import unquote
@@ -186,3 +188,55 @@ def plain(rows: pa.Table) -> pa.Table:
     """``rows`` with string and binary views as the plain types pandas and Spark's Parquet give."""
     views = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
     return rows.cast(pa.schema([(field.name, views.get(field.type, field.type)) for field in rows.schema]))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a table's log says of it, and its newest rows: ``rows`` counted from the files'
+    statistics, ``schema`` the Delta schema (JSON), ``newest`` the last rows of its newest
+    files, oldest first."""
+
+    version: int
+    rows: int
+    schema: dict[str, Any]
+    newest: pa.Table
+
+
+def summary(path: str, newest: int) -> Summary | None:
+    """The :class:`Summary` of the table at ``path`` with up to ``newest`` of its newest rows:
+    the log and the newest data files only, however large the table is. ``None`` when there is
+    no table or this package does not read it by its files (see :func:`file_statistics`)."""
+    found = served_table(path)
+    if found is None or not _files_are_rows(found):
+        return None
+    files = pa.table(calling(path, "reading the log", lambda: found.get_add_actions(flatten=True)))
+    counted = files["num_records"]
+    rows = (int(pa.compute.sum(counted).as_py() or 0) if counted.null_count == 0
+            else _counted_rows(path, files))  # a writer that kept no statistics
+    by_age = files.sort_by([("modification_time", "ascending")])["path"].to_pylist()
+    read: list[pa.Table] = []
+    while by_age and sum(part.num_rows for part in read) < newest:
+        read.insert(0, read_data_files(path, [by_age.pop()]))
+    last = pa.concat_tables(read, promote_options="permissive") if read else pa.table({})
+    return Summary(int(found.version()), rows, json.loads(found.schema().to_json()),
+                   last.slice(max(0, last.num_rows - newest)))
+
+
+def _counted_rows(path: str, files: pa.Table) -> int:
+    """The table's rows counted from its data files' footers."""
+    store = table_files(path)
+    return sum(pq.read_metadata(unquote(name), filesystem=store).num_rows
+               for name in files["path"].to_pylist())
+
+
+def count_between(path: str, column: str, lowest: int, highest: int | None = None,
+                  partition: tuple[str, Any] | None = None) -> int | None:
+    """How many rows have integer ``column`` in ``lowest..highest`` (no upper bound when
+    ``highest`` is ``None``), reading only that column of the files whose statistics allow
+    such rows; ``None`` when this package does not read the table by its files."""
+    found = rows_at_least(path, column, lowest, partition, [column])
+    if found is None:
+        return None
+    if highest is None or found.num_rows == 0:
+        return found.num_rows
+    return int(pa.compute.sum(pa.compute.less_equal(found[column], highest)).as_py() or 0)

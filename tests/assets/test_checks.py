@@ -14,6 +14,7 @@ from assets import (
     make_pipeline_asset,
     make_pipeline_checks,
 )
+from tests.helpers import spark_jobs
 
 
 def _resources(warehouse):
@@ -97,3 +98,40 @@ def test_dead_letter_check_alone_reads_the_last_run_that_read_records(spark, war
         {"dead_letters": 1, "rows_in": 2, "ratio": 0.5}
     assert failed.metadata["batches"].value == "1..1"
     assert lenient[DEAD_LETTER_CHECK].passed
+
+
+def test_checkpoint_check_fails_on_each_broken_invariant_and_runs_no_spark_job(spark, warehouse):
+    pipeline = (sp.read.from_callback("events", key="k", schema={"k": "string", "x": "long"})
+                .map(_count, state=0).write.to_delta("out")).named("counted")
+    definitions = [make_pipeline_asset(pipeline), *make_pipeline_checks(pipeline)]
+    key = _check_key(pipeline, CHECKPOINT_CHECK)
+    state_path = pipeline.layout(warehouse).state
+    records = F.col("operator") == "__checkpoint__"
+
+    def broken_by(rows):  # what a writer that went around the protocol leaves behind
+        rows.write.format("delta").mode("append").save(state_path)
+        jobs = spark_jobs(spark)
+        with dg.DagsterInstance.ephemeral() as instance:  # blocking: the run fails with it
+            ran = dg.materialize(definitions, instance=instance, resources=_resources(warehouse),
+                                 selection=dg.AssetSelection.checks(key), raise_on_error=False)
+        [found] = ran.get_asset_check_evaluations()
+        assert spark_jobs(spark) == jobs  # the check read the log and files through delta-rs
+        assert not found.passed
+        return found.metadata["problems"].value
+
+    pipeline.publish(spark, [{"k": "a", "x": 1}], warehouse)
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert dg.materialize(definitions, instance=instance, resources=_resources(warehouse)).success
+    stored = spark.read.format("delta").load(state_path)
+    newer = broken_by(stored.where(~records).withColumn("checkpoint_id", F.lit(2).cast("long")))
+    assert newer == "1 state row(s) newer than checkpoint 1"
+    twice = broken_by(stored.where(records))
+    assert twice.startswith("checkpoint id(s) recorded more than once: [1]")
+    gap = stored.where(records).withColumn("checkpoint_id", F.lit(3).cast("long")).withColumn(
+        "value", F.regexp_replace("value", '"checkpoint_id":1', '"checkpoint_id":3'))
+    assert "2 checkpoint records for ids 1..3" in broken_by(gap)
+
+
+def _count(op, md, data):
+    sp.set(op, md, sp.get(op, md) + len(data))
+    return data
