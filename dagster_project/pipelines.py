@@ -8,6 +8,20 @@ import pandas as pd
 import ops as sp
 
 SCHEMA = {"x": "long", "y": "long"}
+
+
+def _poll_seconds() -> int:
+    """How often the examples' sensors look for new input: 30 s unless
+    ``$LAKESTREAM_POLL_SECONDS`` says (bench/dagster_runs.py measures what each interval gives;
+    the docs' Dagster guide has the figures)."""
+    value = os.environ.get("LAKESTREAM_POLL_SECONDS", "30")
+    if not value.isdigit() or int(value) < 1:
+        raise sp.ConfigError(f"LAKESTREAM_POLL_SECONDS must be a whole number of seconds, at "
+                             f"least 1; got {value!r}")
+    return int(value)
+
+
+POLL_SECONDS = _poll_seconds()
 # The seed example's input: x,y = 1,0 2,0 3,0 1,1 2,1 3,1 4,0
 SEED_ROWS = [{"x": x, "y": y} for x, y in [(1, 0), (2, 0), (3, 0), (1, 1), (2, 1), (3, 1), (4, 0)]]
 
@@ -22,12 +36,12 @@ def running_sum(op: sp.Op, md: sp.Metadata, data: pd.DataFrame) -> pd.DataFrame:
 running_sum_keyed = (sp.read.from_callback("publish", key="y", schema=SCHEMA)
                      .map(running_sum, state=0)
                      .write.to_console()
-                     .write.to_delta("sums")).named("running_sum")
+                     .write.to_delta("sums")).named("running_sum").with_poll_interval(POLL_SECONDS)
 
 running_sum_unkeyed = (sp.read.from_callback("publish", schema=SCHEMA)
                        .map(running_sum, state=0)
                        .write.to_console()
-                       .write.to_delta("sums")).named("running_sum_unkeyed")
+                       .write.to_delta("sums")).named("running_sum_unkeyed").with_poll_interval(POLL_SECONDS)
 
 EXAMPLES = (running_sum_keyed, running_sum_unkeyed)
 
@@ -47,7 +61,8 @@ def item_totals_over(bootstrap: str) -> sp.Pipeline:
                                 schema={"item": "string", "qty": "long", "price": "double"})
     return sp.sql("""CREATE TABLE item_totals AS
         SELECT item, COUNT(*) AS orders, SUM(qty) AS qty, SUM(qty * price) AS revenue
-        FROM orders GROUP BY item EMIT CHANGES""", streams={"orders": orders})
+        FROM orders GROUP BY item EMIT CHANGES""", streams={"orders": orders}
+    ).with_poll_interval(POLL_SECONDS)
 
 
 item_totals = item_totals_over(BOOTSTRAP)

@@ -62,6 +62,9 @@ from .sinks import Sink, StoredSink, TableSink
 from .sources import CallbackSource, MergedSource, PublishReport, Source
 from .writer import Writer
 
+#: How often a pipeline's sensor looks for new input unless it says (``with_poll_interval``).
+DEFAULT_POLL_SECONDS = 30
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -285,6 +288,8 @@ class Pipeline:
     hooks: tuple[Hooks, ...] = ()
     key_groups: int = DEFAULT_KEY_GROUPS
     mode: str = "driver"
+    #: how often an orchestrator looks for new input, in seconds (its Dagster sensor's interval)
+    poll_seconds: int = DEFAULT_POLL_SECONDS
 
     def named(self, name: str) -> Pipeline:
         """Name the pipeline; its tables live under ``<warehouse>/<name>/``."""
@@ -321,6 +326,24 @@ class Pipeline:
             return dataclasses.replace(self, mode=check_mode(mode))
         except ValueError as exc:
             raise PipelineDefinitionError(f"pipeline {self.name!r}: {exc}") from None
+
+    def with_poll_interval(self, seconds: int) -> Pipeline:
+        """Look for new input every ``seconds`` (default 30): the interval of the pipeline's
+        Dagster sensor (``assets.make_pipeline_sensor``). Input published at a random moment
+        is read after about half an interval plus a run's start on average (the docs,
+        "Running with Dagster", give what each interval gave here); for less, run it
+        continuously.
+
+        >>> import ops as sp
+        >>> ticks = sp.read.from_callback("ticks").write.to_console().named("ticks")
+        >>> ticks.with_poll_interval(5).poll_seconds
+        5
+        """
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
+            raise PipelineDefinitionError(
+                f"pipeline {self.name!r}: the poll interval is a whole number of seconds, at "
+                f"least 1 (Dagster's sensors tick in seconds); got {seconds!r}")
+        return dataclasses.replace(self, poll_seconds=seconds)
 
     def track(self, *variables: Tracked) -> Pipeline:
         """Save these tracked variables (``sp.track(name, initial)``) with every checkpoint;

@@ -6,6 +6,7 @@ import time
 
 import dagster as dg
 import pandas as pd
+import pytest
 
 import ops as sp
 from assets import PIPELINE_TAG, make_pipeline_sensor
@@ -98,3 +99,17 @@ def test_sensor_requests_a_run_when_a_timer_falls_due_with_no_new_input(spark, w
         assert pipeline.run_once(spark, warehouse).batches[0].rows_in == 0  # the timer's batch
         assert pipeline.read_sink(spark, "out", warehouse)["k"].tolist() == ["a"]
         assert not tick(sensor, instance, data.cursor, warehouse).run_requests
+
+
+def test_a_pipeline_sets_its_sensor_interval_which_ticks_on_the_daemons_loop():
+    pipeline = (sp.read.from_callback("events", schema={"x": "long"})
+                .write.to_delta("out")).named("polled")
+    # the daemon's loop is 5 s: a sensor due each 5 s asks a second less, or it ticks every 10 s
+    assert make_pipeline_sensor(pipeline, placeholder_job).minimum_interval_seconds == 29
+    fresh = pipeline.with_poll_interval(5)
+    assert make_pipeline_sensor(fresh, placeholder_job).minimum_interval_seconds == 4
+    assert make_pipeline_sensor(fresh, placeholder_job,
+                                minimum_interval_seconds=60).minimum_interval_seconds == 60
+    for bad in (0, 2.5, "5", True):
+        with pytest.raises(sp.PipelineDefinitionError, match="poll interval is a whole number"):
+            pipeline.with_poll_interval(bad)

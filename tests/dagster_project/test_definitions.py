@@ -189,3 +189,22 @@ def test_deployment_selects_resources(monkeypatch):
         resources_for_deployment("cluster")
     with pytest.raises(ConfigError, match="choose one of"):
         resources_for_deployment("mainframe")
+
+
+def test_the_examples_poll_as_often_as_the_environment_says_and_refuse_a_bad_interval():
+    import os
+    import subprocess
+    import sys
+
+    def sensors_with(value: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", "from dagster_project import defs; print(sorted({s.name: "
+             "s.minimum_interval_seconds for s in defs.get_repository_def().sensor_defs}.items()))"],
+            env=dict(os.environ, LAKESTREAM_POLL_SECONDS=value), capture_output=True, text=True,
+            timeout=120)
+
+    assert "('running_sum_sensor', 4)" in sensors_with("5").stdout
+    refused = sensors_with("soon")
+    assert refused.returncode != 0
+    assert "LAKESTREAM_POLL_SECONDS must be a whole number of seconds, at least 1; got 'soon'" in \
+        refused.stderr
