@@ -209,8 +209,9 @@ class Bench:
                 **self.steps(run_id)}
 
     def steps(self, run_id: str) -> dict:
-        """Where a run's time went: in the queue (created -> dequeued), starting its worker
-        (dequeued -> the worker's first event: process start, imports, the code location), each
+        """Where a run's time went: in the queue (enqueued -> the daemon launches it), starting
+        its worker (launched -> the worker's first event: process start, imports, the code
+        location), each
         step (the pipeline's, its checks together), what the engine said its run took, and the
         worker's end (last step -> success)."""
         started: dict[str, float] = {}
@@ -231,8 +232,8 @@ class Bench:
         checks = sum(value for key, value in seconds.items() if key != PIPELINE)
         nan = float("nan")
         last_step = max((started[key] + seconds[key] for key in seconds), default=nan)
-        return {"queued_s": at.get("RUN_DEQUEUED", nan) - at.get("RUN_ENQUEUED", nan),
-                "worker_start_s": at.get("RUN_START", nan) - at.get("RUN_DEQUEUED", nan),
+        return {"queued_s": at.get("RUN_STARTING", nan) - at.get("RUN_ENQUEUED", nan),
+                "worker_start_s": at.get("RUN_START", nan) - at.get("RUN_STARTING", nan),
                 "pipeline_step_s": seconds.get(PIPELINE, nan), "checks_s": checks,
                 "engine_s": nan if engine is None else engine,
                 "worker_end_s": at.get("RUN_SUCCESS", nan) - last_step}

@@ -13,6 +13,7 @@ from tests.spark_settings import ROOT, SMALL_DATA_CONF, child_environment
 #: ``dg dev`` and ``dagster`` processes) or run every protocol step against S3. Every package
 #: keeps its unit and end-to-end tests in the fast tier.
 FULL_TIER_ONLY = ("tests/cluster/", "tests/kafka/", "tests/objectstore/",
+                  "tests/assets/test_warm_launcher.py",
                   "tests/analytics/test_page.py", "tests/dagster_project/test_ui.py",
                   "tests/dagster_project/test_continuous_job.py",
                   "tests/dagster_project/test_operation_jobs.py",
