@@ -99,16 +99,16 @@ def write_input(spark, path: str, size: int, batches: int, keys: int | None = No
 
 # -- one configuration, in a child process ---------------------------------------------------
 def child(config: dict) -> dict:
-    spark = sp.spark_session(sp.SparkConfig(master=config["master"],
-                                            shuffle_partitions=config["partitions"],
-                                            extra=config.get("spark", {})))
+    spark = _session(sp.SparkConfig(master=config["master"], shuffle_partitions=config["partitions"],
+                                    extra=config.get("spark", {})), config["mode"])
     built = pipeline(config["source"], config["workload"], config["mode"], config["name"])
     if config["temperature"] == "drained":
         return _drained(spark, built, config["warehouse"])
     result: dict = {}
     reports = []
     built.run_once(spark, config["warehouse"], max_batches=1)  # warm-up: JIT, caches, batch 1
-    with peak_memory(result, spark, pid=-1):  # pid -1: no tree sampling, only the JVM heap
+    # pid -1: no tree sampling, only the JVM heap (none, when no JVM started)
+    with peak_memory(result, spark if _started(spark) else None, pid=-1):
         started = time.perf_counter()
         if config["temperature"] == "warm":
             reports.append(built.run_once(spark, config["warehouse"]))
@@ -116,7 +116,7 @@ def child(config: dict) -> dict:
             for _ in range(config["batches"] - 1):
                 reports.append(built.run_once(spark, config["warehouse"], max_batches=1))
         seconds = time.perf_counter() - started
-    spark.stop()
+    _stop(spark)
     batches = [b for r in reports for b in r.batches]
     return {**_figures(batches, batches, seconds, [s for r in reports for s in r.checkpoint_seconds]),
             "jvm_heap_mb": result.get("peak_jvm_heap_mb", 0.0)}
@@ -129,8 +129,25 @@ def _drained(spark, built: sp.Pipeline, warehouse: str) -> dict:
     started = time.perf_counter()
     report = built.run_once(spark, warehouse)
     seconds = time.perf_counter() - started
-    spark.stop()
+    _stop(spark)
     return _figures(report.batches[1:], report.batches, seconds, report.checkpoint_seconds)
+
+
+def _session(config: sp.SparkConfig, mode: str):
+    """What a sensor-started (Dagster) run gets: a session that starts only if the run needs
+    it (driver mode on a local disk does not); a checkout from before lazy sessions, and
+    distributed mode, start it now."""
+    lazy = getattr(sp, "lazy_spark_session", None)
+    return lazy(config) if lazy is not None and mode == "driver" else sp.spark_session(config)
+
+
+def _started(spark) -> bool:
+    return getattr(spark, "started", True)
+
+
+def _stop(spark) -> None:
+    if _started(spark):
+        spark.stop()
 
 
 def _figures(timed: list, walled: list, seconds: float, checkpoints: list[float]) -> dict:
