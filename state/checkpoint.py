@@ -355,6 +355,17 @@ class CheckpointLog:
             return [int(found) for found in rows["checkpoint_id"].to_pylist()]
         return [row[0] for row in self.records().select("checkpoint_id").collect()]
 
+    def owners(self) -> set[tuple[int, str]]:
+        """``(checkpoint id, run id)`` of every committed checkpoint: the rows a run may leave
+        in a global table are those of these pairs (read like :meth:`ids`)."""
+        if not tables.exists(self._spark, self._layout.state):
+            return set()
+        rows = delta_io.rows_at_least(self._layout.state, "checkpoint_id", 0, _RECORDS, ["value"])
+        texts = (rows["value"].to_pylist() if rows is not None
+                 else [row["value"] for row in self.records().select("value").collect()])
+        return {(record.checkpoint_id, record.run_id)
+                for record in map(Checkpoint.from_json, texts)}
+
     def lineage(self, latest: Checkpoint) -> list[int]:
         """Ids of ``latest`` and its predecessors, newest first: the checkpoints whose sink
         output is still there (a reset abandons those after the one it went back to)."""

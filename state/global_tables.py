@@ -62,7 +62,8 @@ class GlobalTable(Hooks):
             self.index: range(first, first + len(rows)),
             CHECKPOINT_COLUMN: self._covering_checkpoint, RUN_COLUMN: ctx.run_id})
         fault_point("before_global_append")
-        tables.append(tables.to_frame(ctx.spark, tagged), self.path(ctx))
+        # one commit, by delta-rs where it serves the table (no JVM for a driver-mode run)
+        tables.append_rows(ctx.spark, tagged, self.path(ctx), again_soon=False)
         self._next_index = first + len(rows)
         fault_point("after_global_append")
         return self._next_index - 1
@@ -88,10 +89,12 @@ class GlobalTable(Hooks):
         path = self.path(ctx)
         if not tables.exists(ctx.spark, path):
             return
-        table = DeltaTable.forPath(ctx.spark, path)
-        table.delete(F.col(self.index) > last)
-        self._fence(ctx, table)
-        log.info("global table %s truncated to index %d", self.name, last)
+        # the rows are counted first (delta-rs, by the index's statistics): after a clean run
+        # there are none beyond the marker, and a DELETE would start Spark for nothing
+        if tables.count_between(ctx.spark, path, self.index, last + 1):
+            DeltaTable.forPath(ctx.spark, path).delete(F.col(self.index) > last)
+            log.info("global table %s truncated to index %d", self.name, last)
+        self._fence(ctx, path)
 
     def on_checkpoint(self, ctx: HookContext) -> Any:
         return self._next_index - 1
@@ -102,21 +105,24 @@ class GlobalTable(Hooks):
     def on_error(self, ctx: HookContext, error: BaseException) -> None:
         # best effort: the next recovery removes these rows anyway
         path = self.path(ctx)
-        if tables.exists(ctx.spark, path):
+        if tables.count_between(ctx.spark, path, CHECKPOINT_COLUMN, self._covering_checkpoint):
             DeltaTable.forPath(ctx.spark, path).delete(
                 (F.col(RUN_COLUMN) == ctx.run_id)
                 & (F.col(CHECKPOINT_COLUMN) >= self._covering_checkpoint))
 
     # -- internals --------------------------------------------------------------------------
-    def _fence(self, ctx: HookContext, table: DeltaTable) -> None:
-        """Delete rows whose (checkpoint, run) is not a committed checkpoint: a losing run's."""
+    def _fence(self, ctx: HookContext, path: str) -> None:
+        """Delete rows whose (checkpoint, run) is not a committed checkpoint: a losing run's.
+        Which pairs the table holds is read from its two columns alone (delta-rs where it
+        serves the table); only when one is not a committed checkpoint's does Spark rewrite."""
+        written = tables.column_frame(ctx.spark, path, [CHECKPOINT_COLUMN, RUN_COLUMN])
+        pairs = set(zip(map(int, written[CHECKPOINT_COLUMN]), written[RUN_COLUMN]))
+        if pairs <= ctx.checkpoints.owners():
+            return
         owners = (ctx.checkpoints.records()
                   .select(F.col("checkpoint_id").alias(CHECKPOINT_COLUMN),
                           F.get_json_object("value", "$.run_id").alias(RUN_COLUMN)))
-        rows = table.toDF()
-        orphans = rows.join(owners, [CHECKPOINT_COLUMN, RUN_COLUMN], "left_anti")
-        if orphans.limit(1).count() == 0:
-            return
+        table = DeltaTable.forPath(ctx.spark, path)
         (table.alias("g").merge(owners.alias("o"),
                                 f"g.{CHECKPOINT_COLUMN} = o.{CHECKPOINT_COLUMN} "
                                 f"AND g.{RUN_COLUMN} = o.{RUN_COLUMN}")

@@ -70,6 +70,18 @@ def summary(spark: SparkSession, path: str, newest: int = 10) -> TableSummary | 
     return TableSummary(frame.count(), frame.schema, frame.limit(newest).toPandas())
 
 
+def column_frame(spark: SparkSession, path: str, columns: list[str]) -> pd.DataFrame:
+    """Only ``columns`` of every row of the table at ``path``, as pandas (no rows when there is
+    no table): by delta-rs, reading those columns alone, where it serves the table; else
+    Spark."""
+    found = delta_io.column_rows(path, columns)
+    if found is not None:
+        return found.to_pandas()
+    if not exists(spark, path):
+        return pd.DataFrame({name: [] for name in columns})
+    return read(spark, path).select(*columns).toPandas()
+
+
 def count_between(spark: SparkSession, path: str, column: str, lowest: int,
                   highest: int | None = None) -> int:
     """How many rows of the table at ``path`` have integer ``column`` in ``lowest..highest``

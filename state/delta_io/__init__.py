@@ -33,6 +33,7 @@ from .cache import (
 from .columns_added import add_columns
 from .files import (
     Summary,
+    column_rows,
     count_between,
     data_files,
     file_statistics,
@@ -77,7 +78,7 @@ __all__ = [
     "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
     "RECHECK_SETTING", "recheck_seconds", "Snapshots", "Stamp", "commit_stamp",
     "adopt_storage_environment", "snapshots", "table",
-    "Summary", "count_between", "summary",
+    "Summary", "column_rows", "count_between", "summary",
     "data_files", "file_statistics", "newest_rows", "read_added", "read_data_files", "rows_at_least",
     "snapshot", "AddedFile", "Appended", "appended", "FEED_PROPERTY", "commit_actions", "commit_times",
     "configuration", "exists", "feed_enabled", "feed_on", "held_version", "latest_version",

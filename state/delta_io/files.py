@@ -240,3 +240,14 @@ def count_between(path: str, column: str, lowest: int, highest: int | None = Non
     if highest is None or found.num_rows == 0:
         return found.num_rows
     return int(pa.compute.sum(pa.compute.less_equal(found[column], highest)).as_py() or 0)
+
+
+def column_rows(path: str, columns: list[str]) -> pa.Table | None:
+    """Only ``columns`` of every row of the table at ``path`` (no other column is read);
+    ``None`` when there is no table or this package does not read it by its files (see
+    :func:`file_statistics`)."""
+    files = file_statistics(path)
+    if files is None:
+        return None
+    rows = read_data_files(path, files["path"].to_pylist(), columns)
+    return rows if rows.num_columns else pa.table({name: pa.array([]) for name in columns})
