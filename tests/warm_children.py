@@ -1,10 +1,13 @@
 """Child processes that start warm: a test's ``python -m <module>`` child whose imports are done
-and whose Spark session is up by the time the test asks for it.
+by the time the test asks for it.
 
 The crash tests run a pipeline in a child and kill it at a protocol step. About seventy
-children a suite each spent ~5 s of their ~12 s importing and starting a JVM before their first
-batch. Here the next child starts while the current test works (its own child running, then its
-recovery in the suite's session), so that start overlaps time the test spends anyway::
+children a suite each spent ~2 s importing the engine (pandas, pyarrow, delta-rs, PySpark)
+before their first batch. Here the next child starts while the current test works (its own
+child running, then its recovery in the suite's session), so that start overlaps time the test
+spends anyway. A child's Spark session is lazy (``ops.lazy_spark_session``): a driver-mode run
+on a local disk starts no JVM, and one that needs Spark starts it after its request, in the
+asked-for environment::
 
     children = WarmChildren(folder)
     done = children.run("tests.ops.runtime.recovery.crash_pipeline",
@@ -12,10 +15,10 @@ recovery in the suite's session), so that start overlaps time the test spends an
     assert done.returncode == -signal.SIGKILL
 
 A spare child is started with the environment it will be asked to run in, less the variables
-a child reads only after its session is up (:func:`read_at_run_time`), and is handed only a
-request whose environment is the same but for those. So its Spark session is the one a cold
-``python -m`` child would have started, and the module runs as it would there: as
-``__main__``, in the asked-for environment, which its Spark Python workers see too. A spare
+a child reads only once it runs (:func:`read_at_run_time`), and is handed only a request whose
+environment is the same but for those. So the module runs as it would in a cold ``python -m``
+child: as ``__main__``, in the asked-for environment, which a Spark session it starts (and its
+Python workers) sees too. A spare
 nobody asks for is killed at ``close()``, or exits by itself when the suite's process dies (its
 stdin closes).
 """
@@ -30,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Variables a child reads only once its session is up: where its warehouse is, where it
+#: Variables a child reads only once it runs: where its warehouse is, where it
 #: crashes, what the test's own modules are told (the rest of a child's environment shapes its
 #: Spark session, so a spare started with other values of it is not used).
 RUN_TIME_VARIABLES = frozenset({"LAKESTREAM_WAREHOUSE", "LAKESTREAM_CRASH_AT"})
@@ -38,7 +41,7 @@ RUN_TIME_PREFIXES = ("CRASH_TEST_", "TIMER_TEST_", "KAFKA_")
 
 
 def read_at_run_time(variable: str) -> bool:
-    """Whether a child reads ``variable`` only after its Spark session is up.
+    """Whether a child reads ``variable`` only once it runs (after its imports).
 
     >>> read_at_run_time("LAKESTREAM_CRASH_AT"), read_at_run_time("LAKESTREAM_SPARK_MASTER")
     (True, False)
@@ -68,16 +71,17 @@ class WarmChildren:
         self._spares: dict[tuple, _Child] = {}
         self._started = 0
 
-    def run(self, module: str, env: dict[str, str], timeout: float = 600
-            ) -> subprocess.CompletedProcess:
+    def run(self, module: str, env: dict[str, str], timeout: float = 600, *,
+            spark: bool = False) -> subprocess.CompletedProcess:
         """Run ``module`` as ``__main__`` in a child with environment ``env``; like
-        ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)``."""
-        return self.start(module, env).wait(timeout)
+        ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)``. ``spark``:
+        the module's run needs Spark (distributed mode), so its spare starts the JVM too."""
+        return self.start(module, env, spark=spark).wait(timeout)
 
-    def start(self, module: str, env: dict[str, str]) -> StartedChild:
+    def start(self, module: str, env: dict[str, str], *, spark: bool = False) -> StartedChild:
         """Hand ``module`` to a waiting child (a cold one if none waits for this environment),
         then start the next spare; return at once."""
-        key = _session_environment(env)
+        key = _session_environment({**env, **({_SPARK: "1"} if spark else {})})
         child = self._spares.pop(key, None)
         if child is None or child.process.poll() is not None:
             child = self._spawn(key)
@@ -141,20 +145,26 @@ class StartedChild:
                                            process.returncode, stdout, stderr)
 
 
-def _serve() -> None:
-    """In the child: start Spark as the module would, wait for the request, run the module."""
-    import ops
+#: Set in a spare for a module whose run needs Spark: the spare starts the JVM before it is asked.
+_SPARK = "WARM_CHILD_STARTS_SPARK"
 
-    spark = ops.spark_session()  # the slow part (a JVM, Delta's classes), before it is needed
+
+def _serve() -> None:
+    """In the child: import what the modules import (and start Spark, for a run that needs
+    it), wait for the request, run the module."""
+    import ops  # the slow part (pandas, pyarrow, delta-rs, PySpark), before it is needed
+
+    spark = ops.spark_session() if os.environ.pop(_SPARK, None) else None
     request = sys.stdin.readline()
     if not request:  # the suite ended (or no longer needs this spare)
         return
     asked = json.loads(request)
     os.environ.update(asked["env"])
-    # Spark's Python workers inherit the JVM's environment, which predates the request: they
-    # get these variables as every Python function's environment instead (as with
-    # spark.executorEnv.*), so code on executors sees what a cold child's would (a crash point)
-    spark.sparkContext.environment.update(asked["env"])
+    if spark is not None:
+        # Spark's Python workers inherit the JVM's environment, which predates the request:
+        # they get these variables as every Python function's environment instead (as with
+        # spark.executorEnv.*), so code on executors sees what a cold child's would
+        spark.sparkContext.environment.update(asked["env"])
     runpy.run_module(asked["module"], run_name="__main__", alter_sys=True)
 
 

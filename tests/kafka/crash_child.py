@@ -34,4 +34,4 @@ if __name__ == "__main__":
     bootstrap, source = os.environ["KAFKA_BOOTSTRAP"], os.environ["KAFKA_SOURCE"]
     pipeline = (build(bootstrap, source, os.environ["KAFKA_TARGET"], os.environ.get("KAFKA_MODE", "driver"))
                 if "KAFKA_TARGET" in os.environ else build_table(bootstrap, source))
-    pipeline.run_once(sp.spark_session())
+    pipeline.run_once(sp.lazy_spark_session())  # as a Dagster step: a JVM only if needed

@@ -72,7 +72,7 @@ def _crash_then_recover(spark, warehouse, children, child_env, kafka, topics, cr
                         mode="driver"):
     env = dict(child_env, LAKESTREAM_CRASH_AT=crash_at, KAFKA_BOOTSTRAP=kafka.bootstrap,
                KAFKA_SOURCE=topics[0], KAFKA_TARGET=topics[1], KAFKA_MODE=mode)
-    crashed = children.run("tests.kafka.crash_child", env)
+    crashed = children.run("tests.kafka.crash_child", env, spark=mode == "distributed")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     report = crash_child.build(kafka.bootstrap, *topics, mode).run_once(spark, warehouse)

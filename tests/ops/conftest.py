@@ -61,7 +61,7 @@ def crash_child(warm_children, child_env):
         env = dict(child_env, CRASH_TEST_PIPELINE=pipeline, CRASH_TEST_RUN=run, **env)
         if crash_at:
             env["LAKESTREAM_CRASH_AT"] = crash_at
-        return warm_children.run(cp.__name__, env)
+        return warm_children.run(cp.__name__, env, spark="distributed" in pipeline)
 
     return run
 

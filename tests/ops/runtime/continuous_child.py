@@ -29,7 +29,7 @@ def build():
 
 
 if __name__ == "__main__":
-    spark = sp.spark_session()
+    spark = sp.lazy_spark_session()  # as a Dagster step: a JVM only if the run needs one
 
     def checkpointed(report: sp.CheckpointReport) -> None:
         print(f"CHECKPOINT {report.checkpoint_id} batch={report.batch_id} "

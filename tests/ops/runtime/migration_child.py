@@ -41,5 +41,5 @@ def migrate_to_version_2(spark, warehouse=None):
 
 
 if __name__ == "__main__":
-    session = sp.spark_session()
+    session = sp.lazy_spark_session()  # as a Dagster step: a JVM only if the run needs one
     print(migrate_to_version_2(session))

@@ -192,7 +192,7 @@ def run_until_drained(spark, pipeline, warehouse=None, batches=None):
 
 
 if __name__ == "__main__":
-    spark = sp.spark_session()
+    spark = sp.lazy_spark_session()  # as a Dagster step: a JVM only if the run needs one
     pipeline = BUILDERS[os.environ.get("CRASH_TEST_PIPELINE", "hooked")]()
     if os.environ.get("CRASH_TEST_RUN") == "continuous":
         report = run_until_drained(spark, pipeline)

@@ -115,7 +115,8 @@ def test_a_timer_fires_once_when_the_process_dies_between_firing_and_checkpoint(
     pipeline = tc.build(mode)
     _publish(spark, pipeline, warehouse)
     crashed = warm_children.run(tc.__name__, dict(child_env, TIMER_TEST_MODE=mode,
-                                                  LAKESTREAM_CRASH_AT=crash_at))
+                                                  LAKESTREAM_CRASH_AT=crash_at),
+                                spark=mode == "distributed")
     assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
 
     pipeline.run_once(spark, warehouse)  # recovery, here in-process

@@ -38,6 +38,6 @@ def expected_totals() -> dict[int, int]:
 
 
 if __name__ == "__main__":
-    spark = sp.spark_session()
+    spark = sp.lazy_spark_session()  # as a Dagster step: a JVM only if the run needs one
     report = build(os.environ.get("TIMER_TEST_MODE", "driver")).run_once(spark)
     print(f"DONE checkpoint={report.checkpoint_id} batches={len(report.batches)}", flush=True)
