@@ -1,4 +1,5 @@
-"""One real Spark session (with Delta) for the whole test session; a fresh warehouse per test."""
+"""One real Spark session (with Delta) per pytest worker (``bash .ci/test`` runs two); a fresh
+warehouse per test."""
 
 import os
 from pathlib import Path

@@ -3,12 +3,13 @@ pytest ``--junitxml`` report), which ``bash .ci/test --fast`` leaves out besides
 and ``FULL_TIER_ONLY`` (tests/conftest.py).
 
     .venv/bin/python -m pytest --junitxml=/tmp/full.xml   # the whole suite, measured
-    .venv/bin/python tests/tiers.py /tmp/full.xml
+    .venv/bin/python -m tests.tiers /tmp/full.xml
 """
 
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from tests.timing import test_times
 
 SECONDS = 3.4  # on the 2-core reference machine: the fast tier then runs in about five minutes
 LIST = Path(__file__).with_name("full_tier.txt")
@@ -16,12 +17,8 @@ LIST = Path(__file__).with_name("full_tier.txt")
 
 def slow_tests(report: str) -> list[str]:
     """Node ids (``tests/x/test_y.py::name``) of the report's tests over ``SECONDS``."""
-    found = []
-    for case in ET.parse(report).iter("testcase"):
-        if float(case.get("time", 0)) > SECONDS:
-            module = case.get("classname").replace(".", "/") + ".py"
-            found.append(f"{module}::{case.get('name')}")
-    return sorted(found)
+    return sorted(f"{classname.replace('.', '/')}.py::{name}"
+                  for classname, name, seconds in test_times(report) if seconds > SECONDS)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ test folder's summed time (setup, call and teardown of its tests), slowest first
 regression of the loop shows in CI's own log (``.ci/run`` prints it after the suite).
 
     .venv/bin/python -m pytest --junitxml=/tmp/run.xml
-    .venv/bin/python tests/timing.py /tmp/run.xml
+    .venv/bin/python -m tests.timing /tmp/run.xml
 
 Under ``pytest -n 2`` (xdist) the packages' times add up to more than the wall time: two
 workers' tests ran side by side.
@@ -12,6 +12,14 @@ workers' tests ran side by side.
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Iterator
+
+
+def test_times(report: str) -> Iterator[tuple[str, str, float]]:
+    """``(classname, name, seconds)`` of each test case in the junit report at ``report``
+    (``tests/tiers.py`` picks the slow ones from these)."""
+    for case in ET.parse(report).iter("testcase"):
+        yield case.get("classname", ""), case.get("name", ""), float(case.get("time", 0))
 
 
 def package_of(classname: str) -> str:
@@ -34,8 +42,8 @@ def package_of(classname: str) -> str:
 def seconds_by_package(report: str) -> dict[str, tuple[int, float]]:
     """``{package: (tests, seconds)}`` of a junit report."""
     found: dict[str, list[float]] = defaultdict(list)
-    for case in ET.parse(report).iter("testcase"):
-        found[package_of(case.get("classname", ""))].append(float(case.get("time", 0)))
+    for classname, _, seconds in test_times(report):
+        found[package_of(classname)].append(seconds)
     return {package: (len(times), sum(times)) for package, times in found.items()}
 
 
