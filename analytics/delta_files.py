@@ -3,8 +3,9 @@ or an object store alike.
 
 The query manager follows a state table's changelog this way. A poll asks for the next commit's
 JSON (on a local disk one ``open``, on an object store one request, whatever the size of the
-table) and, when it is there and only added files (a changelog's appends), reads those files
-alone: so a poll does not grow with the table's commits and files, and it takes no lock, so
+table) and, when it is there and only appended rows (by :class:`state.delta_io.Appended`, the
+rule the Delta source reads by too: a changelog's appends, a compaction that rewrote files
+without changing rows), reads the files it added with rows alone: so a poll does not grow with the table's commits and files, and it takes no lock, so
 the pipeline committing to the table holds it up nowhere. Any other commit (a reset removing
 rows, a schema change, a checkpoint-only log) and, every :func:`state.delta_io.recheck_seconds`
 seconds (a table made again at its path, a log cleaned up past the version read), the table is
@@ -70,18 +71,22 @@ class DeltaFiles:
             entry = _reading(lambda: delta_io.appended(self.path, self.version + 1, self._files_store()))
             if entry is None:
                 return None
-            if entry.files is not None:
+            if entry.only_appended:
                 return self._appended(entry)
         return self._synced()
 
     def _appended(self, entry: delta_io.Appended) -> Commit:
-        """An append's commit, from its JSON and the files it added."""
-        assert entry.files is not None
+        """An append's commit (or a compaction's, which adds no row), from its JSON and the
+        files it added with rows."""
+        assert entry.files is not None  # only_appended
         names = [added.path for added in entry.files]
         sizes = {added.path: added.size for added in entry.files if added.size is not None}
         rows = _reading(lambda: delta_io.read_added(self.path, names, self._schema, self._files_store(),
                                                     sizes))
-        self._files.update((added.path, added.modification_time) for added in entry.files)
+        for name in entry.removed:
+            self._files.pop(name, None)
+        self._files.update((added.path, added.modification_time)
+                           for added in (*entry.files, *entry.rewritten))
         self.version = entry.version
         self._stamp = self._stamp_of(entry.version)
         return Commit(entry.version, to_frame(rows), False)

@@ -21,7 +21,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.types import TimestampType
 
-from state import appended
+from ..sources import delta_inserts
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Instants:
         instants."""
         for name in self.columns:
             if name in rows.columns:
-                rows[name] = appended.utc_instants(rows[name], self.time_zone)
+                rows[name] = delta_inserts.utc_instants(rows[name], self.time_zone)
         return rows
 
     def each(self, chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

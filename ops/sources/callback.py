@@ -13,10 +13,11 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from state import PipelineLayout, appended, delta_io, tables
+from state import PipelineLayout, delta_io, tables
 
 from ..columns import ROWTIME
 from ..context import RunContext
+from . import delta_inserts
 from .base import REJECTED_COLUMNS, Slice, Source, version_slices
 from .records import RecordSchema, encode_record, parse_payload
 
@@ -66,11 +67,11 @@ class CallbackSource(Source):
 
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         path = ctx.layout.inbox(self.name)
-        rows = appended.inserted_rows(ctx.spark, path, int(start) + 1, int(end), order_by=("seq",))
-        sliced = _validate(self.schema, rows[[appended.VERSION, "seq", "payload"]])
+        rows = delta_inserts.inserted_rows(ctx.spark, path, int(start) + 1, int(end), order_by=("seq",))
+        sliced = _validate(self.schema, rows[[delta_inserts.VERSION, "seq", "payload"]])
         if self.rowtime:  # each good row's publish: the commit that stored it
             published = delta_io.commit_times(path, int(start) + 1, int(end))
-            versions = rows[appended.VERSION].to_numpy()[sliced.good.index]
+            versions = rows[delta_inserts.VERSION].to_numpy()[sliced.good.index]
             sliced.good[ROWTIME] = pd.to_datetime(
                 pd.Series([published.get(int(v)) for v in versions], index=sliced.good.index,
                           dtype="Int64"), unit="ms", utc=True)

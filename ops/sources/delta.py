@@ -13,11 +13,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state import PipelineLayout, appended, delta_io, tables
+from state import PipelineLayout, delta_io, tables
 
 from ..columns import FIRST_ORDINAL, ORDER_COLUMN
 from ..context import RunContext
 from ..errors import BadRecordError, ConfigError
+from . import delta_inserts
 from .base import REJECTED_COLUMNS, FrameSlice, Slice, Source, version_slices
 from .records import RecordSchema
 
@@ -36,7 +37,7 @@ class DeltaTableSource(Source):
     dead letters.
 
     Plain appends to a local table are read straight from their files, and updates and deletes
-    insert nothing (see :mod:`state.appended`); any other commit (a merge that inserts, an
+    insert nothing (see :mod:`ops.sources.delta_inserts`); any other commit (a merge that inserts, an
     overwrite, a partitioned or remote table) is read through the table's change data feed,
     which Delta holds only for commits made while ``delta.enableChangeDataFeed=true``. So turn
     the feed on when the table is created. A commit that no read can give is refused when it
@@ -59,7 +60,7 @@ class DeltaTableSource(Source):
             raise BadRecordError(f"source {self.name!r}: no Delta table at {self.path}")
         # Readable so far; say so before it stops being. Info, not a warning: a table that is
         # only appended to (a SQL table's changelog) never needs the feed.
-        if appended.feed_on(self.path) is False:
+        if delta_inserts.feed_on(self.path) is False:
             log.info("pipeline %r, source %r: the Delta table %s has no change data feed. Its "
                      "appends, updates and deletes are read without it, but a merge that inserts "
                      "rows or an overwrite made while it is off could never be read. Turn it on: "
@@ -69,7 +70,7 @@ class DeltaTableSource(Source):
     def enable_feed_sql(self) -> str:
         """The SQL that turns the table's change data feed on."""
         return (f"ALTER TABLE delta.`{self.path}` SET TBLPROPERTIES "
-                f"({appended.FEED_PROPERTY} = true)")
+                f"({delta_inserts.FEED_PROPERTY} = true)")
 
     def plan(self, ctx: RunContext, after: Any, limit: int) -> list[tuple[Any, Any]]:
         """Slices up to the latest version, each one the reader can read in one go (all from
@@ -90,15 +91,15 @@ class DeltaTableSource(Source):
         the first version none can; raises when that is the version right after ``start``."""
         if last <= start:
             return []
-        commits = appended.readings(self.path, start + 1, last)
+        commits = delta_inserts.readings(self.path, start + 1, last)
         if commits is None:  # a remote table (or a log cleaned up): the change feed must do
-            if appended.appends_read_without_spark(self.path, start + 1, last):
+            if delta_inserts.appends_read_without_spark(self.path, start + 1, last):
                 return [last]  # no Spark job to plan a batch of appends on an object store
-            reason = appended.feed_error(ctx.spark, self.path, start + 1, last)
+            reason = delta_inserts.feed_error(ctx.spark, self.path, start + 1, last)
             if reason is not None:
                 raise ConfigError(self._feed_missing(ctx, start, last, reason))
             return [last]
-        ends, stuck = appended.readable_runs(commits)
+        ends, stuck = delta_inserts.readable_runs(commits)
         if stuck is not None and not ends:
             raise ConfigError(self._unreadable(ctx, stuck))
         if stuck is not None:
@@ -143,7 +144,7 @@ class DeltaTableSource(Source):
                 f"the old column's type), or read the table from version {version} on with a "
                 f"new pipeline.")
 
-    def _unreadable(self, ctx: RunContext, commit: appended.CommitReading) -> str:
+    def _unreadable(self, ctx: RunContext, commit: delta_inserts.CommitReading) -> str:
         """Why ``commit`` cannot be read, and what the user can do."""
         what = ("an append whose files cannot be read directly (a partitioned table, deletion "
                 "vectors, or columns such as decimals)" if commit.appended else
@@ -160,12 +161,12 @@ class DeltaTableSource(Source):
 
     def _remedy(self) -> str:
         """What to run: the feed turned on (unless it is on), and what it cannot mend."""
-        turn_on = ("The feed is on now, but" if appended.feed_on(self.path) else
+        turn_on = ("The feed is on now, but" if delta_inserts.feed_on(self.path) else
                    f"So that later commits can be read, turn the feed on: {self.enable_feed_sql}. "
                    f"Even then,")
         return (f"{turn_on} a commit made while it was off stays unreadable: to read past it, "
                 f"re-create the table with the feed on (CREATE TABLE … TBLPROPERTIES "
-                f"({appended.FEED_PROPERTY} = true) AS SELECT …) and read that one with a new "
+                f"({delta_inserts.FEED_PROPERTY} = true) AS SELECT …) and read that one with a new "
                 f"pipeline.")
 
     def lag(self, ctx: RunContext, after: Any) -> int:
@@ -179,11 +180,11 @@ class DeltaTableSource(Source):
     def read(self, ctx: RunContext, start: Any, end: Any) -> Slice:
         try:
             # timestamps as instants: what the same function gets on executors
-            rows = appended.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end), self.order_by,
+            rows = delta_inserts.inserted_rows(ctx.spark, self.path, int(start) + 1, int(end), self.order_by,
                                           instants=True, sort_all=ctx.sorted_rows)
-            rows = rows.drop(columns=[appended.VERSION])
+            rows = rows.drop(columns=[delta_inserts.VERSION])
         except Exception as exc:
-            reason = appended.missing_change_data(exc)
+            reason = delta_inserts.missing_change_data(exc)
             if reason is None:
                 raise
             raise ConfigError(self._plan_unreadable(ctx, start, end, reason)) from exc
@@ -198,15 +199,15 @@ class DeltaTableSource(Source):
         off, that the log does not tell the files of) are read on the driver, as :meth:`read`
         does."""
         if not (ctx.sorted_rows or self.order_by):
-            schema = appended.table_schema(ctx.spark, self.path)
-            files = appended.added_files(self.path, int(start) + 1, int(end), schema)
+            schema = delta_inserts.table_schema(ctx.spark, self.path)
+            files = delta_inserts.added_files(self.path, int(start) + 1, int(end), schema)
             if files is not None:
                 return self._from_files(ctx, files, schema, start, end)
-        commits = appended.readings(self.path, int(start) + 1, int(end))
+        commits = delta_inserts.readings(self.path, int(start) + 1, int(end))
         if commits is not None and not all(commit.from_feed for commit in commits):
             return super().read_frame(ctx, start, end)
         if commits is None:  # Spark would say so only once the batch runs on executors
-            reason = appended.feed_error(ctx.spark, self.path, int(start) + 1, int(end))
+            reason = delta_inserts.feed_error(ctx.spark, self.path, int(start) + 1, int(end))
             if reason is not None:
                 raise ConfigError(self._plan_unreadable(ctx, start, end, reason))
         changes = (ctx.spark.read.format("delta").option("readChangeFeed", "true")
@@ -225,11 +226,11 @@ class DeltaTableSource(Source):
                     start: Any, end: Any) -> FrameSlice:
         """The rows of ``files`` (an append's; the table's ``schema``), numbered in the table's
         order without a sort."""
-        read = appended.file_rows(ctx.spark, self.path, files, schema)
-        columns = [c for c in read.columns if c not in (appended.VERSION, appended.ROW_IN_TABLE)]
+        read = delta_inserts.file_rows(ctx.spark, self.path, files, schema)
+        columns = [c for c in read.columns if c not in (delta_inserts.VERSION, delta_inserts.ROW_IN_TABLE)]
         rows = read.select(*[F.col(f"`{c}`") for c in columns],
-                           (F.lit(FIRST_ORDINAL) + F.col(appended.ROW_IN_TABLE)).alias(ORDER_COLUMN))
-        return self._keyed(rows, read, columns, [appended.ROW_IN_TABLE], start, end)
+                           (F.lit(FIRST_ORDINAL) + F.col(delta_inserts.ROW_IN_TABLE)).alias(ORDER_COLUMN))
+        return self._keyed(rows, read, columns, [delta_inserts.ROW_IN_TABLE], start, end)
 
     def _keyed(self, rows: DataFrame, scanned: DataFrame, columns: list[str], order: list[str],
                start: Any, end: Any) -> FrameSlice:

@@ -25,15 +25,16 @@ from .stores import calling, on_object_store, table_files
 
 def data_files(path: str) -> tuple[int, dict[str, int]]:
     """The table's latest version (-1: no table) and its data files as of that version, each
-    with the time it was added (epoch ms): what a follower compares from one poll to the next
+    with the time it was added (epoch ms), by path in the table's folder (unescaped, as
+    :class:`AddedFile` gives them): what a follower compares from one poll to the next
     to find the files a commit added or removed, with or without the change feed. No request
     beyond bringing the table up to date: delta-rs holds the files of the version it read."""
     found = table(path)
     if found is None:
         return -1, {}
     actions = pa.table(found.get_add_actions(flatten=True))
-    return int(found.version()), dict(zip(actions["path"].to_pylist(),
-                                          actions["modification_time"].cast(pa.int64()).to_pylist()))
+    names = [unquote(name) for name in actions["path"].to_pylist()]  # the log escapes them
+    return int(found.version()), dict(zip(names, actions["modification_time"].cast(pa.int64()).to_pylist()))
 
 
 def read_data_files(path: str, names: list[str], columns: list[str] | None = None,
@@ -65,20 +66,20 @@ def read_data_files(path: str, names: list[str], columns: list[str] | None = Non
 def read_added(path: str, names: list[str], schema: pa.Schema | None = None,
                files: pyarrow.fs.FileSystem | None = None,
                sizes: Mapping[str, int] | None = None) -> pa.Table:
-    """The rows of data files ``names`` (paths as the log spells them: :class:`Appended`), in
-    that order, read directly (no snapshot, no lock: what each costs is its own file, however
-    many the table has); as ``schema`` (the table's columns as a snapshot read gives them, in
-    its order, a column a file lacks null) when given. ``files``: the table's (see
-    :func:`state.delta_io.appended`). ``sizes``: each file's size as the log gives it (by
-    name as the log spells it); a file of known size up to :data:`WHOLE_FILE_BYTES` is read in
-    one request, footer and columns together, which on an object store is one ``GET`` instead of
-    a ``HEAD`` and two ranged ones."""
-    known = {unquote(name): size for name, size in (sizes or {}).items()}
+    """The rows of data files ``names`` (paths in the table's folder, unescaped, as
+    :class:`AddedFile` gives them), in that order, read directly (no snapshot, no lock: what
+    each costs is its own file, however many the table has); as ``schema`` (the table's
+    columns as a snapshot read gives them, in its order, a column a file lacks null) when
+    given. ``files``: the table's (see :func:`state.delta_io.appended`). ``sizes``: each
+    file's size as the log gives it (by the same names); a file of known size up to
+    :data:`WHOLE_FILE_BYTES` is read in one request, footer and columns together, which on an
+    object store is one ``GET`` instead of a ``HEAD`` and two ranged ones."""
+    known = dict(sizes or {})
     store = table_files(path, known) if known and on_object_store(path) else files or table_files(path)
     parts = []
     for name in names:
         read = calling(path, f"reading data file {name} of",
-                       partial(_parquet, store, unquote(name), known.get(unquote(name))))
+                       partial(_parquet, store, name, known.get(name)))
         parts.append(plain(read if schema is None else _as_schema(read, schema)))
     if not parts:
         return pa.table({}) if schema is None else schema.empty_table()

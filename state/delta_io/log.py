@@ -116,7 +116,8 @@ def commit_actions(path: str, version: int) -> list[dict[str, Any]] | None:
     when that file is gone (cleaned up by log retention) or the table is on a store this
     package does not serve. The one read of the log by hand: delta-rs gives a commit's
     operation (its history) but not its actions, which tell the files an append added and in
-    which order (read by :mod:`state.appended`). On an object store: one request."""
+    which order (read by the Delta source, :mod:`ops.sources.delta_inserts`). On an object
+    store: one request."""
     return _actions(path, version, table_files(path)) if serves(path) else None
 
 
@@ -129,25 +130,90 @@ def _actions(path: str, version: int, files: pyarrow.fs.FileSystem) -> list[dict
 
 
 class AddedFile(NamedTuple):
-    """A data file an append added: its path as the log spells it, its ``modificationTime``
-    and its size in bytes (``None`` when the log leaves it out)."""
+    """A data file a commit added with new rows: its path in the table's folder (unescaped: the
+    log spells it as a URI), its ``modificationTime`` and its size in bytes (``None`` when the
+    log leaves it out)."""
 
     path: str
     modification_time: int
     size: int | None
 
 
+#: Actions that record something about a commit but change neither the table's rows nor what
+#: the table is: what the commit did (``commitInfo``) and the writers' transaction ids (``txn``).
+_ABOUT_THE_COMMIT = frozenset({"commitInfo", "txn"})
+
+
 @dataclass(frozen=True)
 class Appended:
-    """Commit ``version`` as a follower reads it from its JSON alone: ``files``, the data files
-    it added (:class:`AddedFile`), in its order,
-    when all it did was add files with rows to an unpartitioned table without deletion vectors
-    (commit info and transaction ids pass); ``None`` when it did anything else (removed or
-    rewrote files, changed the schema or protocol, wrote change data): then only the table's
-    snapshot tells what it did."""
+    """Commit ``version`` as its JSON alone tells it (:func:`appended_in`): the one rule by which
+    lakestream decides whether a commit only appended rows (the Delta source reads it so, and so
+    does the analytics follower).
+
+    ``files``: the data files it added with new rows, in its order, when it changed or removed
+    no row (no ``remove`` that changes data, no change data); ``None`` when it did. Files it
+    rewrote without changing their rows (a compaction: ``dataChange=false``) are ``rewritten``
+    (added) and ``removed`` (paths). ``changes_table``: it also changed the table's schema,
+    properties or protocol (any action but files, ``commitInfo`` and ``txn``).
+    ``in_files_alone``: each file it added holds its rows alone (no partition values, deletion
+    vectors or absolute URIs, which the log holds and the file does not).
+    """
 
     version: int
     files: tuple[AddedFile, ...] | None
+    rewritten: tuple[AddedFile, ...] = ()
+    removed: tuple[str, ...] = ()
+    changes_table: bool = False
+    in_files_alone: bool = True
+
+    @property
+    def only_appended(self) -> bool:
+        """Rows were only added, each file's its own, to a table that is otherwise as it was:
+        the rows of ``files`` are what it inserted, and the table's files now are those before,
+        less ``removed``, plus ``files`` and ``rewritten`` (what a follower holding the table's
+        files and schema needs, without a snapshot)."""
+        return self.files is not None and self.in_files_alone and not self.changes_table
+
+
+def appended_in(version: int, actions: list[dict[str, Any]]) -> Appended:
+    """What commit ``version`` (its ``actions``, one dict per line of its JSON) did, by the rule
+    :class:`Appended` states.
+
+    >>> added = {"add": {"path": "a%20b.parquet", "size": 9, "modificationTime": 1, "dataChange": True}}
+    >>> appended_in(3, [{"commitInfo": {"operation": "WRITE"}}, added]).files
+    (AddedFile(path='a b.parquet', modification_time=1, size=9),)
+    >>> compaction = appended_in(4, [{"remove": {"path": "x.parquet", "dataChange": False}},
+    ...                              {"add": {"path": "y.parquet", "size": 9, "dataChange": False}}])
+    >>> compaction.files, compaction.removed, compaction.only_appended
+    ((), ('x.parquet',), True)
+    >>> appended_in(5, [{"remove": {"path": "y.parquet", "dataChange": True}}]).files is None
+    True
+    """
+    files: list[AddedFile] = []
+    rewritten: list[AddedFile] = []
+    removed: list[str] = []
+    changes_table = False
+    in_files_alone = True
+    for action in actions:
+        add, remove = action.get("add"), action.get("remove")
+        if "cdc" in action or (remove is not None and remove.get("dataChange", True)):
+            return Appended(version, None)  # rows changed or deleted: only a snapshot tells which
+        if remove is not None:
+            removed.append(unquote(remove["path"]))
+        elif add is not None:
+            in_files_alone &= not (add.get("partitionValues") or add.get("deletionVector")
+                                   or urlparse(add["path"]).scheme)
+            (files if add.get("dataChange", True) else rewritten).append(_added_file(add))
+        elif not action.keys() <= _ABOUT_THE_COMMIT:
+            changes_table = True  # metaData, protocol, domain metadata …
+    return Appended(version, tuple(files), tuple(rewritten), tuple(removed), changes_table,
+                    in_files_alone)
+
+
+def _added_file(add: dict[str, Any]) -> AddedFile:
+    size = add.get("size")
+    return AddedFile(unquote(add["path"]), int(add.get("modificationTime") or 0),
+                     None if size is None else int(size))
 
 
 def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None) -> Appended | None:
@@ -158,24 +224,7 @@ def appended(path: str, version: int, files: pyarrow.fs.FileSystem | None = None
     nothing), however many commits and files the table has; no lock is taken, so a writer
     committing to the table holds no reader up."""
     actions = _actions(path, version, files or table_files(path))
-    return None if actions is None else Appended(version, _only_added(actions))
-
-
-def _only_added(actions: list[dict[str, Any]]) -> tuple[AddedFile, ...] | None:
-    added = []
-    for action in actions:
-        if not action.keys() <= {"add", "commitInfo", "txn"}:
-            return None  # remove, metaData, protocol, cdc, domain metadata …: not only appended rows
-        add = action.get("add")
-        if add is None:
-            continue
-        if not add.get("dataChange", True) or add.get("partitionValues") or add.get("deletionVector") \
-                or urlparse(unquote(add["path"])).scheme:
-            return None  # a rewrite, partition values or deleted rows (in the log, not the file)
-        size = add.get("size")
-        added.append(AddedFile(str(add["path"]), int(add.get("modificationTime") or 0),
-                               None if size is None else int(size)))
-    return tuple(added)
+    return None if actions is None else appended_in(version, actions)
 
 
 def _text(files: pyarrow.fs.FileSystem, name: str) -> str | None:

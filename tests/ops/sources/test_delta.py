@@ -10,7 +10,8 @@ from delta.tables import DeltaTable
 
 import ops as sp
 from ops import ConfigError, RunContext
-from state import BatchPlan, BatchPlans, appended, tables
+from ops.sources import delta_inserts
+from state import BatchPlan, BatchPlans, tables
 from tests.helpers import dead_letters
 
 FEED_ON = "(delta.enableChangeDataFeed = true)"
@@ -141,14 +142,14 @@ def test_a_source_and_warehouse_on_s3_plan_appends_without_spark_and_discard_pla
     pipeline = pipeline_of(path)
     pipeline.run_once(spark, s3_warehouse)                                   # checkpoint 1
     append(spark, path, ("b", 2))                                             # 1: a blind append
-    assert appended.appends_read_without_spark(path, 1, 1)  # planned and read by delta-rs
+    assert delta_inserts.appends_read_without_spark(path, 1, 1)  # planned and read by delta-rs
     pipeline.run_once(spark, s3_warehouse)                                   # checkpoint 2
     assert delivered(spark, pipeline, s3_warehouse) == [["a", 1], ["b", 2]]
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
     merge(spark, path, ("a", 10), ("c", 3))                                   # 3: inserts c
     feed_on(spark, path)                                                      # 4
     append(spark, path, ("d", 4))                                             # 5
-    assert not appended.appends_read_without_spark(path, 2, 5)
+    assert not delta_inserts.appends_read_without_spark(path, 2, 5)
     record_plan(spark, pipeline, s3_warehouse, 3, 1, 5)  # the feed cannot give version 3
 
     with pytest.raises(ConfigError, match=r"recorded plan of versions 2\.\.5 .* cannot be read: "

@@ -4,7 +4,8 @@ and tables that Spark and delta-rs both write, read, merge and vacuum."""
 import pandas as pd
 from delta.tables import DeltaTable as SparkDeltaTable
 
-from state import appended, delta_io, direct, tables
+from ops.sources import delta_inserts
+from state import delta_io, direct, tables
 from state.direct import NewTable, Outcome
 from tests.state.delta_io.racing import WRITER, finished, racing, started
 
@@ -53,7 +54,7 @@ def test_a_table_spark_made_with_the_feed_is_appended_by_delta_rs_then_merged_by
                          txn=("rs", 1)) is Outcome.COMMITTED
 
     # delta-rs reads what it appended through the feed, as Spark does
-    inserted = appended.inserted_rows(spark, path, 1, 1, order_by=("id",))
+    inserted = delta_inserts.inserted_rows(spark, path, 1, 1, order_by=("id",))
     assert inserted[["_commit_version", "id", "v"]].values.tolist() == [[1, 2, "b"], [1, 3, "c"]]
     target = SparkDeltaTable.forPath(spark, path)
     (target.alias("t").merge(spark.createDataFrame([(2, "B")], "id LONG, v STRING").alias("s"),

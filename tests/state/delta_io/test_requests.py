@@ -211,7 +211,7 @@ def test_a_read_of_commits_this_process_holds_asks_for_their_json_and_their_file
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from state import appended
+    from ops.sources import delta_inserts
 
     path = f"{s3_warehouse}/t"
     for value in range(3):
@@ -223,7 +223,7 @@ def test_a_read_of_commits_this_process_holds_asks_for_their_json_and_their_file
     log = s3.folder / "server.log"
     time.sleep(0.5)  # the server writes its log line after its answer: the appends' are in
     before = len(log.read_text().splitlines())
-    assert appended.inserted_rows(spark, path, 1, 2)["x"].tolist() == [1, 2]
+    assert delta_inserts.inserted_rows(spark, path, 1, 2)["x"].tolist() == [1, 2]
     assert updates == []
     time.sleep(0.5)
     table = path.removeprefix("s3a://").split("/", 1)[1]
@@ -232,5 +232,5 @@ def test_a_read_of_commits_this_process_holds_asks_for_their_json_and_their_file
     assert len(files) == 4 and all('"GET ' in line for line in files), asked  # 2 ranged reads each
     other = DeltaTable(path.replace("s3a://", "s3://"))
     write_deltalake(other, pa.table({"x": pa.array([3], pa.int64())}), mode="append")
-    assert appended.inserted_rows(spark, path, 1, 3)["x"].tolist() == [1, 2, 3]
+    assert delta_inserts.inserted_rows(spark, path, 1, 3)["x"].tolist() == [1, 2, 3]
     assert len(updates) == 1  # version 3 is past the one held: brought up to date first

@@ -23,7 +23,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pandas as pd
@@ -33,9 +32,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import delta_io, tables
-from .errors import StorageError
-from .tables import local_path
+from state import StorageError, delta_io, tables
+from state.tables import local_path
 
 VERSION = "_commit_version"
 #: The table property that turns the change data feed on.
@@ -133,19 +131,13 @@ def added_files(path: str, first: int, last: int, schema: T.StructType | None = 
     files: list[tuple[int, str]] = []
     for version in range(first, last + 1):
         actions = delta_io.commit_actions(path, version)
-        names = None if actions is None else _inserted_files(actions)
-        if names is None or actions is None:
+        inserted = None if actions is None else _inserted_files(version, actions)
+        if inserted is None:
             return None
-        files += [(version, name) for name in names]
+        files += [(version, added.path) for added in inserted]
         if sizes is not None:
-            sizes.update(_sizes(actions))
+            sizes.update((added.path, added.size) for added in inserted if added.size is not None)
     return files
-
-
-def _sizes(actions: list[dict[str, Any]]) -> dict[str, int]:
-    """The size of each file a commit (its ``actions``) added, by its path in the table's folder."""
-    return {unquote(add["path"]): int(add["size"]) for add in
-            (action.get("add") for action in actions) if add is not None and "size" in add}
 
 
 #: :func:`file_rows`: a row's place in the table's order (its file's, then its own in the file).
@@ -342,27 +334,17 @@ def _plain_columns(schema: T.StructType) -> bool:
     return all(type(f.dataType) in _SAME_IN_PANDAS for f in schema.fields)
 
 
-def _inserted_files(actions: list[dict[str, Any]]) -> list[str] | None:
-    """The data files holding the rows one commit (its ``actions``) inserted, in the order it
-    added them, as paths in the table's folder:
-    none for a commit that inserts nothing by what it is, the files it added when all it changed
-    was to add files to an unpartitioned table without deletion vectors; else ``None``. Schema
-    changes pass: a file's columns are matched to the table's by name when read."""
+def _inserted_files(version: int, actions: list[dict[str, Any]]) -> tuple[delta_io.AddedFile, ...] | None:
+    """The data files holding the rows commit ``version`` (its ``actions``) inserted, in the
+    order it added them: none for a commit that inserts nothing by what it is, the files it
+    added when it only appended rows whose files hold them alone (the one rule:
+    :class:`state.delta_io.Appended`); else ``None``. A compaction's rewrites and schema
+    changes pass: a rewrite adds no row, and a file's columns are matched to the table's by
+    name when read."""
     if _inserts_nothing(actions):
-        return []
-    files = []
-    for action in actions:
-        remove = action.get("remove")
-        if "cdc" in action or (remove is not None and remove.get("dataChange", True)):
-            return None  # rows changed or deleted: only the change feed tells which
-        add = action.get("add")
-        if add is None or not add.get("dataChange", True):
-            continue  # commit info, metadata, transaction ids; compaction rewrites
-        absolute = urlparse(add["path"]).scheme  # a URI, not a path in the table folder
-        if add.get("partitionValues") or add.get("deletionVector") or absolute:
-            return None  # partition values and deleted rows live in the log, not the file
-        files.append(unquote(add["path"]))
-    return files
+        return ()
+    commit = delta_io.appended_in(version, actions)
+    return commit.files if commit.in_files_alone else None
 
 
 def _inserts_nothing(actions: list[dict[str, Any]]) -> bool:
@@ -423,9 +405,8 @@ def _reading(version: int, actions: list[dict[str, Any]] | None, feed: bool,
     """How commit ``version`` (its ``actions``; ``None``: its JSON is gone) can be read, the feed
     being on for it or not, the table giving columns other names in its files
     (:func:`_renames_columns`) or not."""
-    files = None if actions is None or renames_columns else _inserted_files(actions)
-    appended = actions is not None and not any(
-        "cdc" in a or ("remove" in a and a["remove"].get("dataChange", True)) for a in actions)
+    files = None if actions is None or renames_columns else _inserted_files(version, actions)
+    appended = actions is not None and delta_io.appended_in(version, actions).files is not None
     operation = str(_commit_info(actions or []).get("operation") or "")
     return CommitReading(version, operation, appended, files is not None, feed)
 

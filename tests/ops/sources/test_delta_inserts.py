@@ -11,7 +11,8 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
-from state import appended, tables
+from ops.sources import delta_inserts
+from state import tables
 
 SCHEMA = T.StructType([
     T.StructField("k", T.LongType()), T.StructField("i", T.IntegerType()),
@@ -42,51 +43,51 @@ def appends(spark, tmp_path):
 
 
 def via_change_feed(spark, path, first, last, order_by=()):
-    rows = appended._from_change_feed(spark, path, first, last)
-    keys = [appended.VERSION, *(order_by or SCHEMA.names)]
+    rows = delta_inserts._from_change_feed(spark, path, first, last)
+    keys = [delta_inserts.VERSION, *(order_by or SCHEMA.names)]
     return rows.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
 
 
 def in_table_order(spark, path, first, last):
     """The rows as Spark reads the commits' files on executors, in the order it numbers them."""
-    files = appended.added_files(path, first, last)
-    rows = appended.file_rows(spark, path, files, appended.table_schema(spark, path)).toPandas()
-    rows = rows.sort_values(appended.ROW_IN_TABLE).drop(columns=[appended.ROW_IN_TABLE])
+    files = delta_inserts.added_files(path, first, last)
+    rows = delta_inserts.file_rows(spark, path, files, delta_inserts.table_schema(spark, path)).toPandas()
+    rows = rows.sort_values(delta_inserts.ROW_IN_TABLE).drop(columns=[delta_inserts.ROW_IN_TABLE])
     return rows.reset_index(drop=True)
 
 
 @pytest.mark.parametrize("order_by", [(), ("seq",)])
 def test_plain_appends_read_from_files_match_the_change_feed(spark, appends, order_by):
-    files = appended.added_files(appends, 0, 3)
+    files = delta_inserts.added_files(appends, 0, 3)
     assert [version for version, _ in files] == [1, 1, 2, 2, 3, 3]  # two files a commit
-    assert appended._from_files(appends, files, SCHEMA, "UTC") is not None   # the direct path
-    direct = appended.inserted_rows(spark, appends, 0, 3, order_by)
+    assert delta_inserts._from_files(appends, files, SCHEMA, "UTC") is not None   # the direct path
+    direct = delta_inserts.inserted_rows(spark, appends, 0, 3, order_by)
     expected = via_change_feed(spark, appends, 0, 3, order_by)
     assert len(direct) == 120
-    keys = [appended.VERSION, *(order_by or SCHEMA.names)]
+    keys = [delta_inserts.VERSION, *(order_by or SCHEMA.names)]
     pd.testing.assert_frame_equal(  # the same rows and dtypes
         direct.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True), expected)
     if order_by:
         pd.testing.assert_frame_equal(direct, expected)
-        for _, version in direct.groupby(appended.VERSION):
+        for _, version in direct.groupby(delta_inserts.VERSION):
             assert version["seq"].is_monotonic_increasing
     else:  # the table's order: each commit wrote its rows in descending seq
         pd.testing.assert_frame_equal(direct, in_table_order(spark, appends, 0, 3))
-        for _, version in direct.groupby(appended.VERSION):
+        for _, version in direct.groupby(delta_inserts.VERSION):
             assert version["seq"].is_monotonic_decreasing
-    assert direct[appended.VERSION].is_monotonic_increasing
+    assert direct[delta_inserts.VERSION].is_monotonic_increasing
 
 
 def test_a_plan_made_before_rows_kept_the_tables_order_sorts_them_as_it_did(spark, appends):
-    sorted_rows = appended.inserted_rows(spark, appends, 1, 3, sort_all=True)
+    sorted_rows = delta_inserts.inserted_rows(spark, appends, 1, 3, sort_all=True)
     pd.testing.assert_frame_equal(sorted_rows, via_change_feed(spark, appends, 1, 3))
 
 
 def test_timestamps_follow_the_session_time_zone(spark, appends):
-    utc = appended.inserted_rows(spark, appends, 1, 1, ("seq",))
+    utc = delta_inserts.inserted_rows(spark, appends, 1, 1, ("seq",))
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
-        local = appended.inserted_rows(spark, appends, 1, 1, ("seq",))
+        local = delta_inserts.inserted_rows(spark, appends, 1, 1, ("seq",))
         expected = via_change_feed(spark, appends, 1, 1, ("seq",))
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
@@ -103,11 +104,11 @@ def test_updates_and_deletes_insert_nothing_and_merges_that_update_come_from_the
     (table.alias("t").merge(source.alias("u"), "t.seq = u.seq").whenMatchedUpdate(set={"k": "u.k"})
      .whenNotMatchedInsert(values={"seq": "u.seq", "k": "u.k"}).execute())  # version 6
     for version in (4, 5):  # from the log alone: whatever they rewrite, they insert nothing
-        assert appended.added_files(appends, version, version) == []
-    assert appended.added_files(appends, 6, 6) is None                  # which rows are new?
-    rows = appended.inserted_rows(spark, appends, 4, 6, ("seq",))
-    assert rows[[appended.VERSION, "seq", "k"]].values.tolist() == [[6, 1000, 999]]
-    nothing = appended.inserted_rows(spark, appends, 4, 5)
+        assert delta_inserts.added_files(appends, version, version) == []
+    assert delta_inserts.added_files(appends, 6, 6) is None                  # which rows are new?
+    rows = delta_inserts.inserted_rows(spark, appends, 4, 6, ("seq",))
+    assert rows[[delta_inserts.VERSION, "seq", "k"]].values.tolist() == [[6, 1000, 999]]
+    nothing = delta_inserts.inserted_rows(spark, appends, 4, 5)
     pd.testing.assert_frame_equal(nothing, via_change_feed(spark, appends, 4, 5))  # same dtypes
 
 
@@ -128,19 +129,19 @@ def test_readings_say_which_read_can_give_each_commit(spark, tmp_path):
               "delta.checkpointInterval = 2)")                           # 3
     merge((2, 21), (4, 4))                                               # 4: the feed holds it
     rows.write.format("delta").mode("append").save(path)                 # 5
-    commits = appended.readings(path, 0, 5)
+    commits = delta_inserts.readings(path, 0, 5)
     assert [(c.operation, c.from_files, c.from_feed) for c in commits] == [
         ("WRITE", True, False), ("UPDATE", True, False), ("MERGE", False, False),
         ("SET TBLPROPERTIES", True, True), ("MERGE", False, True), ("WRITE", True, True)]
-    assert appended.readable_runs(commits) == ([1], commits[2])
-    assert appended.readable_runs(commits[3:]) == ([5], None)         # all through the feed
+    assert delta_inserts.readable_runs(commits) == ([1], commits[2])
+    assert delta_inserts.readable_runs(commits[3:]) == ([5], None)         # all through the feed
     merge((2, 22))                                                       # 6: inserts nothing
-    assert [(c.from_files, c.from_feed) for c in appended.readings(path, 6, 6)] == [(True, True)]
-    assert appended.feed_on(path) is True
+    assert [(c.from_files, c.from_feed) for c in delta_inserts.readings(path, 6, 6)] == [(True, True)]
+    assert delta_inserts.feed_on(path) is True
     for version in range(4):  # the JSON commits log retention removes once a checkpoint covers them
         os.remove(os.path.join(path, "_delta_log", f"{version:020d}.json"))
-    assert [c.from_feed for c in appended.readings(path, 5, 6)] == [True, True]  # checkpoint 4
-    assert appended.readings(path, 4, 5) is None                         # version 3's is gone
+    assert [c.from_feed for c in delta_inserts.readings(path, 5, 6)] == [True, True]  # checkpoint 4
+    assert delta_inserts.readings(path, 4, 5) is None                         # version 3's is gone
 
 
 def test_a_column_added_reads_null_from_older_files_partitions_take_the_feed_and_spark_reads_other_types(
@@ -149,33 +150,33 @@ def test_a_column_added_reads_null_from_older_files_partitions_take_the_feed_and
     wider.write.format("delta").mode("append").option("mergeSchema", "true").save(appends)
     table = spark.read.format("delta").load(appends)
     table.where("seq = 101").write.format("delta").mode("append").save(appends)   # every column
-    files = appended.added_files(appends, 3, 5)
-    assert appended._from_files(appends, files, table.schema, "UTC") is not None  # extra: null
-    rows = appended.inserted_rows(spark, appends, 3, 5)
+    files = delta_inserts.added_files(appends, 3, 5)
+    assert delta_inserts._from_files(appends, files, table.schema, "UTC") is not None  # extra: null
+    rows = delta_inserts.inserted_rows(spark, appends, 3, 5)
     assert len(rows) == 42 and rows["extra"].isna().sum() == 41
     pd.testing.assert_frame_equal(rows, in_table_order(spark, appends, 3, 5))
 
     parted = str(tmp_path / "parted")
     spark.createDataFrame([(1, "a")], "k long, p string").write.format("delta").partitionBy("p") \
         .options(**CDF).save(parted)
-    assert appended.added_files(parted, 0, 0) is None                  # the file lacks p
-    assert appended.inserted_rows(spark, parted, 0, 0)[["k", "p"]].values.tolist() == [[1, "a"]]
+    assert delta_inserts.added_files(parted, 0, 0) is None                  # the file lacks p
+    assert delta_inserts.inserted_rows(spark, parted, 0, 0)[["k", "p"]].values.tolist() == [[1, "a"]]
 
     money = str(tmp_path / "money")
     spark.createDataFrame([(decimal.Decimal("1.50"),), (decimal.Decimal("0.50"),)],
                           "amount decimal(10,2)").coalesce(1).write.format("delta").save(money)
     schema = spark.read.format("delta").load(money).schema
-    files = appended.added_files(money, 0, 0)
-    assert appended._from_files(money, files, schema, "UTC") is None     # not a plain type: Spark
-    assert appended.inserted_rows(spark, money, 0, 0)["amount"].tolist() == [
+    files = delta_inserts.added_files(money, 0, 0)
+    assert delta_inserts._from_files(money, files, schema, "UTC") is None     # not a plain type: Spark
+    assert delta_inserts.inserted_rows(spark, money, 0, 0)["amount"].tolist() == [
         decimal.Decimal("1.50"), decimal.Decimal("0.50")]              # the file's order, no feed
 
 
 def test_compaction_adds_no_rows(spark, appends):
     DeltaTable.forPath(spark, appends).optimize().executeCompaction()    # version 4
-    assert appended.added_files(appends, 4, 4) == []                     # nothing to read
-    assert appended.inserted_rows(spark, appends, 4, 4).empty
-    assert len(appended.inserted_rows(spark, appends, 1, 4)) == 120
+    assert delta_inserts.added_files(appends, 4, 4) == []                     # nothing to read
+    assert delta_inserts.inserted_rows(spark, appends, 4, 4).empty
+    assert len(delta_inserts.inserted_rows(spark, appends, 1, 4)) == 120
 
 
 def test_rows_already_in_order_are_not_sorted_again_and_match_the_change_feed(spark, tmp_path):
@@ -187,7 +188,7 @@ def test_rows_already_in_order_are_not_sorted_again_and_match_the_change_feed(sp
                 for k in range(100 * version, 100 * version + 30)]   # in seq order already
         frame = spark.createDataFrame(rows, SCHEMA).coalesce(1)
         frame.write.format("delta").mode("append").save(path)
-    direct = appended.inserted_rows(spark, path, 1, 2, ("seq",))
+    direct = delta_inserts.inserted_rows(spark, path, 1, 2, ("seq",))
     pd.testing.assert_frame_equal(direct, via_change_feed(spark, path, 1, 2, ("seq",)))
 
 
@@ -201,6 +202,6 @@ def test_rows_already_in_order_are_not_sorted_again_and_match_the_change_feed(sp
 ])
 def test_in_order_is_true_only_when_a_stable_sort_would_move_nothing(columns, in_order):
     frame = pd.DataFrame(columns)
-    assert appended._in_order(frame, ["v", "s"]) is in_order
+    assert delta_inserts._in_order(frame, ["v", "s"]) is in_order
     if in_order:
         pd.testing.assert_frame_equal(frame.sort_values(["v", "s"], kind="stable"), frame)
