@@ -24,12 +24,14 @@ from state import (
     Tracked,
     check_key_groups,
     check_name,
+    default_warehouses,
     resolve_warehouse,
+    tables,
 )
 
 from . import arguments
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import PipelineDefinitionError
+from .errors import ConfigError, PipelineDefinitionError
 from .group_by import GroupedStream
 from .operators import (
     STATELESS,
@@ -408,8 +410,19 @@ class Pipeline:
 
     def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None) -> pd.DataFrame:
         """Rows of Delta sink ``name`` (batch and row order) or state table ``name`` (its
-        current rows, by key), as pandas."""
-        return self.stored_sink(name).read(spark, self.layout(warehouse))
+        current rows, by key), as pandas; before the sink's first row, no rows but its columns.
+
+        A pipeline that never ran at ``warehouse`` is a :class:`~ops.errors.ConfigError`
+        naming the path looked at and the default warehouse, so a mistyped warehouse does not
+        read as "no rows yet"."""
+        sink = self.stored_sink(name)
+        layout = self.layout(warehouse)
+        if not any(tables.exists(spark, path) for path in (layout.batches, sink.location(layout))):
+            raise ConfigError(
+                f"pipeline {self.name!r} has not run at warehouse {layout.warehouse}: no batch "
+                f"plans at {layout.batches}, no sink {name!r} at {sink.location(layout)}. Given "
+                f"no warehouse it takes {default_warehouses()}; pass the warehouse it ran at.")
+        return sink.read(spark, layout)
 
     def rebuild_table(self, spark: SparkSession, name: str, warehouse: str | None = None) -> int:
         """Recreate state table ``name`` from its changelog; returns its rows."""

@@ -10,6 +10,8 @@ from .errors import StateError
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 DEFAULT_WAREHOUSE = "./warehouse"
+#: The environment variable naming the warehouse a pipeline takes when given none.
+WAREHOUSE_SETTING = "LAKESTREAM_WAREHOUSE"
 
 
 def check_name(kind: str, name: str) -> str:
@@ -25,10 +27,23 @@ def resolve_warehouse(warehouse: str | None = None) -> str:
 
     Local paths become absolute; URIs such as ``s3a://…`` or ``abfss://…`` pass through unchanged.
     """
-    root = warehouse or os.environ.get("LAKESTREAM_WAREHOUSE") or DEFAULT_WAREHOUSE
+    root = warehouse or os.environ.get(WAREHOUSE_SETTING) or DEFAULT_WAREHOUSE
     if "://" in root or root.startswith("file:"):
         return root.rstrip("/")
     return os.path.abspath(root)
+
+
+def default_warehouses() -> str:
+    """The warehouse a pipeline given none takes, in words for a message: ``$LAKESTREAM_WAREHOUSE``
+    when it is set, else ``./warehouse`` of the working folder.
+
+    >>> "./warehouse" in default_warehouses() or "$LAKESTREAM_WAREHOUSE =" in default_warehouses()
+    True
+    """
+    setting = os.environ.get(WAREHOUSE_SETTING)
+    if setting:
+        return f"${WAREHOUSE_SETTING} = {resolve_warehouse(setting)}"
+    return f"{DEFAULT_WAREHOUSE} = {os.path.abspath(DEFAULT_WAREHOUSE)} (${WAREHOUSE_SETTING} is not set)"
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,12 @@ class StoredSink(Sink):
 
     @abstractmethod
     def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
-        """What the sink holds now, as pandas (empty before the first write)."""
+        """What the sink holds now, as pandas (before the first write: :meth:`empty`)."""
+
+    @abstractmethod
+    def empty(self) -> pd.DataFrame:
+        """What :meth:`read` gives before the sink's first write: no rows, the columns every
+        row of the sink has (the rest come with the rows, whose columns the batch decides)."""
 
 
 class FileSink(Sink):

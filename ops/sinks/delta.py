@@ -90,5 +90,8 @@ class DeltaSink(StoredSink, FileSink):
     def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
         """Everything written so far, in batch and row order (empty before the first write)."""
         if not tables.exists(spark, self.location(layout)):
-            return pd.DataFrame()
+            return self.empty()
         return tables.read(spark, self.location(layout)).orderBy(BATCH_COLUMN, ROW_COLUMN).toPandas()
+
+    def empty(self) -> pd.DataFrame:
+        return pd.DataFrame({BATCH_COLUMN: pd.Series(dtype="int64"), ROW_COLUMN: pd.Series(dtype="int64")})

@@ -148,5 +148,8 @@ class TableSink(StoredSink):
     def read(self, spark: SparkSession, layout: PipelineLayout) -> pd.DataFrame:
         """The table's current rows, ordered by key."""
         if not tables.exists(spark, self.location(layout)):
-            return pd.DataFrame()
+            return self.empty()
         return tables.read(spark, self.location(layout)).orderBy(*self.keys).toPandas()
+
+    def empty(self) -> pd.DataFrame:
+        return pd.DataFrame(columns=list(self.keys))

@@ -58,3 +58,34 @@ def test_aggregates_of_a_first_batch_of_nulls_are_typed_by_the_declared_input(sp
                                                                 "bigint"]
     assert table.select("total", "top", "last", "n").collect()[0].asDict() == {
         "total": 3, "top": 1.5, "last": "hi", "n": 1}
+
+
+def test_reading_a_sink_at_a_warehouse_the_pipeline_never_ran_at_names_where_it_looked(
+        spark, warehouse, tmp_path, monkeypatch):
+    pipeline = sp.read.from_callback("in", schema={"k": "string", "x": "long"}).write.to_delta("out").named("p")
+    pipeline.publish(spark, [{"k": "a", "x": 1}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    assert pipeline.read_sink(spark, "out", warehouse)["x"].tolist() == [1]
+    monkeypatch.delenv("LAKESTREAM_WAREHOUSE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    mistyped = str(tmp_path / "warehose")
+    with pytest.raises(sp.ConfigError) as raised:
+        pipeline.read_sink(spark, "out", mistyped)
+    message = str(raised.value)
+    assert f"not run at warehouse {mistyped}" in message and f"{mistyped}/p/_batches" in message
+    assert f"./warehouse = {tmp_path}/warehouse" in message  # where it would look by default
+    monkeypatch.setenv("LAKESTREAM_WAREHOUSE", warehouse + "2")
+    with pytest.raises(sp.ConfigError, match=f"LAKESTREAM_WAREHOUSE = {warehouse}2"):
+        pipeline.read_sink(spark, "out")
+
+
+def test_a_sink_with_no_rows_yet_reads_as_no_rows_with_its_columns(spark, warehouse):
+    pipeline = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+                .filter(lambda rows: rows["x"] > 10).write.to_delta("big")
+                .named("p"))
+    pipeline.publish(spark, [{"k": "a", "x": 1}], warehouse)
+    pipeline.run_once(spark, warehouse)  # a batch ran, and wrote nothing
+    rows = pipeline.read_sink(spark, "big", warehouse)
+    assert rows.empty and {BATCH_COLUMN, ROW_COLUMN} <= set(rows.columns)
+    table = sp.TableSink("t", keys=("k",))
+    assert list(table.read(spark, PipelineLayout(warehouse, "p")).columns) == ["k"]
