@@ -411,12 +411,9 @@ class Pipeline:
     def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None) -> pd.DataFrame:
         """Rows of Delta sink ``name`` (batch and row order) or state table ``name`` (its
         current rows, by key), as pandas; before the sink's first row, no rows but its columns.
-
-        A pipeline that never ran at ``warehouse`` is a :class:`~ops.errors.ConfigError`
-        naming the path looked at and the default warehouse, so a mistyped warehouse does not
-        read as "no rows yet"."""
-        sink = self.stored_sink(name)
-        layout = self.layout(warehouse)
+        At a ``warehouse`` where the pipeline never ran: a :class:`~ops.errors.ConfigError`
+        naming where it looked (a mistyped warehouse is not "no rows yet")."""
+        sink, layout = self.stored_sink(name), self.layout(warehouse)
         if not any(tables.exists(spark, path) for path in (layout.batches, sink.location(layout))):
             raise ConfigError(
                 f"pipeline {self.name!r} has not run at warehouse {layout.warehouse}: no batch "
