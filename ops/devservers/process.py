@@ -88,7 +88,8 @@ class LocalServer:
         write what the process reads) in a session of its own, its output appended to the first
         of ``LOGS``, its pid file written; returns once :meth:`wait_until_ready` passes. Raises
         ``ConfigError`` naming the server when ``port`` is taken (before anything starts) or
-        when the process dies or does not answer in time (with the end of its logs)."""
+        when the process dies or does not answer in time (with the end of its logs, each under
+        its path); a failed start leaves no process and no pid file behind."""
         folder = Path(folder).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         if port is not None and listening(port):
@@ -104,7 +105,11 @@ class LocalServer:
                                        start_new_session=True)
         server = cls(folder, port, process, process.pid)
         server.record()
-        server.wait_until_ready()
+        try:
+            server.wait_until_ready()
+        except ConfigError:  # it died, or did not answer and was stopped: nothing to find again
+            (folder / cls.PID_FILE).unlink(missing_ok=True)
+            raise
         return server
 
     def wait_until_ready(self) -> None:
@@ -168,13 +173,15 @@ class LocalServer:
         raise ConfigError(f"{what} did not answer on {where} within {seconds:g} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
-        """The last lines of the server's logs, for an error that says why it did not start."""
-        lines: list[str] = []
+        """The last lines of the server's logs, each under its path, for an error that says
+        why it did not start (and where to read the rest)."""
+        tails = []
         for name in self.LOGS:
             path = self.folder / name
             if path.exists():
-                lines += path.read_text(errors="replace").splitlines()[-15:]
-        return "\n".join(lines) or "(no log)"
+                lines = path.read_text(errors="replace").splitlines()[-15:]
+                tails.append("\n".join([f"{path}:", *lines]))
+        return "\n".join(tails) or f"(no log in {self.folder})"
 
 
 Server = TypeVar("Server", bound=LocalServer)
