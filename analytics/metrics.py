@@ -3,7 +3,9 @@
 Counted as they happen: ``lakestream_analytics_subscribes_total`` (handles given out),
 ``lakestream_analytics_deliveries_total`` (events sent on streams, by ``kind``: snapshot or
 delta) and ``lakestream_analytics_released_total`` (handles let go, by ``why``: unsubscribed,
-expired, not_reconnected, dropped). Read at each scrape: ``lakestream_analytics_handles``,
+expired, not_reconnected, dropped), ``lakestream_analytics_bodies_refused_total`` (request bodies
+answered 413) and ``lakestream_analytics_refused_body_bytes_total`` (what the server read of
+those, to throw it away: see :mod:`.bodies`). Read at each scrape: ``lakestream_analytics_handles``,
 ``lakestream_analytics_streams_open``, ``lakestream_analytics_subscriptions`` (shared ones count
 once) and ``lakestream_analytics_published_batch`` (by ``target``: the last batch whose deltas
 went out).
@@ -74,12 +76,22 @@ class ServerMetrics:
                                    ["kind"], registry=self.registry)
         self._released = Counter("lakestream_analytics_released", "Handles the server let go",
                                  ["why"], registry=self.registry)
+        self._refused = Counter("lakestream_analytics_bodies_refused",
+                                "Request bodies refused as too large (413)", registry=self.registry)
+        self._refused_bytes = Counter("lakestream_analytics_refused_body_bytes",
+                                      "Bytes the server read of refused request bodies (thrown away)",
+                                      registry=self.registry)
 
     def subscribed(self) -> None:
         self._subscribes.inc()
 
     def delivered(self, kind: str) -> None:
         self._deliveries.labels(kind).inc()
+
+    def refused_body(self, read: int) -> None:
+        """A request body was refused, of which the server read ``read`` bytes."""
+        self._refused.inc()
+        self._refused_bytes.inc(read)
 
     def released(self, why: str) -> None:
         if why not in RELEASE_REASONS:  # a fixed set: a label is a series each

@@ -13,7 +13,9 @@ client whose queue fills up (it reads slower than pushes arrive) is dropped with
 and nobody else is held up by it.
 
 Limits (constructor arguments): request bodies over ``max_body_bytes`` -> 413 (counted while
-reading, so a large body is never held whole); more than ``max_handles_per_user`` handles ->
+reading, so a large body is never held whole; the rest of it is read and thrown away, within
+bounds, so that clients sending their whole body before reading get the 413: see
+:mod:`analytics.bodies`); more than ``max_handles_per_user`` handles ->
 429; error messages quote at most 80 characters of what the client sent.
 
 Metrics for Prometheus: ``GET /metrics`` (no token; counts only), see :mod:`.metrics`.
@@ -97,7 +99,7 @@ class QueryServer:
         # collaborators' jobs; the server answers HTTP and runs the poller
         self.handles = Handles(manager, self.metrics, queue_size=queue_size,
                                grace_seconds=grace_seconds, idle_handle_seconds=idle_handle_seconds)
-        self.bodies = BodyReader(max_body_bytes)
+        self.bodies = BodyReader(max_body_bytes, refused=self.metrics.refused_body)
 
     @property
     def clients(self) -> dict[str, ClientHandle]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..spark.jars import kafka_broker_bundle
-from .process import LocalServer, free_port, listening, shell_command
+from .process import LocalServer, free_port, shell_command
 
 _READY_SECONDS = 90  # a cold JVM on a busy 2-core machine; seen up in under 20 s
 _PROPERTIES = """\
@@ -64,6 +64,7 @@ __all__ = ["EmbeddedKafka", "free_port", "main"]
 class EmbeddedKafka(LocalServer):
     """A running broker: its address, its process and the folder holding its data and log."""
 
+    WHAT = "a Kafka broker"
     PID_FILE = "broker.pid"
     LOGS = ("stdout.log", "broker.log")
     STOP_GRACE = 20.0
@@ -81,29 +82,7 @@ class EmbeddedKafka(LocalServer):
         """Start a broker on ``127.0.0.1:port`` (a free port when omitted) with its data in
         ``folder``; returns once it answers. Raises ``ConfigError`` with the end of its log if
         it does not come up."""
-        folder = Path(folder).resolve()
-        (folder / "data").mkdir(parents=True, exist_ok=True)
-        if port is not None and listening(port):
-            # else the readiness check would be answered by whatever listens there
-            raise ConfigError(f"cannot start a Kafka broker on 127.0.0.1:{port}: something "
-                              "listens there already (a broker still running?)")
-        port = port or free_port()
-        classpath = kafka_broker_bundle().classpath()
-        properties = folder / "server.properties"
-        properties.write_text(_PROPERTIES.format(port=port, controller=free_port(), data=folder / "data"))
-        (folder / "log4j2.properties").write_text(_LOG4J.format(log=folder / "broker.log"))
-        if not (folder / "data" / "meta.properties").exists():
-            _run_storage_tool(classpath, properties)
-        command = ["java", f"-Xmx{heap}", f"-Xms{heap}",
-                   f"-Dlog4j2.configurationFile=file:{folder / 'log4j2.properties'}",
-                   "-cp", classpath, "kafka.Kafka", str(properties)]
-        with open(folder / "stdout.log", "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        broker = cls(folder, port, process, process.pid)
-        broker.record()
-        broker.wait_until_ready()
-        return broker
+        return cls.launch(folder, port, lambda folder, port: _broker_command(folder, port, heap))
 
     def wait_until_ready(self) -> None:
         """Return once the broker answers a metadata request; raise if it died or took too long."""
@@ -126,6 +105,21 @@ class EmbeddedKafka(LocalServer):
         producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 0,
                              "transactional.id": "lakestream.broker-ready"})
         producer.init_transactions(max(1.0, seconds))
+
+
+def _broker_command(folder: Path, port: int, heap: str) -> list[str]:
+    """The broker's command, once its configuration is written in ``folder`` and its storage
+    formatted (the first time only: a broker started again on a folder keeps its topics)."""
+    (folder / "data").mkdir(exist_ok=True)
+    classpath = kafka_broker_bundle().classpath()
+    properties = folder / "server.properties"
+    properties.write_text(_PROPERTIES.format(port=port, controller=free_port(), data=folder / "data"))
+    (folder / "log4j2.properties").write_text(_LOG4J.format(log=folder / "broker.log"))
+    if not (folder / "data" / "meta.properties").exists():
+        _run_storage_tool(classpath, properties)
+    return ["java", f"-Xmx{heap}", f"-Xms{heap}",
+            f"-Dlog4j2.configurationFile=file:{folder / 'log4j2.properties'}",
+            "-cp", classpath, "kafka.Kafka", str(properties)]
 
 
 def _run_storage_tool(classpath: str, properties: Path) -> None:

@@ -1,5 +1,6 @@
-"""What the local servers (the Kafka broker, the S3 server) share: ports on loopback, a pid
-file to find a server again from another command, and stopping it by its pid."""
+"""What the local servers (the Kafka broker, the S3 server, the schema registry) share: one way
+to start (:meth:`LocalServer.launch`), ports on loopback, a pid file to find a server again from
+another command, and stopping it by its pid."""
 
 from __future__ import annotations
 
@@ -63,16 +64,58 @@ def stop(pid: int, process: subprocess.Popen[bytes] | None, grace: float) -> Non
 @dataclass
 class LocalServer:
     """A server this project runs on loopback: its folder (pid file, logs), port and process
-    (``None`` when another command started it)."""
+    (``None`` when another command started it).
+
+    A kind of server names itself (``WHAT``, for errors), its pid file, its logs (the first is
+    where its process's output goes), how long it may take to stop, and how to tell that it
+    answers (:meth:`wait_until_ready`); :meth:`launch` starts any of them."""
 
     folder: Path
     port: int
     process: subprocess.Popen[bytes] | None
     pid: int
 
+    WHAT: ClassVar[str] = "a local server"
     PID_FILE: ClassVar[str] = "server.pid"
     LOGS: ClassVar[tuple[str, ...]] = ("server.log",)
     STOP_GRACE: ClassVar[float] = 10.0
+
+    @classmethod
+    def launch(cls, folder: str | Path, port: int | None,
+               command: Callable[[Path, int], list[str]]) -> Self:
+        """Start a server with its files in ``folder`` (made if missing) on ``127.0.0.1:port``
+        (a free port when ``None``): the process ``command(folder, port)`` (which may first
+        write what the process reads) in a session of its own, its output appended to the first
+        of ``LOGS``, its pid file written; returns once :meth:`wait_until_ready` passes. Raises
+        ``ConfigError`` naming the server when ``port`` is taken (before anything starts) or
+        when the process dies or does not answer in time (with the end of its logs, each under
+        its path); a failed start leaves no process and no pid file behind."""
+        folder = Path(folder).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        if port is not None and listening(port):
+            # else the readiness check would be answered by whatever listens there
+            raise ConfigError(f"cannot start {cls.WHAT} on 127.0.0.1:{port}: something listens "
+                              "there already (a server still running?)")
+        port = port or free_port()
+        argv = command(folder, port)
+        with open(folder / cls.LOGS[0], "ab") as out:
+            # a session of its own: what signals the starting terminal (Ctrl-C, hang-up) does
+            # not reach it, so a server the ``start`` command left running outlives that shell
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        server = cls(folder, port, process, process.pid)
+        server.record()
+        try:
+            server.wait_until_ready()
+        except ConfigError:  # it died, or did not answer and was stopped: nothing to find again
+            (folder / cls.PID_FILE).unlink(missing_ok=True)
+            raise
+        return server
+
+    def wait_until_ready(self) -> None:
+        """Return once the server answers; raise ``ConfigError`` if it died or took too long.
+        Each kind of server says how it is asked (:meth:`wait_for_http`, :meth:`wait_until`)."""
+        raise NotImplementedError(f"{type(self).__name__} says how to tell that it answers")
 
     @classmethod
     def attach(cls, folder: str | Path) -> Self | None:
@@ -130,13 +173,15 @@ class LocalServer:
         raise ConfigError(f"{what} did not answer on {where} within {seconds:g} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
-        """The last lines of the server's logs, for an error that says why it did not start."""
-        lines: list[str] = []
+        """The last lines of the server's logs, each under its path, for an error that says
+        why it did not start (and where to read the rest)."""
+        tails = []
         for name in self.LOGS:
             path = self.folder / name
             if path.exists():
-                lines += path.read_text(errors="replace").splitlines()[-15:]
-        return "\n".join(lines) or "(no log)"
+                lines = path.read_text(errors="replace").splitlines()[-15:]
+                tails.append("\n".join([f"{path}:", *lines]))
+        return "\n".join(tails) or f"(no log in {self.folder})"
 
 
 Server = TypeVar("Server", bound=LocalServer)

@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
-import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from ..errors import ConfigError
-from .process import LocalServer, free_port, listening
+from .process import LocalServer
 
 __all__ = ["LocalS3", "main"]
 
@@ -47,6 +46,8 @@ _SECRET_KEY = "lakestream-local-secret"  # moto checks no signature; any key pai
 class LocalS3(LocalServer):
     """A running server: its port, its process and the folder holding its pid file and log."""
 
+    WHAT = "the S3 server"
+
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -56,20 +57,8 @@ class LocalS3(LocalServer):
         """Start a server on ``127.0.0.1:port`` (a free port when omitted), its log and pid in
         ``folder``; returns once it answers. Raises ``ConfigError`` with the end of its log if
         it does not come up."""
-        folder = Path(folder).resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        if port is not None and listening(port):
-            raise ConfigError(f"cannot start the S3 server on 127.0.0.1:{port}: something "
-                              "listens there already (a server still running?)")
-        port = port or free_port()
-        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-        with open(folder / "server.log", "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        server = cls(folder, port, process, process.pid)
-        server.record()
-        server.wait_until_ready()
-        return server
+        return cls.launch(folder, port, lambda folder, port: [
+            sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
 
     def wait_until_ready(self) -> None:
         """Return once the server answers an S3 request; raise if it died or took too long."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..spark.jars import jars_dir
-from .process import LocalServer, free_port, listening, shell_command
+from .process import LocalServer, shell_command
 
 #: The Apicurio Registry release run (3.1 and later need Java 21).
 APICURIO_VERSION = "3.0.9"
@@ -64,6 +64,7 @@ def fetch_registry() -> Path:
 class LocalRegistry(LocalServer):
     """A running registry: its folder (pid, log), port and process."""
 
+    WHAT = "a schema registry"
     PID_FILE = "registry.pid"
     LOGS = ("registry.log",)
 
@@ -76,29 +77,21 @@ class LocalRegistry(LocalServer):
     def start(cls, folder: str | Path, port: int | None = None) -> LocalRegistry:
         """Start a registry on ``127.0.0.1:port`` (a free port when omitted); returns once it
         answers. Raises ``ConfigError`` with the end of its log if it does not come up."""
-        folder = Path(folder).resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        if port is not None and listening(port):
-            raise ConfigError(f"cannot start a schema registry on 127.0.0.1:{port}: something "
-                              "listens there already")
-        port = port or free_port()
-        command = ["java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                   "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
-                   "-Dquarkus.http.access-log.enabled=false",
-                   "-Dapicurio.datasource.jdbc.initial-size=2", "-Dapicurio.datasource.jdbc.min-size=2",
-                   "-jar", str(fetch_registry())]
-        with open(folder / "registry.log", "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        registry = cls(folder, port, process, process.pid)
-        registry.record()
-        registry.wait_until_ready()
-        return registry
+        return cls.launch(folder, port, _registry_command)
 
     def wait_until_ready(self) -> None:
         """Return once the registry lists its subjects; raise if it died or took too long."""
         self.wait_for_http(f"{self.url}/subjects", f"the schema registry in {self.folder}",
                            _READY_SECONDS, 0.25)
+
+
+def _registry_command(folder: Path, port: int) -> list[str]:
+    """Apicurio on ``127.0.0.1:port``, small: a test's registry holds a few schemas."""
+    return ["java", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
+            "-Dquarkus.http.access-log.enabled=false",
+            "-Dapicurio.datasource.jdbc.initial-size=2", "-Dapicurio.datasource.jdbc.min-size=2",
+            "-jar", str(fetch_registry())]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,7 @@
-"""The HTTP server: tokens, isolation, bad parameters, limits, pushes over server-sent events
-with ids, resuming by Last-Event-ID, disconnect cleanup, slow clients, unused handles, and the
-Prometheus metrics the server exposes."""
+"""The HTTP server: tokens, isolation, bad parameters, limits (large bodies refused so that every
+client gets the 413, reading no more than bounded), pushes over server-sent events with ids,
+resuming by Last-Event-ID, disconnect cleanup, slow clients, unused handles, and the Prometheus
+metrics the server exposes."""
 
 import http.client
 import json
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+from analytics.bodies import DISCARD_BYTES, DISCARD_SECONDS
 from tests.helpers import scraped
 
 
@@ -220,6 +222,109 @@ def test_request_bodies_are_limited_and_errors_quote_little(make_live):
     assert status == 400 and len(error["error"]) < 300
     assert raw_post(live, json.dumps({"analytic": "cpu_by_server", "target": "servers",
                                       "params": {"syms": ["s1"]}}).encode())[0] == 200
+
+
+REFUSED = "request body too large: the limit is 4096 bytes (max_body_bytes)"
+
+
+def refused_bodies(live):
+    """(bodies refused, bytes the server read of them), from its metrics."""
+    held = metrics(live)
+    return (held.get(("lakestream_analytics_bodies_refused_total", ()), 0),
+            held.get(("lakestream_analytics_refused_body_bytes_total", ()), 0))
+
+
+def test_a_client_that_sends_its_whole_body_before_reading_gets_the_413(make_live):
+    # urllib sends all of a body before it reads a byte of the reply (and says Connection:
+    # close): a server that closes on it mid-body makes it see a reset, not the 413
+    live = make_live(max_body_bytes=4096)
+    size = 20_000_000
+    piece = b"x" * 1_000_000
+    for data in (piece * 20, (piece for _ in range(20))):  # Content-Length; chunked (no length)
+        request = urllib.request.Request(live.url + "/subscriptions", data=data, method="POST",
+                                         headers={"Authorization": "Bearer t-ann"})
+        try:
+            urllib.request.urlopen(request, timeout=60)
+        except urllib.error.HTTPError as refused:
+            assert refused.code == 413 and json.load(refused) == {"error": REFUSED}
+            assert refused.headers["Connection"] == "close"
+        else:
+            raise AssertionError("a 20 MB body was accepted")
+    # each body was read to its end (so the connection closed cleanly), and thrown away
+    wait_for(lambda: refused_bodies(live) == (2, 2 * size))
+    assert subscribe(live, ["s1"])[0] == 200
+
+
+class RawPost:
+    """POST /subscriptions on a plain socket declaring ``declared`` body bytes, of which a thread
+    sends ``piece`` every ``pause`` seconds until all are sent or the server closes the
+    connection; ``sent`` counts what the socket took. Keep-alive (no Connection: close)."""
+
+    def __init__(self, live, declared, piece, pause=0.0):
+        self.socket = socket.create_connection(("127.0.0.1", live.port), timeout=60)
+        self.socket.sendall(b"POST /subscriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Authorization: Bearer t-ann\r\nContent-Length: %d\r\n\r\n" % declared)
+        self.declared, self.piece, self.pause, self.sent = declared, piece, pause, 0
+        self.sender = threading.Thread(target=self._send, daemon=True)
+        self.sender.start()
+
+    def _send(self):
+        try:
+            while self.sent < self.declared:
+                part = self.piece[:self.declared - self.sent]
+                self.socket.sendall(part)
+                self.sent += len(part)
+                time.sleep(self.pause)
+        except OSError:
+            pass  # the server closed the connection
+
+    def reply(self):
+        """The reply's head and body, read as soon as they come (the whole body not sent)."""
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.socket.recv(65536)
+        head, _, body = head.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(body) < length:
+            body += self.socket.recv(65536)
+        return head.split(b"\r\n"), json.loads(body)
+
+    def closed(self):
+        """Wait (up to the socket's timeout) for the server to close the connection."""
+        try:
+            while self.socket.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass  # closed with some of what was sent unread: the kernel answers with a reset
+        finally:
+            self.socket.close()
+            self.sender.join(timeout=60)
+
+
+def test_what_the_server_throws_away_of_a_refused_body_is_bounded(make_live):
+    live = make_live(max_body_bytes=4096)
+    # in bytes: far more than the server reads, and than the kernel's buffers could hold
+    endless = RawPost(live, DISCARD_BYTES + 64 * 2**20, b"x" * 2**20)
+    head, body = endless.reply()
+    assert head[0].startswith(b"HTTP/1.1 413") and body == {"error": REFUSED}
+    assert b"connection: close" in head
+    endless.closed()
+    assert endless.sent < endless.declared  # the server stopped reading: the client could not go on
+    wait_for(lambda: refused_bodies(live)[0] == 1)
+    # what it read: the bound, give or take one read of the ASGI server's (a few hundred KiB)
+    assert DISCARD_BYTES <= refused_bodies(live)[1] <= DISCARD_BYTES + 2**20
+
+    # in time: a client trickling its body gets the 413 at once and is cut off after the bound
+    trickle = RawPost(live, 20_000_000, b"x", pause=0.2)
+    trickle.socket.settimeout(DISCARD_SECONDS + 30)
+    head, body = trickle.reply()
+    refused_at = time.monotonic()
+    assert head[0].startswith(b"HTTP/1.1 413") and body == {"error": REFUSED}
+    trickle.closed()
+    assert DISCARD_SECONDS - 0.5 < time.monotonic() - refused_at < DISCARD_SECONDS + 10
+    wait_for(lambda: refused_bodies(live)[0] == 2)
+    assert subscribe(live, ["s1"])[0] == 200
 
 
 def test_each_user_holds_a_limited_number_of_handles(make_live):
