@@ -2,9 +2,10 @@
 
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import dagster as dg
 from pydantic import Field
@@ -85,153 +86,182 @@ def _chosen(pipelines: Sequence[Pipeline], name: str, allow_all: bool) -> list[P
     raise dg.Failure(f"unknown pipeline {name!r}; choose one of {names}")
 
 
+ChoiceT = TypeVar("ChoiceT", bound=PipelineChoice)
+
+
+@dataclass(frozen=True)
+class OperationCall:
+    """What an operation's work is handed besides the pipeline and the config: the op's
+    context (its log), the Spark resource and the warehouse root, and the migrations
+    ``migrate_state`` may apply by name."""
+
+    context: dg.OpExecutionContext
+    spark: SparkResource
+    warehouse: str
+    migrations: Mapping[str, Migration]
+
+    def log(self, message: str) -> None:
+        self.context.log.info(message)
+
+
+@dataclass(frozen=True)
+class Operation(Generic[ChoiceT]):
+    """One operations job: ``name`` (its one op is ``<name>_op``, since a job may not share its
+    op's name), the ``description`` the UI shows of both, the ``config`` class the launchpad
+    asks for, and the ``work`` done on each pipeline the config chooses.
+
+    ``every_pipeline``: the config may say ``all`` (the work runs on each pipeline in turn).
+    ``refusal_is_failure``: a lakestream error ends the op as a Dagster failure with its
+    message (:func:`_failing_on_refusal`); the others let the error and its trace through.
+    """
+
+    name: str
+    description: str
+    config: type[ChoiceT]
+    work: Callable[[OperationCall, Pipeline, ChoiceT], None]
+    every_pipeline: bool = False
+    refusal_is_failure: bool = False
+
+
+def _recover(call: OperationCall, pipeline: Pipeline, config: PipelineChoice) -> None:
+    report = ops.recover(call.spark.session(), pipeline, call.warehouse)
+    call.log(f"{pipeline.name}: recovered at checkpoint {report.checkpoint_id}")
+
+
+def _reset_to_checkpoint(call: OperationCall, pipeline: Pipeline, config: CheckpointChoice) -> None:
+    report = ops.reset_to_checkpoint(call.spark.session(), pipeline, config.checkpoint_id,
+                                     call.warehouse)
+    call.log(f"{pipeline.name}: reset to checkpoint {config.checkpoint_id}; now at "
+             f"checkpoint {report.checkpoint_id}, batch {report.last_batch_id}")
+
+
+def _replay(call: OperationCall, pipeline: Pipeline, config: CheckpointChoice) -> None:
+    report = ops.replay(call.spark.session(), pipeline, config.checkpoint_id, call.warehouse)
+    call.log(f"{pipeline.name}: replayed {len(report.batches)} batch(es), "
+             f"{report.rows_in} rows, now at checkpoint {report.checkpoint_id}")
+
+
+def _discard_plans(call: OperationCall, pipeline: Pipeline, config: PipelineChoice) -> None:
+    report = ops.discard_plans(call.spark.session(), pipeline, call.warehouse)
+    call.log(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
+             f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
+
+
+def _migrate_state(call: OperationCall, pipeline: Pipeline, config: MigrationChoice) -> None:
+    migration = _migration(call.migrations, config)
+    report = apply_migration(call.spark.session(), pipeline, migration, call.warehouse)
+    if report.checkpoint_id is None:
+        call.log(f"{pipeline.name}: the latest checkpoint already made {report.label!r}; "
+                 "nothing to do")
+        return
+    call.log(f"{pipeline.name}: {report.label!r} committed as checkpoint "
+             f"{report.checkpoint_id} (epoch {report.epoch}); keys written "
+             f"{report.written or 'none'}, deleted {report.deleted or 'none'}")
+
+
+def _bootstrap_state(call: OperationCall, pipeline: Pipeline, config: BootstrapChoice) -> None:
+    ops.bootstrap_state(call.spark.session(), pipeline, {config.operator: config.table},
+                        value=config.value, warehouse=call.warehouse)
+    call.log(f"{pipeline.name}: {config.operator!r} bootstrapped from {config.table}")
+
+
+def _export_state(call: OperationCall, pipeline: Pipeline, config: ExportChoice) -> None:
+    done = ops.export_state(call.spark.session(), pipeline, config.path,
+                            checkpoint_id=config.checkpoint_id, warehouse=call.warehouse)
+    call.log(f"{pipeline.name}: checkpoint {done.checkpoint_id} exported to {config.path}")
+
+
+def _import_state(call: OperationCall, pipeline: Pipeline, config: ImportChoice) -> None:
+    done = ops.import_state(call.spark.session(), pipeline, config.path,
+                            offsets=_positions(config), warehouse=call.warehouse)
+    call.log(f"{pipeline.name}: imported {config.path} as checkpoint 1; source "
+             f"positions {done.offsets}")
+
+
+def _compact(call: OperationCall, pipeline: Pipeline, config: PipelineChoice) -> None:
+    kept = ops.compact(call.spark.session(), pipeline, call.warehouse)
+    call.log(f"{pipeline.name}: compacted state to {kept} rows")
+
+
+def _vacuum(call: OperationCall, pipeline: Pipeline, config: VacuumChoice) -> None:
+    removed = ops.vacuum(call.spark.session(), pipeline, config.retention_hours, call.warehouse)
+    call.log(f"{pipeline.name}: vacuum removed {sum(removed.values())} file(s) "
+             f"from {len(removed)} table(s)")
+
+
+def _describe(call: OperationCall, pipeline: Pipeline, config: PipelineChoice) -> None:
+    lines = ops.describe(call.spark.session(), pipeline, call.warehouse).lines()
+    for line in lines:  # on stdout too: what `dagster job execute -j describe` is run for
+        print(line, flush=True)
+    call.log("\n".join(lines))
+
+
+#: Every operations job, in the order :func:`make_operation_jobs` returns them. Their names, op
+#: names, descriptions and config fields are what the UI's launchpad, ``dagster job execute -j
+#: <name>`` and the maintenance schedules' run configs name: renaming one breaks those.
+OPERATIONS: tuple[Operation[Any], ...] = (
+    Operation("recover", "Recovery only: restore the last checkpoint, truncate global tables.",
+              PipelineChoice, _recover, every_pipeline=True),
+    Operation("reset_to_checkpoint",
+              "Roll state, tracked variables, global tables and sinks back to a checkpoint.",
+              CheckpointChoice, _reset_to_checkpoint),
+    Operation("replay", "Reset to a checkpoint, then reprocess everything after it.",
+              CheckpointChoice, _replay),
+    Operation("discard_plans",
+              "Discard the batch plans recorded after the last checkpoint (never checkpointed: "
+              "nothing is lost); the next run plans again from it.",
+              PipelineChoice, _discard_plans, refusal_is_failure=True),
+    Operation("migrate_state",
+              "Migrate a changed pipeline's state: rename, drop, re-key, transform (a new "
+              "checkpoint; reset_to_checkpoint undoes it).",
+              MigrationChoice, _migrate_state, refusal_is_failure=True),
+    Operation("bootstrap_state",
+              "Build an operator's state from a Delta table before the pipeline's first run.",
+              BootstrapChoice, _bootstrap_state, refusal_is_failure=True),
+    Operation("export_state",
+              "Write a checkpoint (state, tracked variables, global tables, source positions) "
+              "to a folder.",
+              ExportChoice, _export_state, refusal_is_failure=True),
+    Operation("import_state",
+              "Make an export a pipeline's first checkpoint, its source positions rewritten as "
+              "told.",
+              ImportChoice, _import_state, refusal_is_failure=True),
+    Operation("compact", "Rewrite state changelogs to the latest value per key.",
+              PipelineChoice, _compact, every_pipeline=True),
+    Operation("vacuum", "Delete files older versions no longer need (respecting retention).",
+              VacuumChoice, _vacuum, every_pipeline=True),
+    Operation("describe", "Print each pipeline's last checkpoint, source lag and state size.",
+              PipelineChoice, _describe, every_pipeline=True),
+)
+
+
 def make_operation_jobs(pipelines: Sequence[Pipeline],
                         migrations: Mapping[str, Migration] | None = None
                         ) -> list[dg.JobDefinition]:
     """``recover``, ``reset_to_checkpoint``, ``replay``, ``discard_plans``, ``migrate_state``,
     ``bootstrap_state``, ``export_state``, ``import_state``, ``compact``, ``vacuum`` and
-    ``describe`` over ``pipelines``, each a one-op job with typed config. ``migrations``: the
-    migrations ``migrate_state`` may apply by name, besides the renames and drops its config
-    gives."""
-    ops_ = (*_recovery_ops(pipelines), *_state_ops(pipelines, dict(migrations or {})),
-            *_maintenance_ops(pipelines))
-    return [_job(op) for op in ops_]
+    ``describe`` over ``pipelines`` (:data:`OPERATIONS`), each a one-op job with typed config.
+    ``migrations``: the migrations ``migrate_state`` may apply by name, besides the renames and
+    drops its config gives."""
+    declared = dict(migrations or {})
+    return [_job(_op(operation, pipelines, declared)) for operation in OPERATIONS]
 
 
-def _recovery_ops(pipelines: Sequence[Pipeline]) -> tuple[dg.OpDefinition, ...]:
-    """``recover``, ``reset_to_checkpoint``, ``replay`` and ``discard_plans``."""
+def _op(operation: Operation[Any], pipelines: Sequence[Pipeline],
+        migrations: Mapping[str, Migration]) -> dg.OpDefinition:
+    """The op of ``operation``: its work on each pipeline its config chooses."""
 
-    @dg.op(name="recover_op",
-           description="Recovery only: restore the last checkpoint, truncate global tables.")
-    def recover(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
-                warehouse: WarehouseResource) -> None:
-        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
-            report = ops.recover(spark.session(), pipeline, warehouse.root)
-            context.log.info(f"{pipeline.name}: recovered at checkpoint {report.checkpoint_id}")
-
-    @dg.op(name="reset_to_checkpoint_op",
-           description="Roll state, tracked variables, global tables and sinks back to a checkpoint.")
-    def reset_to_checkpoint(context: dg.OpExecutionContext, config: CheckpointChoice,
-                            spark: SparkResource, warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        report = ops.reset_to_checkpoint(spark.session(), pipeline, config.checkpoint_id,
-                                         warehouse.root)
-        context.log.info(f"{pipeline.name}: reset to checkpoint {config.checkpoint_id}; now at "
-                         f"checkpoint {report.checkpoint_id}, batch {report.last_batch_id}")
-
-    @dg.op(name="replay_op",
-           description="Reset to a checkpoint, then reprocess everything after it.")
-    def replay(context: dg.OpExecutionContext, config: CheckpointChoice, spark: SparkResource,
-               warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        report = ops.replay(spark.session(), pipeline, config.checkpoint_id, warehouse.root)
-        context.log.info(f"{pipeline.name}: replayed {len(report.batches)} batch(es), "
-                         f"{report.rows_in} rows, now at checkpoint {report.checkpoint_id}")
-
-    @dg.op(name="discard_plans_op",
-           description="Discard the batch plans recorded after the last checkpoint (never "
-                       "checkpointed: nothing is lost); the next run plans again from it.")
-    def discard_plans(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
-                      warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        with _failing_on_refusal():
-            report = ops.discard_plans(spark.session(), pipeline, warehouse.root)
-        context.log.info(f"{pipeline.name}: batch plans after batch {report.last_batch_id} "
-                         f"discarded; the next run plans from checkpoint {report.checkpoint_id}")
-
-    return recover, reset_to_checkpoint, replay, discard_plans
-
-
-def _state_ops(pipelines: Sequence[Pipeline],
-               declared: Mapping[str, Migration]) -> tuple[dg.OpDefinition, ...]:
-    """``migrate_state``, ``bootstrap_state``, ``export_state`` and ``import_state``."""
-
-    @dg.op(name="migrate_state_op",
-           description="Migrate a changed pipeline's state: rename, drop, re-key, transform "
-                       "(a new checkpoint; reset_to_checkpoint undoes it).")
-    def migrate_state(context: dg.OpExecutionContext, config: MigrationChoice,
+    def _operation_op(context: dg.OpExecutionContext, config: PipelineChoice,
                       spark: SparkResource, warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        migration = _migration(declared, config)
-        with _failing_on_refusal():
-            report = apply_migration(spark.session(), pipeline, migration, warehouse.root)
-        if report.checkpoint_id is None:
-            context.log.info(f"{pipeline.name}: the latest checkpoint already made "
-                             f"{report.label!r}; nothing to do")
-            return
-        context.log.info(f"{pipeline.name}: {report.label!r} committed as checkpoint "
-                         f"{report.checkpoint_id} (epoch {report.epoch}); keys written "
-                         f"{report.written or 'none'}, deleted {report.deleted or 'none'}")
+        call = OperationCall(context, spark, warehouse.root, migrations)
+        for pipeline in _chosen(pipelines, config.pipeline, operation.every_pipeline):
+            with _failing_on_refusal() if operation.refusal_is_failure else nullcontext():
+                operation.work(call, pipeline, config)
 
-    @dg.op(name="bootstrap_state_op",
-           description="Build an operator's state from a Delta table before the pipeline's "
-                       "first run.")
-    def bootstrap_state(context: dg.OpExecutionContext, config: BootstrapChoice,
-                        spark: SparkResource, warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        with _failing_on_refusal():
-            ops.bootstrap_state(spark.session(), pipeline, {config.operator: config.table},
-                                value=config.value, warehouse=warehouse.root)
-        context.log.info(f"{pipeline.name}: {config.operator!r} bootstrapped from {config.table}")
-
-    @dg.op(name="export_state_op",
-           description="Write a checkpoint (state, tracked variables, global tables, source "
-                       "positions) to a folder.")
-    def export_state(context: dg.OpExecutionContext, config: ExportChoice,
-                     spark: SparkResource, warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        with _failing_on_refusal():
-            done = ops.export_state(spark.session(), pipeline, config.path,
-                                    checkpoint_id=config.checkpoint_id, warehouse=warehouse.root)
-        context.log.info(f"{pipeline.name}: checkpoint {done.checkpoint_id} exported to "
-                         f"{config.path}")
-
-    @dg.op(name="import_state_op",
-           description="Make an export a pipeline's first checkpoint, its source positions "
-                       "rewritten as told.")
-    def import_state(context: dg.OpExecutionContext, config: ImportChoice,
-                     spark: SparkResource, warehouse: WarehouseResource) -> None:
-        (pipeline,) = _chosen(pipelines, config.pipeline, allow_all=False)
-        with _failing_on_refusal():
-            done = ops.import_state(spark.session(), pipeline, config.path,
-                                    offsets=_positions(config), warehouse=warehouse.root)
-        context.log.info(f"{pipeline.name}: imported {config.path} as checkpoint 1; source "
-                         f"positions {done.offsets}")
-
-    return migrate_state, bootstrap_state, export_state, import_state
-
-
-def _maintenance_ops(pipelines: Sequence[Pipeline]) -> tuple[dg.OpDefinition, ...]:
-    """``compact``, ``vacuum`` and ``describe``."""
-
-    @dg.op(name="compact_op",
-           description="Rewrite state changelogs to the latest value per key.")
-    def compact(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
-                warehouse: WarehouseResource) -> None:
-        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
-            kept = ops.compact(spark.session(), pipeline, warehouse.root)
-            context.log.info(f"{pipeline.name}: compacted state to {kept} rows")
-
-    @dg.op(name="vacuum_op",
-           description="Delete files older versions no longer need (respecting retention).")
-    def vacuum(context: dg.OpExecutionContext, config: VacuumChoice, spark: SparkResource,
-               warehouse: WarehouseResource) -> None:
-        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
-            removed = ops.vacuum(spark.session(), pipeline, config.retention_hours, warehouse.root)
-            context.log.info(f"{pipeline.name}: vacuum removed {sum(removed.values())} file(s) "
-                             f"from {len(removed)} table(s)")
-
-    @dg.op(name="describe_op",
-           description="Print each pipeline's last checkpoint, source lag and state size.")
-    def describe(context: dg.OpExecutionContext, config: PipelineChoice, spark: SparkResource,
-                 warehouse: WarehouseResource) -> None:
-        for pipeline in _chosen(pipelines, config.pipeline, allow_all=True):
-            lines = ops.describe(spark.session(), pipeline, warehouse.root).lines()
-            for line in lines:
-                print(line, flush=True)
-            context.log.info("\n".join(lines))
-
-    return compact, vacuum, describe
+    # Dagster reads an op's config schema (the launchpad's form) off the annotation of its
+    # `config` parameter: it must name the row's own class, not the base every row shares.
+    _operation_op.__annotations__["config"] = operation.config
+    return dg.op(name=f"{operation.name}_op", description=operation.description)(_operation_op)
 
 
 def _positions(config: ImportChoice) -> Any:

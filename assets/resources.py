@@ -9,15 +9,16 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from ops import CONNECT_UNSUPPORTED, ConfigError, SparkConfig, lazy_spark_session, spark_session
-from state import resolve_warehouse
+from state import resolve_warehouse, warehouse_from_env
 
 
 class SparkResource(dg.ConfigurableResource):
     """Builds (or reuses) the Spark session every pipeline asset runs on."""
 
-    master: str = Field(
-        default_factory=lambda: os.environ.get("LAKESTREAM_SPARK_MASTER", "local[*]"),
-        description="local[*], spark://host:port, yarn or k8s://…")
+    # the environment is read when the resource is made (as ops.spark_session reads it), so a
+    # code location started with $LAKESTREAM_SPARK_MASTER set runs there
+    master: str = Field(default_factory=SparkConfig.master_from_env,
+                        description="local[*], spark://host:port, yarn or k8s://…")
     shuffle_partitions: int = Field(default=4, description="spark.sql.shuffle.partitions")
     conf: dict[str, str] = Field(default_factory=dict,
                                  description="Extra Spark settings, passed through unchanged")
@@ -46,9 +47,8 @@ class SparkResource(dg.ConfigurableResource):
 class WarehouseResource(dg.ConfigurableResource):
     """Root folder or URI (s3a://, abfss://, hdfs://) under which every pipeline keeps its tables."""
 
-    path: str = Field(
-        default_factory=lambda: os.environ.get("LAKESTREAM_WAREHOUSE", "./warehouse"),
-        description="Warehouse root; local paths are made absolute")
+    path: str = Field(default_factory=warehouse_from_env,
+                      description="Warehouse root; local paths are made absolute")
 
     @property
     def root(self) -> str:
@@ -56,7 +56,8 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 DEPLOYMENT_ENV = "LAKESTREAM_DEPLOYMENT"
-_MASTER_ENV = {"local": None, "cluster": "LAKESTREAM_SPARK_MASTER"}
+#: Each deployment, and whether it needs the master named in the environment.
+_NEEDS_MASTER = {"local": False, "cluster": True}
 
 
 def resources_for_deployment(deployment: str | None = None) -> dict[str, dg.ConfigurableResource]:
@@ -70,13 +71,10 @@ def resources_for_deployment(deployment: str | None = None) -> dict[str, dg.Conf
     name = deployment or os.environ.get(DEPLOYMENT_ENV, "local")
     if name == "connect":
         raise ConfigError(f"{DEPLOYMENT_ENV}=connect: {CONNECT_UNSUPPORTED}")
-    if name not in _MASTER_ENV:
-        raise ConfigError(f"{DEPLOYMENT_ENV}={name!r}: choose one of {sorted(_MASTER_ENV)}")
-    variable = _MASTER_ENV[name]
-    if variable is None:
-        spark = SparkResource()
-    elif not os.environ.get(variable):
-        raise ConfigError(f"deployment {name!r} needs ${variable} (the Spark master address)")
-    else:
-        spark = SparkResource(master=os.environ[variable])
-    return {"spark": spark, "warehouse": WarehouseResource()}
+    if name not in _NEEDS_MASTER:
+        raise ConfigError(f"{DEPLOYMENT_ENV}={name!r}: choose one of {sorted(_NEEDS_MASTER)}")
+    if _NEEDS_MASTER[name] and not os.environ.get(SparkConfig.MASTER_SETTING):
+        raise ConfigError(f"deployment {name!r} needs ${SparkConfig.MASTER_SETTING} "
+                          "(the Spark master address)")
+    # both deployments' master is SparkResource's default, read from the environment
+    return {"spark": SparkResource(), "warehouse": WarehouseResource()}

@@ -40,7 +40,7 @@ from .faults import fault_point
 from .global_tables import GlobalTable, global_table
 from .hooks import HookContext, Hooks
 from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
-from .layout import PipelineLayout, check_name, default_warehouses, resolve_warehouse
+from .layout import PipelineLayout, check_name, default_warehouses, resolve_warehouse, warehouse_from_env
 from .migration import Migrated, StateEdit, migrate_state
 from .plans import BatchPlan, BatchPlans
 from .queries import changed_keys, compact, read_state
@@ -66,7 +66,8 @@ __all__ = [
     "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
     "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
     "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "default_warehouses", "restore_all", "save_all", "stored_values", "tables", "delta_io", "track", "wake_time", "warming",
+    "default_warehouses", "warehouse_from_env", "restore_all", "save_all", "stored_values", "tables",
+    "delta_io", "track", "wake_time", "warming",
     "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
     "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
     "StateType", "StateTypes",

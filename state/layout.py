@@ -22,12 +22,19 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def warehouse_from_env() -> str:
+    """The warehouse root as given: ``$LAKESTREAM_WAREHOUSE``, or ``./warehouse`` when it is
+    unset or empty (the one reading of it: :func:`resolve_warehouse` and the Dagster
+    resource's default both make it)."""
+    return os.environ.get(WAREHOUSE_SETTING) or DEFAULT_WAREHOUSE
+
+
 def resolve_warehouse(warehouse: str | None = None) -> str:
     """The warehouse root: the argument, ``$LAKESTREAM_WAREHOUSE`` or ``./warehouse``.
 
     Local paths become absolute; URIs such as ``s3a://…`` or ``abfss://…`` pass through unchanged.
     """
-    root = warehouse or os.environ.get(WAREHOUSE_SETTING) or DEFAULT_WAREHOUSE
+    root = warehouse or warehouse_from_env()
     if "://" in root or root.startswith("file:"):
         return root.rstrip("/")
     return os.path.abspath(root)

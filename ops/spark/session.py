@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from pyspark.sql import SparkSession
 
@@ -50,10 +51,20 @@ class SparkConfig:
     example ``spark.hadoop.fs.s3a.*``).
     """
 
-    master: str = "local[*]"
+    #: The environment variable naming the master, and the master when it is not set.
+    MASTER_SETTING: ClassVar[str] = "LAKESTREAM_SPARK_MASTER"
+    DEFAULT_MASTER: ClassVar[str] = "local[*]"
+
+    master: str = DEFAULT_MASTER
     app_name: str = "lakestream"
     shuffle_partitions: int = 4
     extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def master_from_env(cls) -> str:
+        """The master ``$LAKESTREAM_SPARK_MASTER`` names (default ``local[*]``): the one reading
+        of it, which :meth:`from_env` and the Dagster resource's default both make."""
+        return os.environ.get(cls.MASTER_SETTING, cls.DEFAULT_MASTER)
 
     @classmethod
     def from_env(cls) -> SparkConfig:
@@ -62,8 +73,7 @@ class SparkConfig:
         if not partitions.isdigit() or int(partitions) < 1:
             raise ConfigError(
                 f"LAKESTREAM_SHUFFLE_PARTITIONS must be a positive integer, got {partitions!r}")
-        return cls(master=os.environ.get("LAKESTREAM_SPARK_MASTER", "local[*]"),
-                   shuffle_partitions=int(partitions))
+        return cls(master=cls.master_from_env(), shuffle_partitions=int(partitions))
 
     def to_spark_conf(self) -> dict[str, str]:
         """Settings for the session: Delta, Arrow, loopback driver, quiet logs."""

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets import SparkResource, WarehouseResource
+from assets.operation_jobs import OPERATIONS
 from dagster_project import defs
 from dagster_project.pipelines import running_sum_keyed, running_sum_unkeyed
 from tests.helpers import sink_column, spark_jobs
@@ -172,6 +173,25 @@ def test_schedules_carry_valid_config_and_start_stopped():
         run_config = schedule.evaluate_tick(dg.build_schedule_context()).run_requests[0].run_config
         assert dg.validate_run_config(job, run_config)
         assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_every_operation_is_a_job_of_the_code_location_with_its_config():
+    """Each row of the operations table is a one-op job ``dagster job execute -j <name>`` finds,
+    its op ``<name>_op``, both described as the row says, its launchpad form the row's config
+    class (fields, descriptions, defaults); and no operations job is left out of the table."""
+    repo = defs.get_repository_def()
+    tagged = {job.name for job in repo.get_all_jobs() if "lakestream/operation" in job.tags}
+    assert tagged == {operation.name for operation in OPERATIONS}
+    for operation in OPERATIONS:
+        job = defs.resolve_job_def(operation.name)
+        (node,) = job.nodes
+        op = node.definition
+        assert (op.name, op.description, job.description) == (
+            f"{operation.name}_op", operation.description, operation.description)
+        form = op.config_schema.config_type
+        assert set(form.fields) == set(operation.config.model_fields), operation.name
+        # a shape's key hashes its fields' names, types, descriptions and defaults
+        assert form.key == operation.config.to_config_schema().config_type.key, operation.name
 
 
 def test_deployment_selects_resources(monkeypatch):
