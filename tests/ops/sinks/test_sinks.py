@@ -62,7 +62,8 @@ def test_aggregates_of_a_first_batch_of_nulls_are_typed_by_the_declared_input(sp
 
 def test_reading_a_sink_at_a_warehouse_the_pipeline_never_ran_at_names_where_it_looked(
         spark, warehouse, tmp_path, monkeypatch):
-    pipeline = sp.read.from_callback("in", schema={"k": "string", "x": "long"}).write.to_delta("out").named("p")
+    pipeline = (sp.read.from_callback("in", schema={"k": "string", "x": "long"})
+                .write.to_delta("out").named("p"))
     pipeline.publish(spark, [{"k": "a", "x": 1}], warehouse)
     pipeline.run_once(spark, warehouse)
     assert pipeline.read_sink(spark, "out", warehouse)["x"].tolist() == [1]
