@@ -6,7 +6,8 @@ JSON (on a local disk one ``open``, on an object store one request, whatever the
 table) and, when it is there and only appended rows (by :class:`state.delta_io.Appended`,
 the rule the Delta source reads by too: a changelog's appends, a compaction that rewrote
 files without changing rows), reads the files it added with rows alone: so a poll does not
-grow with the table's commits and files, and it takes no lock, so the pipeline committing to the table holds it up nowhere. Any other commit (a reset removing
+grow with the table's commits and files, and it takes no lock, so the pipeline committing to
+the table holds it up nowhere. Any other commit (a reset removing
 rows, a schema change, a checkpoint-only log) and, every :func:`state.delta_io.recheck_seconds`
 seconds (a table made again at its path, a log cleaned up past the version read), the table is
 brought up to date through delta-rs and its files compared with those read: a file removed
