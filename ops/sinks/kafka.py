@@ -29,6 +29,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,14 +80,43 @@ def read_marker(connection: KafkaConnection, group: str, topic: str) -> Marker |
 
 
 def _committed_marker(group: Any, topic: str, timeout: float) -> Marker | None:
-    """The marker committed for ``topic`` by the consumer ``group`` belongs to."""
+    """The marker committed for ``topic`` by the consumer ``group`` belongs to. Retried while
+    the broker says to: its group coordinator answers ``NOT_COORDINATOR`` while it loads the
+    offsets, after a restart or on a fresh broker."""
     from confluent_kafka import TopicPartition
 
-    [committed] = group.committed([TopicPartition(topic, 0)], timeout=timeout)
+    [committed] = _retrying(timeout, lambda left: group.committed([TopicPartition(topic, 0)],
+                                                                  timeout=left))
     if committed.offset < 0 or not committed.metadata:
         return None
     stored = json.loads(committed.metadata)
     return Marker(int(stored["epoch"]), int(stored["batch"]))
+
+
+def _retrying(timeout: float, call: Callable[[float], Any]) -> Any:
+    """``call(seconds_left)``, again while it raises a Kafka error that passes (a coordinator
+    still loading), for ``timeout`` seconds in all."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call(max(1.0, deadline - time.monotonic()))
+        except KafkaException as error:
+            if not _passes(error.args[0]) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _passes(error: Any) -> bool:
+    """Whether Kafka error ``error`` goes away by itself: one flagged retriable, or a
+    coordinator not ready yet, which ``Consumer.committed`` reports unflagged (seen on a
+    freshly started broker: ``NOT_COORDINATOR`` for a few hundred milliseconds)."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.retriable()) or error.code() in (
+        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
 class _Transactions:
@@ -116,17 +146,7 @@ class _Transactions:
         """Register the transactional id: this fences any older producer with the id and
         aborts the transaction it left open. Retried while the broker says to (its transaction
         coordinator still loading, after a restart)."""
-        from confluent_kafka import KafkaException
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.producer.init_transactions(max(1.0, deadline - time.monotonic()))
-                return
-            except KafkaException as error:
-                if not error.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        _retrying(timeout, self.producer.init_transactions)
 
     def close(self) -> None:
         self.group.close()
