@@ -54,14 +54,8 @@ def call_within(timeout: float, doing: str, call: Callable[..., Any], *args: Any
     TimeoutError: waiting for nothing did not return within 0.1 s
     """
     outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, call(*args)))
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
-            outcome.append((False, error))
-
-    worker = threading.Thread(target=run, name="lakestream-kafka-call", daemon=True)
+    worker = threading.Thread(target=_call_into, args=(outcome, call, args),
+                              name="lakestream-kafka-call", daemon=True)
     worker.start()
     worker.join(timeout + 1.0)
     if not outcome:
@@ -70,6 +64,18 @@ def call_within(timeout: float, doing: str, call: Callable[..., Any], *args: Any
     if not returned:
         raise value
     return value
+
+
+def _call_into(outcome: list[Any], call: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """``call(*args)``'s value or error, appended to ``outcome`` (the thread of
+    :func:`call_within`). A function of the module, not a closure: a frame of an error
+    raised here keeps its function, and a closure's cells (``call``: a method of a producer,
+    say) would stay alive with it even once :func:`traceback.clear_frames` cleared the
+    frame's variables."""
+    try:
+        outcome.append((True, call(*args)))
+    except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+        outcome.append((False, error))
 
 
 def part_id(topic: str, partition: int) -> str:

@@ -8,7 +8,11 @@ positions), so the records and the marker become visible together or not at all.
 writes before the pipeline's checkpoint; a run that died between the two replays the batch,
 finds the marker at or past it and sends nothing. A run that died in the middle of a
 transaction leaves it open; the next run's producer, with the same id, aborts it before it
-sends anything (Kafka's fencing), so a ``read_committed`` consumer sees every row once. Every
+sends anything (Kafka's fencing), so a ``read_committed`` consumer sees every row once. A
+batch whose transaction fails (the broker down, say) fails the run and releases its producer
+there and then: the transaction aborted if the broker answers within :data:`RELEASE_SECONDS`
+(else the next run's producer aborts it), its records purged, and the producer destroyed, so
+that it cannot fence the next run's. Every
 record also carries the headers ``lakestream.pipeline``, ``lakestream.batch`` and
 ``lakestream.epoch``, so consumers can tell batches apart.
 
@@ -29,6 +33,8 @@ import json
 import logging
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,35 +85,84 @@ def read_marker(connection: KafkaConnection, group: str, topic: str) -> Marker |
 
 
 def _committed_marker(group: Any, topic: str, timeout: float) -> Marker | None:
-    """The marker committed for ``topic`` by the consumer ``group`` belongs to."""
+    """The marker committed for ``topic`` by the consumer ``group`` belongs to. Retried while
+    the broker says to: its group coordinator answers ``NOT_COORDINATOR`` while it loads the
+    offsets, after a restart or on a fresh broker."""
     from confluent_kafka import TopicPartition
 
-    [committed] = group.committed([TopicPartition(topic, 0)], timeout=timeout)
+    [committed] = _retrying(timeout, lambda left: group.committed([TopicPartition(topic, 0)],
+                                                                  timeout=left))
     if committed.offset < 0 or not committed.metadata:
         return None
     stored = json.loads(committed.metadata)
     return Marker(int(stored["epoch"]), int(stored["batch"]))
 
 
+def _retrying(timeout: float, call: Callable[[float], Any]) -> Any:
+    """``call(seconds_left)``, again while it raises a Kafka error that passes (a coordinator
+    still loading), for ``timeout`` seconds in all."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call(max(1.0, deadline - time.monotonic()))
+        except KafkaException as error:
+            if not _passes(error.args[0]) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _passes(error: Any) -> bool:
+    """Whether Kafka error ``error`` goes away by itself: one flagged retriable, or a
+    coordinator not ready yet, which ``Consumer.committed`` reports unflagged (seen on a
+    freshly started broker: ``NOT_COORDINATOR`` for a few hundred milliseconds)."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.retriable()) or error.code() in (
+        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+#: Seconds releasing a run's producer may wait for the broker to abort the transaction a
+#: failed batch left open. Short, because the broker is most often down then, and waiting does
+#: not bring it back; and an abort left undone costs little: the transaction stays open (a
+#: ``read_committed`` consumer of the topic waits at it) until the next producer with the same
+#: transactional id starts, which aborts it first, or until ``transaction.timeout.ms``. A broker
+#: that is up aborts within milliseconds.
+RELEASE_SECONDS = 2.0
+
+
 class _Transactions:
-    """One run's transactional producer, and the marker it found when it started."""
+    """One run's transactional producer (and the consumer whose group the marker is committed
+    as), and the marker it found when it started.
+
+    :meth:`release` lets both go, when the run ends or a transaction of it fails: nothing
+    refers to them afterwards, so librdkafka destroys them there and then. A failed run's
+    producer left alive (referred to by the run's error, say, or waiting for the garbage
+    collector) goes on with its transaction in librdkafka's threads; once the broker is back it
+    aborts it and bumps the producer epoch, which fences the next run's producer ("fenced by
+    newer producer instance")."""
 
     def __init__(self, sink: KafkaSink, ctx: RunContext):
         from confluent_kafka import Consumer, Producer
 
         self.id = sink.transactional_id(ctx)
-        self.producer = Producer(sink.connection.config(**{
+        self.producer: Any = Producer(sink.connection.config(**{
             "transactional.id": self.id, "enable.idempotence": True,
             "transaction.timeout.ms": sink.transaction_timeout_ms, "linger.ms": 5,
             "queue.buffering.max.messages": 1_000_000}))
         # what the marker is committed as: an offset of this group, within the transaction
-        self.group = Consumer(sink.connection.config(**{"group.id": self.id, "enable.auto.commit": False}))
+        self.group: Any = Consumer(sink.connection.config(**{"group.id": self.id,
+                                                             "enable.auto.commit": False}))
+        self.in_transaction = False  # begun and not committed: release aborts it
         try:
             self._init_transactions(sink.connection.timeout)
             # read after init_transactions: an older run's open transaction is aborted by then
             self.marker = _committed_marker(self.group, sink.topic, sink.connection.timeout)
         except Exception as error:
-            self.close()
+            self.release()
+            _forget_locals(error)
             raise sink.connection.unreachable(
                 f"starting transactional producer {self.id!r} of sink {sink.name!r}", error,
                 SinkError) from error
@@ -116,21 +171,54 @@ class _Transactions:
         """Register the transactional id: this fences any older producer with the id and
         aborts the transaction it left open. Retried while the broker says to (its transaction
         coordinator still loading, after a restart)."""
-        from confluent_kafka import KafkaException
+        _retrying(timeout, self.producer.init_transactions)
 
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.producer.init_transactions(max(1.0, deadline - time.monotonic()))
-                return
-            except KafkaException as error:
-                if not error.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+    def send(self, topic: str, batch_id: int, keys: list[str | None], values: list[bytes],
+             headers: list[tuple[str, bytes]], marker: str, timeout: float) -> None:
+        """One transaction: the records, then ``marker`` as the group's offset of ``topic``
+        (``batch_id``), committed. One that raises may be left open: :meth:`release` aborts it."""
+        from confluent_kafka import TopicPartition
 
-    def close(self) -> None:
-        self.group.close()
-        self.producer.flush(0)
+        producer = self._live()
+        producer.begin_transaction()
+        self.in_transaction = True
+        half = len(values) // 2
+        for n, (key, value) in enumerate(zip(keys, values)):
+            if n == half:
+                producer.flush(timeout)  # so a crash here leaves records in the open transaction
+                fault_point("kafka_mid_send")
+            _produce(producer, topic, key, value, headers)
+        call_within(timeout, "adding the marker to the transaction",
+                    producer.send_offsets_to_transaction,
+                    [TopicPartition(topic, 0, batch_id, metadata=marker)],
+                    self.group.consumer_group_metadata(), timeout)
+        producer.commit_transaction(timeout)
+        self.in_transaction = False
+
+    def _live(self) -> Any:
+        """The producer, unless it was released."""
+        if self.producer is None:
+            raise SinkError(f"transactional producer {self.id!r} was released (its run ended, or "
+                            "a transaction of it failed)")
+        return self.producer
+
+    def release(self) -> None:
+        """Let the producer and the consumer go (once; again does nothing): abort the open
+        transaction, waiting at most :data:`RELEASE_SECONDS`, purge the records the producer
+        still holds, close the consumer, and keep no reference to either. Never raises, and
+        never waits for the broker longer than that: ``Producer.close()`` is not used because
+        it aborts and flushes without a timeout (it waited for good with the broker down),
+        while destroying a purged producer does not wait for the broker."""
+        producer, group = self.producer, self.group
+        self.producer = self.group = None
+        if producer is None:
+            return
+        if self.in_transaction:
+            self.in_transaction = False
+            _quietly(f"aborting the transaction of {self.id!r}", producer.abort_transaction,
+                     RELEASE_SECONDS)
+        _quietly(f"purging the records of {self.id!r}", producer.purge)
+        _quietly(f"closing the consumer of group {self.id!r}", group.close)
 
 
 @dataclass(frozen=True)
@@ -206,7 +294,7 @@ class KafkaSink(Sink):
         with self._lock:
             transactions = self._runs.pop(ctx.run_id, None)
         if transactions is not None:
-            transactions.close()
+            transactions.release()
 
     def discard_after(self, ctx: RunContext, batch_id: int) -> None:
         log.warning("%s: sink %s: Kafka cannot take back what batches after %d sent to topic %s; "
@@ -247,31 +335,20 @@ class KafkaSink(Sink):
 
     def _send(self, ctx: RunContext, transactions: _Transactions, batch_id: int,
               keys: list[str | None], values: list[bytes]) -> None:
-        """One transaction: the records, then the marker; committed, or aborted on failure."""
-        from confluent_kafka import TopicPartition
-
-        producer = transactions.producer
+        """One transaction: the records, then the marker; committed. On failure the run's
+        producer is released (the transaction aborted if the broker answers in time) before
+        the error is raised: the run fails, and its producer must not outlive it."""
         headers = [("lakestream.pipeline", ctx.pipeline.encode()),
                    ("lakestream.batch", str(batch_id).encode()),
                    ("lakestream.epoch", str(ctx.epoch).encode())]
-        timeout = self.connection.timeout
+        marker = json.dumps({"epoch": ctx.epoch, "batch": batch_id, "pipeline": ctx.pipeline})
         fault_point("kafka_before_send")
         try:
-            producer.begin_transaction()
-            half = len(values) // 2
-            for n, (key, value) in enumerate(zip(keys, values)):
-                if n == half:
-                    producer.flush(timeout)  # so a crash here leaves records in the open transaction
-                    fault_point("kafka_mid_send")
-                _produce(producer, self.topic, key, value, headers)
-            marker = json.dumps({"epoch": ctx.epoch, "batch": batch_id, "pipeline": ctx.pipeline})
-            call_within(timeout, "adding the marker to the transaction",
-                        producer.send_offsets_to_transaction,
-                        [TopicPartition(self.topic, 0, batch_id, metadata=marker)],
-                        transactions.group.consumer_group_metadata(), timeout)
-            producer.commit_transaction(timeout)
+            transactions.send(self.topic, batch_id, keys, values, headers, marker,
+                              self.connection.timeout)
         except Exception as error:
-            _abort_quietly(producer, timeout)
+            self._release(ctx, transactions)
+            _forget_locals(error)
             raise SinkError(f"sink {self.name!r}: batch {batch_id} could not be written to Kafka "
                             f"topic {self.topic!r} at {self.connection.bootstrap} ({error}); the "
                             "transaction is not committed (if this producer could not abort it, "
@@ -285,10 +362,18 @@ class KafkaSink(Sink):
             current = self._runs.get(ctx.run_id)
             if current is None:
                 for old in self._runs.values():
-                    old.close()
+                    old.release()
                 self._runs.clear()
                 current = self._runs[ctx.run_id] = _Transactions(self, ctx)
             return current
+
+    def _release(self, ctx: RunContext, transactions: _Transactions) -> None:
+        """Release ``transactions`` and forget them as the run's (a later write of the run,
+        were there one, would start a new producer, fencing this one)."""
+        with self._lock:
+            if self._runs.get(ctx.run_id) is transactions:
+                del self._runs[ctx.run_id]
+        transactions.release()
 
     def _write_with_spark(self, ctx: RunContext, batch_id: int, frame: DataFrame) -> None:
         """At least once: Spark's Kafka writer, from the executors."""
@@ -339,8 +424,25 @@ def _produce(producer: Any, topic: str, key: str | None, value: bytes,
             producer.poll(0.1)
 
 
-def _abort_quietly(producer: Any, timeout: float) -> None:
+def _quietly(doing: str, call: Callable[..., Any], *args: Any) -> None:
+    """``call(*args)``; an error is logged, not raised: releasing never fails, and a failed
+    write's own error is the one to report. Logged as text only: a log record kept with its
+    traceback (a test's log capture keeps them) would keep this frame alive, and with it the
+    producer ``call`` is a method of."""
     try:
-        producer.abort_transaction(timeout)
-    except Exception:  # noqa: BLE001 - the write's own error is the one to report
-        log.exception("aborting a Kafka transaction failed too")
+        call(*args)
+    except Exception as error:  # noqa: BLE001 - see above
+        log.warning("%s failed: %s", doing, error)
+
+
+def _forget_locals(error: BaseException) -> None:
+    """Clear the variables of the frames ``error`` and the errors it came from went through,
+    once they returned (the traceback still prints): whoever keeps the error to report it (a
+    failed run's caller, Dagster) would otherwise keep alive the released producer that such a
+    frame had in a variable, and its librdkafka threads with it."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

@@ -1,15 +1,19 @@
 """The exactly-once Kafka sink against a real broker: a read_committed consumer sees every row
 once, whatever step of the protocol a run dies at; the at-least-once mode goes through Spark."""
 
+import gc
 import json
 import signal
 
+import pandas as pd
 import pytest
 
 import ops as sp
 from ops.devservers.kafka_broker import EmbeddedKafka
+from ops.devservers.process import free_port
 from ops.kafka_client import create_topic, read_topic, send_json
-from state import CheckpointLog
+from ops.sinks.kafka import Marker
+from state import CheckpointLog, PipelineLayout
 from tests.kafka import crash_child
 
 RECORDS = [{"k": k, "x": x} for x, k in enumerate("abcabcaabbcc", start=1)]
@@ -174,6 +178,84 @@ def test_broker_down_mid_batch_fails_the_batch_and_the_next_run_adds_nothing_twi
         resumed = crash_child.build(broker.bootstrap, "in", "out").named("kafka_broker_down")
         resumed.run_once(spark, warehouse)
         assert sent(broker.bootstrap, "out")[0] == oracle(RECORDS)
+    finally:
+        broker.stop()
+
+
+def producers_alive():
+    """Every confluent_kafka producer of this process that something still refers to (the
+    garbage collector runs first: a producer only in a cycle of garbage does not count)."""
+    from confluent_kafka import Producer
+
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, Producer)]
+
+
+def started_since(before):
+    """The producers alive now that were not alive in ``before``."""
+    return [p for p in producers_alive() if not any(p is old for old in before)]
+
+
+def lone_sink(bootstrap, timeout):
+    """The exactly-once sink of a pipeline, to write batches to directly."""
+    pipeline = (sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+                .write.to_kafka("out", bootstrap=bootstrap, key="k", name="sums", timeout=timeout)
+                ).named("kafka_lone_sink")
+    return pipeline.sink("sums")
+
+
+def rows(*xs):
+    return pd.DataFrame({"k": [f"k{x}" for x in xs], "x": list(xs)})
+
+
+def test_a_producer_that_cannot_start_is_not_left_alive(spark, warehouse):
+    """No broker on the port: the sink's producer cannot register its transactional id, and
+    the failed write leaves no producer behind, even while the caller keeps the error (a
+    frame of the failed start held it, and with it librdkafka's threads, which would go on
+    trying the brokers)."""
+    sink = lone_sink(f"127.0.0.1:{free_port()}", timeout=1)
+    before = producers_alive()
+    ctx = sp.RunContext(spark, PipelineLayout(warehouse, "kafka_lone_sink"), 0, run_id="down")
+    with pytest.raises(sp.SinkError, match="starting transactional producer") as failure:
+        sink.write(ctx, 1, rows(1))
+    assert started_since(before) == []
+    assert failure.value.__cause__ is not None  # the error is still held, and says why
+
+
+@pytest.mark.slow
+def test_a_transaction_the_broker_going_down_cuts_off_leaves_no_producer_alive(spark, warehouse,
+                                                                               tmp_path):
+    """The broker goes down in the middle of batch 2's transaction: the write fails, and the
+    failed run's producer is gone (its transaction aborted as far as the broker allowed, its
+    records purged), even while the caller keeps the error. Left alive, its librdkafka thread
+    went on aborting once the broker was back and bumped the producer epoch, so the next run's
+    producer was "fenced by newer producer instance" (issue 65). The next run then writes
+    batches 2 and 3, and a read_committed consumer sees each batch once."""
+    broker = EmbeddedKafka.start(tmp_path / "kafka")
+    try:
+        create_topic(broker.bootstrap, "out", partitions=2)
+        sink = lone_sink(broker.bootstrap, timeout=5)
+        layout = PipelineLayout(warehouse, "kafka_lone_sink")
+        before = producers_alive()
+        failed_run = sp.RunContext(spark, layout, 0, run_id="failed")
+        sink.write(failed_run, 1, rows(1, 2))
+        broker.stop()
+        with pytest.raises(sp.SinkError, match="batch 2 could not be written") as failure:
+            sink.write(failed_run, 2, rows(3, 4))
+        assert started_since(before) == [], "the failed transaction's producer is still alive"
+        sink.close(failed_run)
+
+        broker = EmbeddedKafka.start(tmp_path / "kafka", port=broker.port)
+        resumed = sp.RunContext(spark, layout, 0, run_id="resumed")
+        sink.write(resumed, 2, rows(3, 4))
+        sink.write(resumed, 3, rows(5))
+        sink.close(resumed)
+        records = read_topic(broker.bootstrap, "out")
+        assert sorted((r["headers"]["lakestream.batch"], json.loads(r["value"])["x"])
+                      for r in records) == [("1", 1), ("1", 2), ("2", 3), ("2", 4), ("3", 5)]
+        assert sink.marker(resumed) == Marker(0, 3)
+        assert started_since(before) == []
+        assert "Kafka topic 'out'" in str(failure.value)  # held until here
     finally:
         broker.stop()
 
