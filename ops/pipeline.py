@@ -410,16 +410,16 @@ class Pipeline:
 
     def read_sink(self, spark: SparkSession, name: str, warehouse: str | None = None) -> pd.DataFrame:
         """Rows of Delta sink ``name`` (batch and row order) or state table ``name`` (its
-        current rows, by key), as pandas; before the sink's first row, no rows but its columns.
-        At a ``warehouse`` where the pipeline never ran: a :class:`~ops.errors.ConfigError`
-        naming where it looked (a mistyped warehouse is not "no rows yet")."""
+        current rows, by key), as pandas; before its first row, no rows but its columns; at a
+        ``warehouse`` where the pipeline never ran, a ``ConfigError`` naming where it looked."""
         sink, layout = self.stored_sink(name), self.layout(warehouse)
-        if not any(tables.exists(spark, path) for path in (layout.batches, sink.location(layout))):
+        rows = sink.read(spark, layout)  # rows: the table is there, and no more need be asked
+        if rows.empty and not any(tables.exists(spark, p) for p in (layout.batches, sink.location(layout))):
             raise ConfigError(
                 f"pipeline {self.name!r} has not run at warehouse {layout.warehouse}: no batch "
                 f"plans at {layout.batches}, no sink {name!r} at {sink.location(layout)}. Given "
                 f"no warehouse it takes {default_warehouses()}; pass the warehouse it ran at.")
-        return sink.read(spark, layout)
+        return rows
 
     def rebuild_table(self, spark: SparkSession, name: str, warehouse: str | None = None) -> int:
         """Recreate state table ``name`` from its changelog; returns its rows."""

@@ -47,10 +47,10 @@ def default_warehouses() -> str:
     >>> "./warehouse" in default_warehouses() or "$LAKESTREAM_WAREHOUSE =" in default_warehouses()
     True
     """
-    setting = os.environ.get(WAREHOUSE_SETTING)
-    if setting:
-        return f"${WAREHOUSE_SETTING} = {resolve_warehouse(setting)}"
-    return f"{DEFAULT_WAREHOUSE} = {os.path.abspath(DEFAULT_WAREHOUSE)} (${WAREHOUSE_SETTING} is not set)"
+    where = resolve_warehouse()
+    if os.environ.get(WAREHOUSE_SETTING):  # set and not empty: warehouse_from_env takes it
+        return f"${WAREHOUSE_SETTING} = {where}"
+    return f"{DEFAULT_WAREHOUSE} = {where} (${WAREHOUSE_SETTING} is not set)"
 
 
 @dataclass(frozen=True)

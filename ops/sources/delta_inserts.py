@@ -131,7 +131,8 @@ def added_files(path: str, first: int, last: int, schema: T.StructType | None = 
     files: list[tuple[int, str]] = []
     for version in range(first, last + 1):
         actions = delta_io.commit_actions(path, version)
-        inserted = None if actions is None else _inserted_files(version, actions)
+        inserted = None if actions is None else _inserted_files(delta_io.appended_in(version, actions),
+                                                                actions)
         if inserted is None:
             return None
         files += [(version, added.path) for added in inserted]
@@ -334,16 +335,16 @@ def _plain_columns(schema: T.StructType) -> bool:
     return all(type(f.dataType) in _SAME_IN_PANDAS for f in schema.fields)
 
 
-def _inserted_files(version: int, actions: list[dict[str, Any]]) -> tuple[delta_io.AddedFile, ...] | None:
-    """The data files holding the rows commit ``version`` (its ``actions``) inserted, in the
-    order it added them: none for a commit that inserts nothing by what it is, the files it
-    added when it only appended rows whose files hold them alone (the one rule:
-    :class:`state.delta_io.Appended`); else ``None``. A compaction's rewrites and schema
-    changes pass: a rewrite adds no row, and a file's columns are matched to the table's by
-    name when read."""
+def _inserted_files(commit: delta_io.Appended,
+                    actions: list[dict[str, Any]]) -> tuple[delta_io.AddedFile, ...] | None:
+    """The data files holding the rows ``commit`` (read from its ``actions`` by the one rule,
+    :func:`state.delta_io.appended_in`) inserted, in the order it added them: none for a
+    commit that inserts nothing by what it is, the files it added when it only appended rows
+    whose files hold them alone; else ``None``. A compaction's rewrites and schema changes
+    pass: a rewrite adds no row, and a file's columns are matched to the table's by name when
+    read."""
     if _inserts_nothing(actions):
         return ()
-    commit = delta_io.appended_in(version, actions)
     return commit.files if commit.in_files_alone else None
 
 
@@ -405,9 +406,10 @@ def _reading(version: int, actions: list[dict[str, Any]] | None, feed: bool,
     """How commit ``version`` (its ``actions``; ``None``: its JSON is gone) can be read, the feed
     being on for it or not, the table giving columns other names in its files
     (:func:`_renames_columns`) or not."""
-    files = None if actions is None or renames_columns else _inserted_files(version, actions)
-    appended = actions is not None and delta_io.appended_in(version, actions).files is not None
+    commit = None if actions is None else delta_io.appended_in(version, actions)
+    files = None if commit is None or renames_columns else _inserted_files(commit, actions or [])
     operation = str(_commit_info(actions or []).get("operation") or "")
+    appended = commit is not None and commit.files is not None
     return CommitReading(version, operation, appended, files is not None, feed)
 
 
