@@ -73,13 +73,19 @@ class LiveTable:
             later = rows[BATCH_COLUMN] > after
             self._held = _by_batch(rows[later])
             rows = rows[~later]
-        self._base, self._pending, self._frame = pd.DataFrame(), [], None
+        self._base, self._pending, self._frame = self._no_rows(rows), [], None
         self.batch = 0
         if not rows.empty:  # the whole changelog merged as one batch of changes would be
             ordered = rows.sort_values([BATCH_COLUMN, ROW_COLUMN], kind="stable")
             self.batch = int(ordered[BATCH_COLUMN].max())
             self._pending = [ordered.drop(columns=[c for c in HIDDEN if c in ordered.columns])]
             self._merge_pending()
+
+    def _no_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """The table before its first row, with the columns its rows have (the changelog's when
+        it has any, else the keys), so an analytic that selects by a column works on it."""
+        columns = [c for c in rows.columns if c not in HIDDEN and c != CHANGE_COLUMN]
+        return pd.DataFrame(columns=columns or [*self.keys, BATCH_COLUMN])
 
     def _read_all(self) -> tuple[int, pd.DataFrame]:
         if not self._with_spark:

@@ -7,7 +7,7 @@ import time
 import pytest
 import uvicorn
 
-from analytics import QueryManager, QueryServer
+from analytics import QueryManager, QueryServer, Registry
 from analytics.demo import TABLE, TARGET, cpu_pipeline, register_cpu_analytic
 from ops.devservers.kafka_broker import free_port
 
@@ -19,7 +19,8 @@ class Live:
     """The pipeline, and a server over it at ``url``; ``feed`` runs one batch."""
 
     def __init__(self, spark, warehouse, **options):
-        register_cpu_analytic()
+        self.registry = Registry()  # its own: what other tests register elsewhere is not seen here
+        register_cpu_analytic(self.registry)
         self.spark, self.warehouse = spark, warehouse
         self.pipeline = cpu_pipeline()
         self.options = {**SERVER_DEFAULTS, **options}
@@ -29,7 +30,8 @@ class Live:
         self.start()
 
     def start(self):
-        self.manager = QueryManager(self.spark, {TARGET: (self.pipeline, TABLE)}, self.warehouse)
+        self.manager = QueryManager(self.spark, {TARGET: (self.pipeline, TABLE)}, self.warehouse,
+                                    registry=self.registry)
         self.server = QueryServer(self.manager, TOKENS, **self.options)
         self.runner = uvicorn.Server(uvicorn.Config(self.server.app(), host="127.0.0.1",
                                                     port=self.port, log_level="warning"))

@@ -6,7 +6,13 @@ import pytest
 from analytics import AnalyticsError, QueryManager, Registry
 from analytics.demo import _in_syms, cpu_pipeline, register_cpu_analytic
 
-register_cpu_analytic()
+CPU = Registry()  # this module's own: the default registry is the whole process's (docs examples too)
+register_cpu_analytic(CPU)
+
+
+def cpu_manager(spark, pipeline, warehouse):
+    """A manager of the ``servers`` target over ``pipeline``'s ``cpu_now`` table."""
+    return QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse, registry=CPU)
 
 
 def merged(snapshot, deltas):
@@ -29,7 +35,7 @@ def step(spark, warehouse, pipeline, manager, rows):
 
 def test_shared_subscriptions_late_joiner_and_cleanup(spark, warehouse):
     pipeline = cpu_pipeline()
-    manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
+    manager = cpu_manager(spark, pipeline, warehouse)
     step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 10.0}, {"sym": "s2", "cpu": 20.0}])
 
     first = [manager.subscribe("cpu_by_server", {"syms": ["s1", "s2"]}, "servers", "ann")
@@ -59,7 +65,7 @@ def test_shared_subscriptions_late_joiner_and_cleanup(spark, warehouse):
 
 def test_users_are_isolated_and_params_validated(spark, warehouse):
     pipeline = cpu_pipeline()
-    manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
+    manager = cpu_manager(spark, pipeline, warehouse)
     ann = manager.subscribe("cpu_by_server", {"syms": ["s1"]}, "servers", "ann")
     bob = manager.subscribe("cpu_by_server", {"syms": ["s1"]}, "servers", "bob")
     assert ann.subscription.id != bob.subscription.id  # same request, different users
@@ -76,12 +82,12 @@ def test_users_are_isolated_and_params_validated(spark, warehouse):
 
 def test_subscriptions_and_deltas_survive_a_restart(spark, warehouse):
     pipeline = cpu_pipeline()
-    manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
+    manager = cpu_manager(spark, pipeline, warehouse)
     handle = manager.subscribe("cpu_by_server", {"syms": ["s1"]}, "servers", "ann")
     step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 1.0}])
     manager.close()  # a clean shutdown: what was published is stored
 
-    restarted = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse)
+    restarted = cpu_manager(spark, pipeline, warehouse)
     assert [s.id for s in restarted.subscriptions("ann")] == [handle.subscription.id]
     pipeline.publish(spark, [{"sym": "s1", "cpu": 2.0}], warehouse)  # ran while the server was down
     pipeline.run_once(spark, warehouse)
@@ -89,6 +95,21 @@ def test_subscriptions_and_deltas_survive_a_restart(spark, warehouse):
     assert [(b, rows[0]["cpu"]) for b, rows in out[handle.subscription.id]] == [(2, 2.0)]
     resumed = restarted.deltas_since(handle.subscription.id, 0)  # a client resuming from batch 0
     assert [(b, rows[0]["cpu"]) for b, rows in resumed] == [(1, 1.0), (2, 2.0)]
+
+
+def test_an_analytic_selecting_by_column_works_before_the_first_batch(spark, warehouse):
+    """The guide's analytic indexes the table by its key column; before any batch the table has no
+    rows but has that column (it had no columns at all, and the lambda raised KeyError)."""
+    registry = Registry()
+    registry.register("by_sym", params={"syms": "list[string]"},
+                      snapshot=lambda sub, table: table[table["sym"].isin(sub.params["syms"])],
+                      delta=lambda sub, changes: changes[changes["sym"].isin(sub.params["syms"])])
+    pipeline = cpu_pipeline()
+    manager = QueryManager(spark, {"servers": (pipeline, "cpu_now")}, warehouse, registry=registry)
+    handle = manager.subscribe("by_sym", {"syms": ["s1"]}, "servers", "ann")
+    assert (handle.batch_id, handle.rows) == (0, [])
+    out = step(spark, warehouse, pipeline, manager, [{"sym": "s1", "cpu": 3.0}, {"sym": "s2", "cpu": 4.0}])
+    assert merged(handle.rows, out[handle.subscription.id]) == {"s1": 3.0}
 
 
 def test_a_push_query_is_a_shared_subscription_that_survives_a_restart(spark, warehouse):
