@@ -109,14 +109,15 @@ def _delta_type(kind: pa.DataType) -> str | None:
 
 def append(rows: pd.DataFrame | pa.Table, path: str, *, txn: tuple[str, int] | None = None,
            user_metadata: str | None = None, create: NewTable | None = None,
-           fill_missing: bool = False) -> Outcome | None:
+           fill_missing: bool = False, layout: delta_io.FileLayout | None = None) -> Outcome | None:
     """Append ``rows`` (pandas, or Arrow) to the Delta table at ``path`` in one commit written here; ``None``
     when the table or the rows do not qualify (see the module docstring: use Spark then).
     With ``create``, a table that does not exist yet is created by this commit; with
-    ``fill_missing``, nullable columns of the table the rows lack are null."""
+    ``fill_missing``, nullable columns of the table the rows lack are null; ``layout``: the
+    order and row groups of the rows in the file (:class:`state.delta_io.FileLayout`)."""
     creation = None if create is None else create.creation(rows)
     done = delta_io.append(rows, path, txn=txn, user_metadata=user_metadata, create=creation,
-                           fill_missing=fill_missing)
+                           fill_missing=fill_missing, layout=layout)
     return None if done is None else Outcome.COMMITTED if done else Outcome.SKIPPED
 
 

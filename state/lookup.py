@@ -11,10 +11,11 @@ started from, and the newest row per key is picked with NumPy: Parquet's speed.
 Which files are read: those of the operator's partition whose ``checkpoint_id`` statistics
 start at or before ``as_of``, and, for a small set of keys, whose ``key_group`` range holds one
 of the keys' groups. A checkpoint appends one file per operator holding every group it changed
-(in distributed mode one per operator and task, each of the task's range of groups), so it is
-compaction (``compact``: files of contiguous group ranges) that lets a read of a few
-groups skip most of the table. Rows written before key groups existed have none; their files
-are always read.
+(in distributed mode one per operator and task, each of the task's range of groups), its rows
+in group order, in row groups of a bounded size (:data:`state.checkpoint.STATE_FILES`): within a
+file, the row groups of other groups are skipped by their statistics, so a fresh table needs no
+compaction (``compact``: files of contiguous group ranges) for a read of a few groups to skip
+most of it. Rows written before key groups existed have none; they are always read.
 
 A typed state (docs/plans/typed-state.md) keeps its keys and values in columns of their own
 (``k__<state>``, ``v__<state>…``) and leaves ``key`` and ``value`` null: :func:`stored_typed_values`
@@ -46,6 +47,11 @@ from .keygroups import key_groups, typed_key_groups
 #: 0.4 µs, and a batch with more keys than a few times the groups touches nearly all of them.
 GROUP_PRUNING_KEYS = 20_000
 
+#: Up to this share of the groups, a read filters the files' rows by their groups (skipping the
+#: row groups of others, :func:`_of_groups`); a row group of a 1M-row file covers about four
+#: of 256 groups, so at an eighth of them more than half of the row groups are skipped.
+GROUP_FILTER_SHARE = 1 / 8
+
 _COLUMNS = ["key", "value", "deleted", "checkpoint_id"]
 
 #: How a read hashes keys into their groups: encoded keys' text, or a typed state's keys.
@@ -65,11 +71,13 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
         return None
     wanted = keys if keys is None or isinstance(keys, pa.Array) else pa.array(keys, pa.string())
     hashed = partial(_encoded_groups, groups=groups)
-    chosen = _files_to_read(files, operator, (0, as_of), _groups_to_read(wanted, within, hashed))
+    needed = _groups_to_read(wanted, within, hashed)
+    chosen = _files_to_read(files, operator, (0, as_of), needed)
     # a table from before key groups has no such column: its keys' groups are worked out here
-    grouped = within is not None and "key_group" in (tables.columns(path) or ())
-    columns = _COLUMNS + (["key_group"] if grouped else [])
-    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
+    has_groups = "key_group" in (tables.columns(path) or ())
+    columns = _COLUMNS + (["key_group"] if within is not None and has_groups else [])
+    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator),
+                                    where=_of_groups(needed, groups) if has_groups else None)
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
     keep = rows["checkpoint_id"].to_numpy() <= as_of
@@ -120,10 +128,12 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
     names = [key_column, *value_columns]
     if not set(names) <= set(types):
         return _no_rows(names, types)
-    chosen = _typed_files_to_read(files, operator, as_of, keys, groups, since, within)
+    needed = _groups_to_read(keys, within, partial(typed_key_groups, groups=groups))
+    chosen = _files_to_read(files, operator, (since, as_of), needed)
     columns = [*names, "deleted", "checkpoint_id"]
     columns += ["key_group"] if within is not None and "key_group" in types else []
-    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator))
+    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator),
+                                    where=_of_groups(needed, groups) if "key_group" in types else None)
     if not chosen or rows.num_rows == 0:
         return _no_rows(names, types)
     key = rows[key_column]
@@ -135,14 +145,6 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
         keep &= _in_groups(rows, within, key_column, partial(typed_key_groups, groups=groups))
     latest = _newest_where(rows, keep, _key_numbers(key))
     return latest.filter(pc.invert(latest["deleted"])).select(names)
-
-
-def _typed_files_to_read(files: pa.Table, operator: str, as_of: int, keys: pa.Array | None,
-                         groups: int, since: int, within: tuple[int, int] | None) -> list[str]:
-    """The files :func:`stored_typed_values` reads (its arguments, ``files`` being
-    :func:`state.delta_io.file_statistics`'s)."""
-    hashed = partial(typed_key_groups, groups=groups)
-    return _files_to_read(files, operator, (since, as_of), _groups_to_read(keys, within, hashed))
 
 
 def column_types(path: str) -> dict[str, pa.DataType]:
@@ -224,6 +226,21 @@ def _groups_to_read(keys: pa.Array | None, within: tuple[int, int] | None,
     if keys is not None and len(keys) <= GROUP_PRUNING_KEYS:
         return hashed(keys)
     return None
+
+
+def _of_groups(groups: np.ndarray | None, of: int) -> pc.Expression | None:
+    """The rows a read of key ``groups`` (of ``of`` groups) needs: theirs, and those of no group
+    (written before key groups existed). A ``_state`` file's rows are in group order
+    (:data:`state.checkpoint.STATE_FILES`), so the row groups of other groups are skipped by
+    their statistics, unread. ``None`` (no filter) for every group, or more than
+    :data:`GROUP_FILTER_SHARE` of them: then few row groups would be skipped, and evaluating
+    the filter on the others' rows cost more (1M rows: 1,000 keys' groups read in 0.094 s, and
+    in 0.063 s without it)."""
+    wanted_groups = None if groups is None else np.unique(groups)
+    if wanted_groups is None or len(wanted_groups) > of * GROUP_FILTER_SHARE:
+        return None
+    wanted = pa.array(wanted_groups, pa.int32())
+    return pc.field("key_group").isin(wanted) | pc.field("key_group").is_null()
 
 
 def _files_to_read(files: pa.Table, operator: str, checkpoints: tuple[int, int],

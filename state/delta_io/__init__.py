@@ -8,6 +8,7 @@ on object stores alike. One module per concern; every name other modules use is 
   date from the commits since (:class:`Snapshots`, :func:`table`);
 - :mod:`~state.delta_io.commits`: how a commit is made (``txn``, retries, log checkpoints);
 - :mod:`~state.delta_io.appends`: blind appends and the tables they create;
+- :mod:`~state.delta_io.file_layout`: the order and row groups of the rows an append writes;
 - :mod:`~state.delta_io.columns_added`: nullable columns added in a commit of their own;
 - :mod:`~state.delta_io.task_files`: data files written by tasks, committed by the driver;
 - :mod:`~state.delta_io.merge`: upserts (delta-rs's MERGE);
@@ -31,6 +32,7 @@ from .cache import (
     table,
 )
 from .columns_added import add_columns
+from .file_layout import FileLayout
 from .files import (
     Summary,
     column_rows,
@@ -76,7 +78,7 @@ from .stores import (
 from .task_files import commit_files, file_schema, takes_files, write_file
 
 __all__ = [
-    "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns",
+    "ARROW_TYPES", "Creation", "append", "blind_append_refusal", "create", "add_columns", "FileLayout",
     "RECHECK_SETTING", "recheck_seconds", "Snapshots", "Stamp", "commit_stamp",
     "adopt_storage_environment", "snapshots", "table",
     "Summary", "column_rows", "count_between", "summary",

@@ -38,12 +38,15 @@ def data_files(path: str) -> tuple[int, dict[str, int]]:
 
 
 def read_data_files(path: str, names: list[str], columns: list[str] | None = None,
-                    partition: tuple[str, Any] | None = None) -> pa.Table:
+                    partition: tuple[str, Any] | None = None,
+                    where: pyarrow.dataset.Expression | None = None) -> pa.Table:
     """The rows of the table's data files ``names`` (paths as the log gives them), in that
     order (only ``columns``, when given): files of the version :func:`data_files` or
     :func:`file_statistics` just gave, read from the snapshot it brought up to date (not
     brought up to date again: a commit in between could remove them). ``partition=(column,
-    value)`` when every file is in that partition: only its files are made into fragments."""
+    value)`` when every file is in that partition: only its files are made into fragments.
+    ``where``: only the rows it holds for, and only the row groups whose statistics allow such
+    rows are read."""
     found = snapshots.get(path)
     if found is None:
         found = table(path)
@@ -60,7 +63,7 @@ def read_data_files(path: str, names: list[str], columns: list[str] | None = Non
                            f"{found.version()}")
     chosen = pyarrow.dataset.FileSystemDataset([by_name[name] for name in names], dataset.schema,
                                                dataset.format, dataset.filesystem)
-    return plain(calling(path, "reading", lambda: chosen.to_table(columns=columns)))
+    return plain(calling(path, "reading", lambda: chosen.to_table(columns=columns, filter=where)))
 
 
 def read_added(path: str, names: list[str], schema: pa.Schema | None = None,

@@ -22,6 +22,7 @@ from ..errors import StorageError
 from .appends import repeats, table_fields, writable_schema
 from .cache import remember, served_table, snapshots, synced
 from .commits import checkpoint_now_and_then, commit_properties, post_commit, retrying
+from .file_layout import FileLayout
 from .stores import calling, location
 
 
@@ -77,14 +78,16 @@ def _takes(found: DeltaTable, schema: pa.Schema, lacking: bool) -> bool:
 
 
 def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
-               statistics: Iterable[str] = (), dictionary: Iterable[str] | None = None) -> str:
+               statistics: Iterable[str] = (), dictionary: Iterable[str] | None = None,
+               layout: FileLayout | None = None) -> str:
     """Write ``rows`` as a new Parquet data file of the table at ``path`` without committing
     it, and return its add action (JSON) for :func:`commit_files`: how many processes write a
     commit's files (Spark's executors, say) while one commits them. ``partition``: the file's
     partition values (not columns of ``rows``); ``statistics``: the integer columns whose
     minimum, maximum and null count the action records, which readers prune files by;
-    ``dictionary``: the columns to dictionary-encode (default: the text and binary ones). A
-    file no commit names is never read (a vacuum removes it)."""
+    ``dictionary``: the columns to dictionary-encode (default: the text and binary ones);
+    ``layout``: the rows are written in its order and row groups (pyarrow's row groups, in the
+    order given, else). A file no commit names is never read (a vacuum removes it)."""
     # a partition's folder only for plain values (the log's path would need escaping else)
     folder = "/".join(f"{column}={value}" for column, value in partition.items()
                       if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_]+", value))
@@ -96,7 +99,9 @@ def write_file(path: str, rows: pa.Table, partition: Mapping[str, str],
     def write() -> int:
         # encoded in memory first: its size is known without asking the store (a HEAD each)
         encoded_file = pa.BufferOutputStream()
-        pyarrow.parquet.write_table(rows, encoded_file, compression="snappy", use_dictionary=encoded)
+        pyarrow.parquet.write_table(rows if layout is None else layout.arrange(rows), encoded_file,
+                                    compression="snappy", use_dictionary=encoded,
+                                    row_group_size=None if layout is None else layout.row_group_rows)
         data = encoded_file.getvalue()
         # through a buffer larger than the file: delta-rs's stream takes bytes, which is what a
         # buffered stream flushes (an unbuffered one passes an Arrow buffer, which it refuses)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from state import Checkpoint, CheckpointLog, PipelineLayout, delta_io, encode_key, key_groups
 from state.keygroups import MAX_KEY_GROUPS, typed_key_groups
-from state.lookup import _typed_files_to_read, stored_typed_values, stored_values
+from state.lookup import _files_to_read, _groups_to_read, stored_typed_values, stored_values
 
 GROUPS = 256
 
@@ -260,15 +260,21 @@ def test_the_columns_keep_their_stored_types(history):
                                                                   ("v__sums", pa.float64())])
 
 
+def typed_files_to_read(files, state, as_of, keys, since, within):
+    """The files a read of ``state``'s ``keys`` (``None``: all) as of ``as_of`` chooses."""
+    needed = _groups_to_read(keys, within, lambda asked: typed_key_groups(asked, GROUPS))
+    return _files_to_read(files, state, (since, as_of), needed)
+
+
 def test_since_skips_the_files_of_older_checkpoints(history):
     files = delta_io.file_statistics(history)
     ours = files.filter(pc.equal(files["partition.operator"], "sums"))
     every = set(ours["path"].to_pylist())
     json_era = set(ours.filter(pc.less(ours["max.checkpoint_id"], SINCE))["path"].to_pylist())
     assert len(every) == 4 and len(json_era) == 1  # checkpoints 1 (JSON), 2, 3, 4
-    assert set(_typed_files_to_read(files, "sums", 4, None, GROUPS, 0, None)) == every
-    assert set(_typed_files_to_read(files, "sums", 4, None, GROUPS, SINCE, None)) == every - json_era
-    assert _typed_files_to_read(files, "sums", 1, None, GROUPS, SINCE, None) == []
+    assert set(typed_files_to_read(files, "sums", 4, None, 0, None)) == every
+    assert set(typed_files_to_read(files, "sums", 4, None, SINCE, None)) == every - json_era
+    assert typed_files_to_read(files, "sums", 1, None, SINCE, None) == []
 
 
 @pytest.fixture(scope="module")
@@ -292,18 +298,18 @@ def test_a_few_keys_read_only_the_files_of_their_groups(one_key_per_checkpoint, 
     files = delta_io.file_statistics(path)
     stored = [checkpoint_id * 1000 if state == "sums" else f"user-{checkpoint_id}"
               for checkpoint_id in range(2, 14)]
-    every = _typed_files_to_read(files, state, 13, None, GROUPS, 0, None)
+    every = typed_files_to_read(files, state, 13, None, 0, None)
     assert len(every) == 12
     for asked in ([stored[3]], [stored[0], stored[7]], [stored[5], "never" if state == "users" else 7]):
         keys = pa.array(asked, KEY_TYPES[state])
-        chosen = _typed_files_to_read(files, state, 13, keys, GROUPS, 0, None)
+        chosen = typed_files_to_read(files, state, 13, keys, 0, None)
         # only files whose one group is one of the keys' (the stored keys' own files among them)
         holding = {group_of(state, key) for key in asked}
         groups = files.filter(pc.is_in(files["path"], pa.array(chosen)))["min.key_group"]
         assert set(groups.to_pylist()) <= holding and len(chosen) < len(every)
         assert set(read(path, state, 13, asked, since=0)) == set(asked) & set(stored)
     within = (0, 64)
-    chosen = _typed_files_to_read(files, state, 13, None, GROUPS, 0, within)
+    chosen = typed_files_to_read(files, state, 13, None, 0, within)
     low = {key for key in stored if group_of(state, key) < 64}
     assert len(chosen) == len(low) and 0 < len(low) < len(stored)
     assert set(read(path, state, 13, since=0, within=within)) == low
