@@ -282,7 +282,7 @@ def _holds_a_group(files: pa.Table, wanted: np.ndarray) -> np.ndarray:
 
 def _encoded_groups(texts: pa.Array | pa.ChunkedArray, groups: int) -> np.ndarray:
     """:func:`state.key_groups` of encoded keys held in Arrow."""
-    return key_groups(texts.to_pylist(), groups)
+    return key_groups(texts, groups)
 
 
 def _in_groups(rows: pa.Table, within: tuple[int, int], key_column: str,

@@ -4,9 +4,13 @@ existed keep working."""
 
 import json
 import shutil
+import zlib
 
 import pandas as pd
+import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import ops as sp
@@ -25,6 +29,7 @@ from state import (
     tables,
 )
 from state import compact as state_compact
+from state.keygroups import crc32_of_texts
 
 
 def running_sum(op, md, data):
@@ -149,3 +154,17 @@ def test_compaction_writes_files_of_key_group_ranges(spark, warehouse):
     first_range = rows.where("key_group < 32").select("file").distinct().count()
     assert first_range <= 2  # an eighth of the groups lies in one or two files, not in all
     assert sp.read_state(spark, grouped, "running_sum", warehouse=warehouse)["value"].tolist() == [1] * 600
+
+
+@given(st.lists(st.text(), max_size=40), st.integers(0, 40),
+       st.sampled_from([pa.string(), pa.large_string()]))
+def test_groups_are_zlibs_crc32_of_the_keys_utf8_bytes(texts, start, kind):
+    """Hashed all at once from Arrow's buffers, as zlib hashes each key's bytes: however the
+    keys come (a list, a Series, Arrow arrays sliced, large or in chunks)."""
+    expected = [zlib.crc32(text.encode("utf-8")) % 97 for text in texts]
+    assert key_groups(texts, 97).tolist() == expected
+    assert key_groups(pd.Series(texts, dtype=object), 97).tolist() == expected
+    assert key_groups(pa.array(texts, kind).slice(start), 97).tolist() == expected[start:]
+    chunks = pa.chunked_array([texts[:start], texts[start:]], kind)
+    assert key_groups(chunks, 97).tolist() == expected
+    assert crc32_of_texts(pa.array(texts, kind)).tolist() == [zlib.crc32(t.encode("utf-8")) for t in texts]
