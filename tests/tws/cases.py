@@ -114,22 +114,11 @@ class SumUntilQuiet(StatefulProcessor):
         pass
 
 
-class CountFromInitial(StatefulProcessor):
+class CountFromInitial(RunningCount):
     """:class:`RunningCount` starting from the counts of an initial state (``k``, ``n``)."""
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.count = handle.getValueState("count", "n long")
 
     def handleInitialState(self, key, initialState, timerValues) -> None:
         self.count.update((int(initialState["n"].sum()),))
-
-    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        total = (self.count.get()[0] if self.count.exists() else 0) + len(_frame(rows))
-        self.count.update((total,))
-        yield pd.DataFrame({"k": [key[0]], "total": [total]})
-
-    def close(self) -> None:
-        pass
 
 
 class RowCount(StatefulProcessor):
