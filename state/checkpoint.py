@@ -53,8 +53,8 @@ STATE_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": "checkpoint_id,key_g
 #: A checkpoint's ``_state`` file, the driver's or a task's: rows in key-group order, 16,384 to
 #: a row group, so a read of a few keys' groups skips the others' row groups by their
 #: statistics, however many groups the checkpoint changed and whether or not a compaction ran
-#: since (1M rows over 256 groups: 62 row groups; a read of 10 keys took 0.025 s, against 0.07
-#: for the same file as one row group in no order: bench/state_reads.py).
+#: since (1M rows over 256 groups: 62 row groups; a read of 10 keys took 0.022 s, against 0.088
+#: for one row group in a batch's order: bench/state_reads.py).
 STATE_FILES = delta_io.FileLayout(sorted_by="key_group", row_group_rows=16_384)
 _RECORDS = ("operator", CHECKPOINT_OPERATOR)  # the partition of the checkpoint records
 _NEW_STATE_TABLE = tables.new_table(STATE_SCHEMA, ("operator",), STATE_TABLE_PROPERTIES)

@@ -94,15 +94,14 @@ def append(rows: pd.DataFrame | pa.Table, path: str, *, txn: tuple[str, int] | N
 
 def _append_to(current: DeltaTable | None, rows: pd.DataFrame | pa.Table, path: str,
                txn: tuple[str, int] | None, user_metadata: str | None, create: Creation | None,
-               fill_missing: bool, layout: FileLayout | None = None) -> bool | None:
+               fill_missing: bool, layout: FileLayout | None) -> bool | None:
     """:func:`append` once the table is read (``current``; ``None``: no table yet)."""
     def attempt(current: DeltaTable | None) -> bool | None:
         filled = _filled(rows, current) if fill_missing and current is not None else rows
         data = _arrow(filled, current, create)
         if data is None:
             return None
-        _write(path, current, data if layout is None else layout.arrange(data), txn, user_metadata,
-               create, layout)
+        _write(path, current, data, txn, user_metadata, create, layout)
         return True
     return retrying(path, current, txn, "appending to", attempt)
 
@@ -133,6 +132,7 @@ def _write(path: str, current: DeltaTable | None, data: pa.Table, txn: tuple[str
            user_metadata: str | None, create: Creation | None, layout: FileLayout | None) -> None:
     properties = commit_properties(txn, user_metadata)
     writing = writer_properties(data.schema, None if layout is None else layout.row_group_rows)
+    data = data if layout is None else layout.arrange(data)
     if current is not None:
         before = int(current.version())
         calling(path, "appending", lambda: write_deltalake(
