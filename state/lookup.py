@@ -73,11 +73,13 @@ def stored_values(path: str, operator: str, as_of: int, keys: pa.Array | Sequenc
     hashed = partial(_encoded_groups, groups=groups)
     needed = _groups_to_read(wanted, within, hashed)
     chosen = _files_to_read(files, operator, (0, as_of), needed)
+    where = _of_groups(needed, groups)
     # a table from before key groups has no such column: its keys' groups are worked out here
-    has_groups = "key_group" in (tables.columns(path) or ())
+    # (the log is asked only by a read that would use the column)
+    has_groups = (where is not None or within is not None) and "key_group" in (tables.columns(path) or ())
     columns = _COLUMNS + (["key_group"] if within is not None and has_groups else [])
     rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator),
-                                    where=_of_groups(needed, groups) if has_groups else None)
+                                    where=where if has_groups else None)
     if not chosen or rows.num_rows == 0:
         return pa.table({"key": pa.array([], pa.string()), "value": pa.array([], pa.string())})
     keep = rows["checkpoint_id"].to_numpy() <= as_of
