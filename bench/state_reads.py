@@ -58,7 +58,9 @@ def measure(keys: int, repeats: int) -> dict[str, float]:
             started = time.perf_counter()
             found = stored_values(layout.state, "sums", 1, asked, GROUPS)
             seconds.append(time.perf_counter() - started)
-        assert found is not None and found.num_rows == (keys if count is None else count)
+        # a --before checkout's lookup gave the rows themselves; since 2026-12-03, a Found
+        rows = found.rows if hasattr(found, "rows") else found
+        assert rows is not None and rows.num_rows == (keys if count is None else count)
         figures[f"read_{count or 'all'}_s"] = statistics.median(seconds)
     return figures
 

@@ -27,6 +27,7 @@ from .checkpoint import Checkpoint
 from .codecs import JsonCodec, decode_key, decode_values
 from .encodings import JsonEncoding, TypedEncoding
 from .errors import EncodingError, MigrationError, StreamError
+from .held import Found
 from .layout import PipelineLayout
 from .types import KEY_PREFIX, StateType
 
@@ -63,7 +64,7 @@ class Conversion:
     def _to_typed(self, layout: PipelineLayout, latest: Checkpoint,
                   after: StateType) -> tuple[pd.DataFrame, pa.Table]:
         live = _read(lookup.stored_values(layout.state, self.name, latest.checkpoint_id, None,
-                                          latest.key_groups), layout.state, self.name)
+                                          latest.key_groups), layout.state, self.name).rows
         texts = live["key"].to_pylist()
         keys = [decode_key(text) for text in texts]
         values = decode_values(JsonCodec(), live["value"], keys, operator=self.name)
@@ -92,13 +93,13 @@ class Conversion:
 
 
 def _stored_typed(path: str, name: str, latest: Checkpoint, keys: pa.Array | None,
-                  key_column: str, value_columns: list[str]) -> pa.Table:
+                  key_column: str, value_columns: list[str]) -> Found:
     return _read(lookup.stored_typed_values(path, name, latest.checkpoint_id, keys,
                                             latest.key_groups, key_column, value_columns),
                  path, name)
 
 
-def _read(found: pa.Table | None, path: str, name: str) -> pa.Table:
+def _read(found: Found | None, path: str, name: str) -> Found:
     """What a conversion read of state ``name`` without Spark (``None``: it could not)."""
     if found is None:
         raise MigrationError(f"{path}: converting state {name!r} reads it without Spark, which "

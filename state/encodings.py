@@ -36,14 +36,14 @@ from .codecs import (
     encode_value,
 )
 from .errors import CorruptStateError, EncodingError
-from .held import DROPPED, Loader, ValuesNeedObjects, change_frame, checkpoint_rows, stored_texts
+from .held import DROPPED, Found, Loader, ValuesNeedObjects, change_frame, checkpoint_rows
 from .keygroups import typed_key_groups
 from .types import KEY_PREFIX, VALUE_PREFIX, StateType
 
 #: ``(keys of the state's key type, key column, value columns)`` -> those columns of the keys
-#: that hold a value, in any order; every key's, for ``None`` (a typed state's
+#: that hold a value, in the keys' order; every key's, for ``None`` (a typed state's
 #: :data:`~state.held.Loader`)
-TypedLoader = Callable[[pa.Array | None, str, list[str]], pa.Table]
+TypedLoader = Callable[[pa.Array | None, str, list[str]], Found]
 
 Keys: TypeAlias = Sequence[Hashable] | pd.Index
 
@@ -111,12 +111,12 @@ class JsonEncoding:
 
     def load(self, keys: Keys) -> tuple[np.ndarray, pa.Array]:
         assert self._loader is not None, "nothing is stored without a checkpoint"
-        encoded = _encoded_keys(keys)
-        return stored_texts(encoded, self._loader(self.name, encoded))
+        found = self._loader(self.name, _encoded_keys(keys))
+        return found.holding, found.rows["value"].combine_chunks()
 
     def load_all(self) -> tuple[list[Hashable], pa.Array]:
         assert self._loader is not None, "nothing is stored without a checkpoint"
-        stored = self._loader(self.name, None)
+        stored = self._loader(self.name, None).rows
         return [decode_key(text) for text in stored["key"].to_pylist()], stored["value"]
 
     def objects(self, stored: pa.Array, keys: Sequence[Hashable]) -> list[Any]:
@@ -208,14 +208,12 @@ class TypedEncoding:
     def load(self, keys: Keys) -> tuple[np.ndarray, pa.Array]:
         assert self._loader is not None, "nothing is stored without a checkpoint"
         typed = self._key_array(keys)
-        stored = self._loader(typed, self.key_column, self.value_columns)
-        found = pd.Index(_plain(stored[self.key_column])).get_indexer(_plain(typed))
-        holding = found >= 0
-        return holding, self._values_of(stored).take(pa.array(found[holding], pa.int64()))
+        found = self._loader(typed, self.key_column, self.value_columns)
+        return found.holding, self._values_of(found.rows)
 
     def load_all(self) -> tuple[list[Hashable], pa.Array]:
         assert self._loader is not None, "nothing is stored without a checkpoint"
-        stored = self._loader(None, self.key_column, self.value_columns)
+        stored = self._loader(None, self.key_column, self.value_columns).rows
         return stored[self.key_column].to_pylist(), self._values_of(stored)
 
     def _values_of(self, stored: pa.Table) -> pa.Array:

@@ -163,9 +163,9 @@ def _live_rows(spark: SparkSession, layout: PipelineLayout, latest: Checkpoint,
     """``key, value`` (encoded) of every live key of each of ``names`` at ``latest``."""
     read = [lookup.stored_values(layout.state, name, latest.checkpoint_id, None, latest.key_groups)
             for name in sorted(names)]
-    if all(table is not None for table in read):
-        return {name: table.to_pandas() for name, table in zip(sorted(names), read)
-                if table is not None}
+    if all(found is not None for found in read):
+        return {name: found.rows.to_pandas() for name, found in zip(sorted(names), read)
+                if found is not None}
     # delta-rs does not read this table: Spark does
     frame: pd.DataFrame = stored_values(spark, layout, sorted(names), latest.checkpoint_id).toPandas()
     return {str(name): rows[["key", "value"]] for name, rows in frame.groupby("operator")}

@@ -6,6 +6,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -17,7 +18,7 @@ from .codecs import codec_named, encode_value
 from .columns import ColumnValues
 from .encodings import Encoding, JsonEncoding, TypedEncoding, TypedLoader
 from .errors import StateError
-from .held import Loader, ValuesNeedObjects
+from .held import Found, Loader, ValuesNeedObjects
 from .keygroups import DEFAULT_KEY_GROUPS
 from .layout import PipelineLayout
 from .objects import ObjectValues
@@ -309,16 +310,16 @@ class StateStore:
         assert self._given is not None
         given = self._given.get(operator, {})
         held = list(given) if keys is None else [key for key in keys.to_pylist() if key in given]
-        return _stored(held, [given[key] for key in held])
+        return Found.placed(keys, _stored(held, [given[key] for key in held]))
 
-    def _file_values(self, operator: str, keys: pa.Array | None) -> pa.Table:
+    def _file_values(self, operator: str, keys: pa.Array | None) -> Found:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
         found = lookup.stored_values(path, operator, self._as_of, keys, self._key_groups, within)
         return _read_here(found, path, operator)
 
     def _file_typed(self, operator: str, keys: pa.Array | None, key_column: str,
-                    value_columns: list[str]) -> pa.Table:
+                    value_columns: list[str]) -> Found:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
         found = lookup.stored_typed_values(path, operator, self._as_of, keys, self._key_groups,
@@ -326,7 +327,7 @@ class StateStore:
         return _read_here(found, path, operator)
 
     def _load_typed(self, operator: str, keys: pa.Array | None, key_column: str,
-                    value_columns: list[str]) -> pa.Table:
+                    value_columns: list[str]) -> Found:
         assert self._as_of is not None and self._spark is not None and self._layout is not None
         found = lookup.stored_typed_values(self._layout.state, operator, self._as_of, keys,
                                            self._key_groups, key_column, value_columns)
@@ -335,15 +336,16 @@ class StateStore:
         rows = (tables.read(self._spark, self._layout.state)
                 .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= self._as_of)))
         if key_column not in rows.columns:  # no row of the state was ever committed
-            return pa.table({name: pa.array([], pa.null()) for name in [key_column, *value_columns]})
+            no_rows = pa.table({name: pa.array([], pa.null()) for name in [key_column, *value_columns]})
+            return Found(np.zeros(0 if keys is None else len(keys), bool), no_rows)
         rows = rows.where(F.col(key_column).isNotNull())
         if keys is not None:
             rows = rows.join(self._spark.createDataFrame(pa.table({key_column: keys})), key_column,
                              "left_semi")
-        return (latest_per_key(rows).where(~F.col("deleted"))
-                .select(key_column, *value_columns).toArrow())
+        return Found.placed(keys, latest_per_key(rows).where(~F.col("deleted"))
+                            .select(key_column, *value_columns).toArrow(), key_column)
 
-    def _load(self, operator: str, keys: pa.Array | None) -> pa.Table:
+    def _load(self, operator: str, keys: pa.Array | None) -> Found:
         # operator() hands out this loader only with a checkpoint (and a session)
         assert self._as_of is not None and self._spark is not None
         assert self._layout is not None
@@ -352,10 +354,10 @@ class StateStore:
             return found
         latest = _latest_values(self._spark, self._layout, operator, self._as_of,
                                 None if keys is None else keys.to_pylist())
-        return _stored(latest["key"].tolist(), latest["value"].tolist())
+        return Found.placed(keys, _stored(latest["key"].tolist(), latest["value"].tolist()))
 
 
-def _read_here(found: pa.Table | None, path: str, operator: str) -> pa.Table:
+def _read_here(found: Found | None, path: str, operator: str) -> Found:
     """What a task read of ``operator``'s state without Spark (``None``: it could not)."""
     if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
         raise StateError(f"{path}: the state of operator {operator!r} cannot be read without "

@@ -13,6 +13,7 @@ import ops as sp
 from state import JsonCodec, StateStore
 from state.columns import ColumnValues, KeyPositions, ValuesNeedObjects
 from state.encodings import JsonEncoding
+from state.held import Found
 from state.objects import ObjectValues
 
 
@@ -20,8 +21,8 @@ def loader_of(stored: dict):
     """A loader over ``stored`` (encoded key -> encoded value), as a store's."""
     def load(operator, keys):
         wanted = list(stored) if keys is None else [k for k in keys.to_pylist() if k in stored]
-        return pa.table({"key": pa.array(wanted, pa.string()),
-                         "value": pa.array([stored[k] for k in wanted], pa.string())})
+        return Found.placed(keys, pa.table({"key": pa.array(wanted, pa.string()),
+                                            "value": pa.array([stored[k] for k in wanted], pa.string())}))
     return load
 
 

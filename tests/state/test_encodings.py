@@ -13,6 +13,7 @@ import pytest
 from state import EncodingError
 from state.columns import ColumnValues
 from state.encodings import TypedEncoding
+from state.held import Found
 from state.keygroups import typed_key_groups
 from state.objects import ObjectValues
 from state.types import declared
@@ -37,7 +38,7 @@ def loader_over(rows: pa.Table):
         live = rows.filter(pc.invert(rows["deleted"]))
         if keys is not None:
             live = live.filter(pc.is_in(live[key_column], value_set=keys))
-        return live.select([key_column, *value_columns])
+        return Found.placed(keys, live.select([key_column, *value_columns]), key_column)
     return load
 
 

@@ -57,7 +57,7 @@ def test_a_drivers_checkpoint_of_many_keys_is_read_by_row_group_without_a_compac
     assert_in_group_order(group_ranges(layout.state, ours))
     asked = ["7", "99999"]
     assert row_groups_read(layout.state, ours, asked) <= 4 < -(-KEYS // STATE_FILES.row_group_rows)
-    found = stored_values(layout.state, "sums", 1, [*asked, "100001"], GROUPS).to_pydict()
+    found = stored_values(layout.state, "sums", 1, [*asked, "100001"], GROUPS).rows.to_pydict()
     assert sorted(zip(found["key"], found["value"])) == [("7", "7"), ("99999", "99999")]
 
 
@@ -73,6 +73,6 @@ def test_files_executors_write_are_in_group_order_too(tmp_path):
     written = json.loads(action)["path"]
     assert_in_group_order(group_ranges(layout.state, written))
     assert row_groups_read(layout.state, written, ["7"]) <= 2
-    found = stored_values(layout.state, "sums", 2, ["7", "8"], GROUPS).to_pydict()
+    found = stored_values(layout.state, "sums", 2, ["7", "8"], GROUPS).rows.to_pydict()
     assert sorted(found["value"]) == ["7", "8"]
-    assert stored_values(layout.state, "sums", 2, None, GROUPS).num_rows == KEYS
+    assert stored_values(layout.state, "sums", 2, None, GROUPS).rows.num_rows == KEYS

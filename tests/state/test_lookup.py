@@ -39,7 +39,7 @@ def spark_values(spark, built, warehouse, as_of):
 def file_values(layout, as_of, keys=None, within=None):
     found = stored_values(layout.state, "sums", as_of, keys, 256, within)
     assert found is not None
-    return dict(zip(found["key"].to_pylist(), found["value"].to_pylist()))
+    return dict(zip(found.rows["key"].to_pylist(), found.rows["value"].to_pylist()))
 
 
 @pytest.fixture
@@ -161,5 +161,7 @@ def test_the_newest_row_per_key_up_to_a_checkpoint_whatever_the_keys(tmp_path, k
                 newest[row["key"]] = row
         expected = {key: row["value"] for key, row in newest.items() if not row["deleted"]}
         found = stored_values(path, "sums", as_of, wanted, 256, within)
-        assert dict(zip(found["key"].to_pylist(), found["value"].to_pylist())) == expected, (
-            as_of, wanted, within)
+        held = found.rows["key"].to_pylist()
+        assert dict(zip(held, found.rows["value"].to_pylist())) == expected, (as_of, wanted, within)
+        if wanted is not None:  # in the order asked
+            assert held == [key for key, holds in zip(wanted, found.holding) if holds]

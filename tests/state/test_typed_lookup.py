@@ -216,8 +216,10 @@ def read(path: str, state: str, as_of: int, keys: list | None = None, since: int
     found = stored_typed_values(path, state, as_of, asked, GROUPS, f"k__{state}", list(VALUES[state]),
                                 since=since, within=within)
     assert found is not None
-    rows = found.to_pylist()
+    rows = found.rows.to_pylist()
     assert len(rows) == len({row[f"k__{state}"] for row in rows})  # one row per key
+    if keys is not None:  # in the order asked, each key placed where it was asked
+        assert [row[f"k__{state}"] for row in rows] == [key for key, held in zip(keys, found.holding) if held]
     return {row[f"k__{state}"]: tuple(row[column] for column in VALUES[state]) for row in rows}
 
 
@@ -237,7 +239,7 @@ def test_newest_wins_deleted_keys_are_absent_and_json_rows_are_not_read(history)
     assert read(history, "sums", 3) == {2: (20.5,), 3: (3.5,), 4: (4.5,), -(2**63): (0.0,)}
     assert read(history, "sums", 1) == {} == read(history, "sums", 4, [5])  # only JSON there
     assert read(history, "sums", 4, []) == {}  # no key asked for: no file holds one
-    assert stored_values(history, "sums", 4, [], GROUPS).num_rows == 0  # JSON keys alike
+    assert stored_values(history, "sums", 4, [], GROUPS).rows.num_rows == 0  # JSON keys alike
     assert read(history, "users", 4, ["a", "b", "q"]) == {"a": (3, 3.0)}
     assert read(history, "users", 3, ["a"]) == {"a": (2, None)}
     # from 3 on only: what checkpoint 2 wrote and nothing changed later does not count
@@ -245,17 +247,17 @@ def test_newest_wins_deleted_keys_are_absent_and_json_rows_are_not_read(history)
 
 
 def test_the_json_rows_of_a_partition_with_typed_rows_read_as_json(history):
-    found = stored_values(history, "sums", 4, None, GROUPS)
+    found = stored_values(history, "sums", 4, None, GROUPS).rows
     assert dict(zip(found["key"].to_pylist(), found["value"].to_pylist())) == \
         {"1": "10", "2": "20", "5": "50", '"__watermark__"': "123"}
 
 
 def test_the_columns_keep_their_stored_types(history):
     found = stored_typed_values(history, "users", 4, None, GROUPS, "k__users",
-                                ["v__users__n", "v__users__mean"], since=SINCE)
+                                ["v__users__n", "v__users__mean"], since=SINCE).rows
     assert found.schema == pa.schema([("k__users", pa.string()), ("v__users__n", pa.int64()),
                                       ("v__users__mean", pa.float64())])
-    nothing = stored_typed_values(history, "sums", 1, pa.array([1]), GROUPS, "k__sums", ["v__sums"])
+    nothing = stored_typed_values(history, "sums", 1, pa.array([1]), GROUPS, "k__sums", ["v__sums"]).rows
     assert nothing.num_rows == 0 and nothing.schema == pa.schema([("k__sums", pa.int64()),
                                                                   ("v__sums", pa.float64())])
 
@@ -318,7 +320,7 @@ def test_a_few_keys_read_only_the_files_of_their_groups(one_key_per_checkpoint, 
 def test_a_table_without_the_state_s_columns_holds_none_of_its_rows(tmp_path):
     layout = PipelineLayout(str(tmp_path), "json")
     commit(layout, 1, json_rows(JSON[1]))
-    found = stored_typed_values(layout.state, "sums", 1, pa.array([1]), GROUPS, "k__sums", ["v__sums"])
+    found = stored_typed_values(layout.state, "sums", 1, pa.array([1]), GROUPS, "k__sums", ["v__sums"]).rows
     assert found.num_rows == 0 and found.column_names == ["k__sums", "v__sums"]
     assert found.schema.field("v__sums").type == pa.null()  # not in the table: no type known
     assert stored_typed_values(str(tmp_path / "nothing"), "sums", 1, None, GROUPS, "k__sums",

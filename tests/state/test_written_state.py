@@ -40,14 +40,14 @@ def test_files_are_read_only_once_committed_and_committed_once(state_table):
     uncommitted = write_state_files(state_table, changed("sums", [4], [7]), checkpoint_id=3)
     assert len(first) == len(second) == len(uncommitted) == 1  # a file per operator
 
-    assert stored_values(state_table, "sums", 3, None, groups=64).num_rows == 0  # not yet
+    assert stored_values(state_table, "sums", 3, None, groups=64).rows.num_rows == 0  # not yet
     txn = ("p/checkpoint", 3)
     assert delta_io.commit_files(state_table, first + second, STATE_FILE_SCHEMA, txn=txn,
                                  user_metadata="cp 3")
     assert not delta_io.commit_files(state_table, first + second, STATE_FILE_SCHEMA,
                                      txn=txn)  # seen: skipped
 
-    read = stored_values(state_table, "sums", 3, None, groups=64).to_pandas()
+    read = stored_values(state_table, "sums", 3, None, groups=64).rows.to_pandas()
     assert dict(zip(read["key"], read["value"])) == {"1": "10", "2": "20", "3": "30"}
     assert delta_io.recent_metadata(state_table) == ["cp 3"]
     assert delta_io.latest_version(state_table) == 1  # one commit, not two
@@ -55,7 +55,7 @@ def test_files_are_read_only_once_committed_and_committed_once(state_table):
     assert statistics[["min.key_group", "max.key_group", "min.checkpoint_id"]].values.tolist() == \
         [[5, 9, 3], [40, 40, 3]]
     # a range of groups reads only the file that can hold them
-    assert stored_values(state_table, "sums", 3, None, 64, within=(32, 64)).to_pydict() == \
+    assert stored_values(state_table, "sums", 3, None, 64, within=(32, 64)).rows.to_pydict() == \
         {"key": ["3"], "value": ["30"]}
 
 
