@@ -17,6 +17,7 @@ from .operators import (
     GroupAggregate,
     Session,
     SessionAggregate,
+    TransformWithState,
     Window,
     WindowAggregate,
 )
@@ -43,6 +44,55 @@ class GroupedStream:
         change per key a batch changed, or with ``per_record`` one per input row (ksqlDB's
         ``EMIT CHANGES`` without its record cache)."""
         return self.aggregate(aggs, having=having, name=name, per_record=per_record)
+
+    def transform_with_state(self, processor: Any, output_schema: Any, output_mode: str = "append",
+                             time_mode: str = "none", initial_state: Any = None,
+                             event_time: str | None = None, *, form: str = "pandas",
+                             name: str | None = None) -> Stream:
+        """Run a Spark 4 ``StatefulProcessor`` per key of the grouping columns, unchanged:
+        ``init(handle)`` declares its ``ValueState``, ``ListState`` and ``MapState``,
+        ``handleInputRows(key, rows, timerValues)`` gets the key as a tuple and its rows (pandas
+        frames; ``form="rows"``: pyspark ``Row`` s, as ``transformWithState``) and yields rows of
+        ``output_schema`` (DDL or ``StructType``). Its state is checkpointed with each batch,
+        exactly once. ``time_mode`` takes Spark's spellings too (``"None"``); only ``"none"``
+        runs in this release, and ``initial_state`` is not yet supported
+        (:mod:`ops.operators.spark_processor`).
+
+        >>> import ops as sp
+        >>> from pyspark.sql.streaming import StatefulProcessor
+        >>> class Count(StatefulProcessor):
+        ...     def init(self, handle):
+        ...         self.n = handle.getValueState("n", "n long")
+        ...     def handleInputRows(self, key, rows, timerValues):
+        ...         total = (self.n.get()[0] if self.n.exists() else 0) + sum(map(len, rows))
+        ...         self.n.update((total,))
+        ...         yield pd.DataFrame({"k": [key[0]], "total": [total]})
+        >>> stream = sp.read.from_callback("in", key="k", schema={"k": "string", "x": "long"})
+        >>> stream.group_by("k").transform_with_state(Count(), "k string, total long").operators[-1].keys
+        ('k',)
+        """
+        if event_time is not None:
+            raise PipelineDefinitionError("transform_with_state: event_time needs "
+                                          "time_mode='event_time', which is not yet supported here")
+        named = self.stream._name_for(name, type(processor).__name__)
+        op = TransformWithState.of(named, self.keys, processor, output_schema, output_mode,
+                                   time_mode, form, initial_state)
+        return self.stream.via(op)
+
+    def transformWithStateInPandas(self, statefulProcessor: Any, outputStructType: Any,
+                                   outputMode: str = "append", timeMode: str = "None",
+                                   initialState: Any = None,
+                                   eventTimeColumnName: str = "") -> Stream:
+        """Spark's name and arguments for :meth:`transform_with_state` (pandas frames)."""
+        return self.transform_with_state(statefulProcessor, outputStructType, outputMode, timeMode,
+                                         initialState, eventTimeColumnName or None)
+
+    def transformWithState(self, statefulProcessor: Any, outputStructType: Any,
+                           outputMode: str = "append", timeMode: str = "None",
+                           initialState: Any = None, eventTimeColumnName: str = "") -> Stream:
+        """Spark's Row form: :meth:`transform_with_state` with ``form="rows"``."""
+        return self.transform_with_state(statefulProcessor, outputStructType, outputMode, timeMode,
+                                         initialState, eventTimeColumnName or None, form="rows")
 
     def aggregate(self, aggs: Mapping[str, Agg], *, having: Callable[[pd.DataFrame], Any] | None = None,
                   name: str | None = None, per_record: bool = False) -> Stream:

@@ -424,7 +424,7 @@ class CheckpointLog:
         >>> changed = rows.assign(value="5", key_group=key_groups(rows["key"], 256))
         >>> state_file = write_state_files(layout.state, changed, second.checkpoint_id)  # a task's
         >>> log.commit_changes(second, WrittenState(second.checkpoint_id, tuple(state_file)))
-        >>> stored = stored_values(layout.state, "sum", 2, ["7"], 256)
+        >>> stored = stored_values(layout.state, "sum", 2, ["7"], 256).rows
         >>> log.latest().checkpoint_id, stored["value"].to_pylist()
         (2, ['5'])
         """

@@ -121,6 +121,15 @@ def check_metrics(spark, namespace: dict, folder: Path) -> None:
         assert line in scraped.splitlines(), line
 
 
+def check_spark_processors(spark, namespace: dict, folder: Path) -> None:
+    # the ported processor: its rows, and its variables read back by key
+    latest = namespace["latest"]
+    assert latest.read_sink(spark, "latest")[["sensor", "n", "last"]].values.tolist() == \
+        [["s1", 2, 2.5], ["s2", 1, 4.0], ["s1", 3, 3.0]]
+    stored = sp.read_state(spark, latest, "LastTwo")
+    assert dict(zip(stored["key"], stored["value"]))["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
+
+
 CHECKS: dict[str, Check] = {
     "README.md": check_readme,
     "guides/pipelines.md": check_pipelines,
@@ -129,6 +138,7 @@ CHECKS: dict[str, Check] = {
     "concepts/state-engine.md": check_state_engine,
     "guides/changing-pipelines.md": check_changing,
     "guides/metrics.md": check_metrics,
+    "guides/spark-processors.md": check_spark_processors,
 }
 
 

@@ -3,7 +3,9 @@
 One module per operator family: ``basic`` (map, filter), ``aggregates`` (the aggregate
 functions), ``grouped`` (group-by aggregation), ``latest`` (``as_table``), ``windows`` and
 ``sessions`` (event-time windows, sharing ``event_time``), ``joins``, ``projection`` (a
-table's SELECT list over its aggregates), ``retraction`` (a table's changes as signed rows).
+table's SELECT list over its aggregates), ``retraction`` (a table's changes as signed rows),
+``spark_processor`` (a Spark ``StatefulProcessor``, with its handle in ``processor_handle``
+and its schemas read in ``processor_schema``).
 """
 
 from .aggregates import (
@@ -26,6 +28,7 @@ from .latest import LatestByKey
 from .projection import TableProjection
 from .retraction import ChangesAsRows
 from .sessions import Session, SessionAggregate, session
+from .spark_processor import TransformWithState
 from .stream_join import JoinSide, StreamStreamJoin
 from .windows import Window, WindowAggregate, hopping, tumbling
 
@@ -33,7 +36,8 @@ __all__ = [
     "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "JoinSide",
     "KeptTableJoin", "LatestByKey", "Map", "Operator", "Session", "SessionAggregate",
     "InferredState", "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
-    "TableProjection", "TableTableJoin", "TimerDeclaration", "Window", "WindowAggregate",
+    "TableProjection", "TableTableJoin", "TimerDeclaration", "TransformWithState", "Window",
+    "WindowAggregate",
     "aggregate", "avg", "collect_list", "collect_set", "count", "hopping", "latest_by_offset",
     "max_", "min_", "session", "sum_", "tumbling",
 ]

@@ -32,6 +32,11 @@ def vectorized_oracle(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def processor_oracle(spark, tmp_path_factory):
+    return _crash_free(spark, cp.build_processor(), str(tmp_path_factory.mktemp("tws_oracle")))
+
+
+@pytest.fixture(scope="session")
 def published(spark, tmp_path_factory):
     """``published(pipeline, warehouse)``: ``warehouse`` holds the pipeline's whole input, as
     :func:`publish_all` leaves it. Published once per pipeline into a template warehouse and

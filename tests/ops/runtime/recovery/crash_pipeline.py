@@ -8,13 +8,16 @@ checkpoints every batch, so a batch's sinks are written while the checkpoint bef
 The ``distributed`` variant runs its keyed map on Spark executors; the ``vectorized`` ones run
 the sum on whole Series, its state held as columns, on the driver and on executors; the
 ``typed`` ones are the vectorized sum with its state stored in typed columns, on the driver
-and on executors.
+and on executors; ``processor`` is the sum as a Spark ``StatefulProcessor``.
 """
 
 import os
 import signal
 import time
 from pathlib import Path
+
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
 
 import ops as sp
 from state import CheckpointLog, tables
@@ -138,9 +141,34 @@ def build_typed_distributed():
     return build_vectorized("crashy_typed_distributed", mode="distributed", state_type=int)
 
 
+class RunningSum(StatefulProcessor):
+    """The running sum as a Spark ``StatefulProcessor``: its total in a ``ValueState``."""
+
+    def init(self, handle):
+        self.total = handle.getValueState("total", "total long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        frame = pd.concat(list(rows), ignore_index=True)
+        before = self.total.get()[0] if self.total.exists() else 0
+        running = frame["x"].cumsum() + before
+        self.total.update((int(running.iloc[-1]),))
+        yield frame.assign(total=running)
+
+
+def build_processor():
+    """:class:`RunningSum` by ``transform_with_state``, checkpointing every two batches as
+    the vectorized sum does (its state waits in memory between them)."""
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .group_by("k").transform_with_state(RunningSum(), "k long, x long, total long",
+                                                 name="running_sum")
+             .write.to_delta("out"))
+            .named("crashy_processor").checkpoint_every(batches=2))
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
-            "typed": build_typed, "typed_distributed": build_typed_distributed}
+            "typed": build_typed, "typed_distributed": build_typed_distributed,
+            "processor": build_processor}
 
 
 # Six publishes -> six batches of two keys each.

@@ -175,6 +175,30 @@ def test_vectorized_crash_then_recover_matches_oracle(spark, warehouse, crash_ch
                        vectorized_oracle, batches=6)
 
 
+# A Spark StatefulProcessor (transform_with_state): its variables are its key's record in the
+# operator's state, checkpointed every two batches. Killed with a batch's output written, before
+# a checkpoint's commit and after one.
+PROCESSOR_STEPS = ["after_sink_write:3", "before_checkpoint_commit:2", "after_checkpoint_commit:1"]
+
+
+def test_processor_oracle_is_the_running_sum(vectorized_oracle, processor_oracle):
+    """The same sums, the rows of a batch grouped by key (as Spark's tasks give them), the
+    total in the processor's ValueState."""
+    assert sorted(row[:4] for row in processor_oracle["sink"]) == \
+        sorted(row[:4] for row in vectorized_oracle["sink"])
+    assert [(key, value["total"][0]) for key, value in processor_oracle["state"]] == \
+        vectorized_oracle["state"]
+    assert processor_oracle["batch"] == vectorized_oracle["batch"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", PROCESSOR_STEPS)
+def test_processor_crash_then_recover_matches_oracle(spark, warehouse, crash_child,
+                                                     processor_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "processor", crash_at,
+                       processor_oracle, batches=6)
+
+
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
 # commit of its own, then appends its rows; killed between the two, and before a later
 # checkpoint's commit (a kill after a commit is the same for every storage: the tests above).

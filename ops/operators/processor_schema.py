@@ -1,0 +1,96 @@
+"""The schemas a Spark ``StatefulProcessor`` is given, as DDL text (``"k string, total long"``)
+or a pyspark ``StructType``, read without a JVM: field names for state values, and the output
+schema a processor's frames are put in.
+
+>>> output_fields("k string, `total count` bigint, tags array<string>")
+(('k', 'string'), ('total count', 'bigint'), ('tags', 'array<string>'))
+>>> field_names("n long")
+('n',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+from pyspark.sql.types import StructType
+
+from ..errors import OperatorError, PipelineDefinitionError
+
+#: the pandas dtype an output column of a Spark type is given (nullable, as Spark's columns are)
+_OUTPUT_DTYPES = {"string": "string", "long": "Int64", "bigint": "Int64", "int": "Int32",
+                  "integer": "Int32", "short": "Int16", "smallint": "Int16", "double": "Float64",
+                  "float": "Float32", "boolean": "boolean", "timestamp": "datetime64[us, UTC]"}
+
+
+def output_fields(schema: StructType | str) -> tuple[tuple[str, str], ...]:
+    """``(name, type)`` of each top-level field of ``schema`` (types as lower-case DDL)."""
+    if isinstance(schema, StructType):
+        return tuple((field.name, field.dataType.simpleString()) for field in schema.fields)
+    if not isinstance(schema, str) or not schema.strip():
+        raise PipelineDefinitionError(f"a schema is a DDL string or a StructType, got {schema!r}")
+    return tuple(_field(part, schema) for part in _top_level(schema))
+
+
+def field_names(schema: StructType | str) -> tuple[str, ...]:
+    """The names of ``schema``'s top-level fields."""
+    return tuple(name for name, _ in output_fields(schema))
+
+
+def conformed(frames: Iterable[pd.DataFrame], fields: tuple[tuple[str, str], ...],
+              where: str) -> pd.DataFrame:
+    """The frames a processor yielded, as one frame of ``fields``' columns in their order and
+    types; a frame lacking one of them stops the batch (``where``: the operator and key)."""
+    parts = [frame for frame in frames if len(frame.columns)]
+    names = [name for name, _ in fields]
+    if not parts:
+        return pd.DataFrame({name: pd.Series([], dtype=_OUTPUT_DTYPES.get(kind, object))
+                             for name, kind in fields})
+    for frame in parts:
+        check_columns(frame, fields, where)
+    joined = pd.concat([frame[names] for frame in parts], ignore_index=True)
+    for name, kind in fields:
+        try:
+            joined[name] = joined[name].astype(_OUTPUT_DTYPES.get(kind, object))
+        except (TypeError, ValueError) as error:
+            raise OperatorError(f"{where}: output column {name!r} is not of its schema's type "
+                                f"{kind}: {error}") from error
+    return joined
+
+
+def check_columns(frame: pd.DataFrame, fields: tuple[tuple[str, str], ...], where: str) -> None:
+    """Stop the batch if ``frame`` (a processor's output) lacks a column of ``fields``."""
+    missing = [name for name, _ in fields if name not in frame.columns]
+    if missing and len(frame.columns):
+        raise OperatorError(f"{where}: an output frame lacks column(s) {missing} of the "
+                            f"output schema; it has {list(frame.columns)}")
+
+
+def _top_level(ddl: str) -> list[str]:
+    """``ddl`` split at the commas outside brackets and backticks."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for at, char in enumerate(ddl):
+        if char == "`":
+            quoted = not quoted
+        elif not quoted and char in "<(":
+            depth += 1
+        elif not quoted and char in ">)":
+            depth -= 1
+        elif not quoted and depth == 0 and char == ",":
+            parts.append(ddl[start:at])
+            start = at + 1
+    parts.append(ddl[start:])
+    return [part.strip() for part in parts]
+
+
+def _field(part: str, ddl: str) -> tuple[str, str]:
+    """``name type`` (``name`` possibly in backticks, ``name: type`` too) as ``(name, type)``."""
+    if part.startswith("`"):
+        end = part.find("`", 1)
+        name, kind = part[1:end], part[end + 1:]
+    else:
+        name, _, kind = part.replace(":", " ", 1).partition(" ")
+    kind = kind.strip().removeprefix(":").strip().lower().removesuffix(" not null").strip()
+    if not name or not kind:
+        raise PipelineDefinitionError(f"schema {ddl!r}: {part!r} is not 'name type'")
+    return name, kind

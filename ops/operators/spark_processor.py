@@ -1,0 +1,161 @@
+"""``stream.group_by(...).transform_with_state(processor, ...)``: a Spark 4 ``StatefulProcessor``
+run unchanged, as Spark's ``transformWithStateInPandas`` (pandas frames) or
+``transformWithState`` (``Row`` s) run it.
+
+Per batch, as each Spark task does: a copy of the processor (Spark ships it to each task, so
+what ``handleInputRows`` keeps on ``self`` lasts one batch), ``init(handle)``, then for each
+key of the batch, in the order the batch first meets them, ``handleInputRows(key, rows,
+timerValues)`` with the key as a tuple and its rows in one chunk, then ``close()``. The handle's
+variables (:mod:`.processor_handle`) are the key's record in this operator's managed state, so
+they are checkpointed with the batch's output in one commit and restored after any failure,
+like every state here.
+
+What this release stores: one record per key holding every variable (pickled, since a state
+schema may hold any Spark type), rewritten when one of them changes. Not yet here (each refused
+with an error that says so): timers (``time_mode`` other than ``"none"``), TTL, initial state and
+``deleteIfExists`` (docs/plans/stateful-processor.md: variables stored typed, one row per list
+element and map entry, come next).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.streaming.stateful_processor import TimerValues
+
+from ..context import BatchScope
+from ..errors import OperatorError, PipelineDefinitionError
+from .aggregates import to_python
+from .base import Operator, StateDeclaration
+from .processor_handle import ProcessorHandle
+from .processor_schema import check_columns, conformed, output_fields
+
+#: Spark's spellings of the time modes, and this API's
+TIME_MODES = {"none": "none", "processingtime": "processing_time", "processing_time": "processing_time",
+              "eventtime": "event_time", "event_time": "event_time"}
+
+
+@dataclass(frozen=True)
+class TransformWithState(Operator):
+    """A ``StatefulProcessor`` per key of ``keys``, its output of ``fields`` (``form``: ``"pandas"``
+    frames or ``"rows"``)."""
+
+    name: str
+    keys: tuple[str, ...]
+    processor: StatefulProcessor
+    fields: tuple[tuple[str, str], ...]
+    form: str = "pandas"
+    codec: str = "pickle"
+
+    @classmethod
+    def of(cls, name: str, keys: tuple[str, ...], processor: Any, output_schema: Any,
+           output_mode: str, time_mode: str, form: str, initial_state: Any) -> TransformWithState:
+        """The operator, its arguments checked as Spark checks them, or refused when this
+        release does not run them yet."""
+        where = f"transform_with_state {name!r}"
+        if not isinstance(processor, StatefulProcessor):
+            raise PipelineDefinitionError(f"{where}: the processor must be an instance of "
+                                          "pyspark.sql.streaming.StatefulProcessor, got "
+                                          f"{type(processor).__name__}")
+        if str(output_mode).lower() not in ("append", "update"):
+            raise PipelineDefinitionError(f"{where}: output_mode is 'append' or 'update' (as in "
+                                          f"Spark), got {output_mode!r}")
+        mode = TIME_MODES.get(str(time_mode).lower())
+        if mode is None:
+            raise PipelineDefinitionError(f"{where}: time_mode is one of 'none', "
+                                          f"'processing_time', 'event_time', got {time_mode!r}")
+        if mode != "none":
+            raise PipelineDefinitionError(f"{where}: time_mode={time_mode!r}: timers are not yet "
+                                          "supported here; only time_mode='none' runs")
+        if initial_state is not None:
+            raise PipelineDefinitionError(f"{where}: initial_state is not yet supported here")
+        return cls(name=name, keys=keys, processor=processor, fields=output_fields(output_schema),
+                   form=form)
+
+    def declares(self) -> StateDeclaration:
+        return StateDeclaration.keyed(self.keys, self.name)
+
+    def state_shape(self) -> dict[str, Any]:
+        """The processor's class: a checkpoint of another processor's variables is refused.
+        Its name only, not its module: a script run as ``__main__`` and the same file imported
+        by Dagster's code location are one processor."""
+        return {"processor": type(self.processor).__qualname__}
+
+    def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
+        missing = [key for key in self.keys if key not in frame.columns]
+        if missing:
+            raise OperatorError(f"transform_with_state {self.name!r}: no column(s) {missing} to "
+                                f"group by in the batch's rows {list(frame.columns)}")
+        processor = copy.deepcopy(self.processor)  # a task's own copy, as Spark ships it
+        handle = ProcessorHandle(self.name)
+        processor.init(handle)
+        try:
+            outputs = self._each_key(scope, processor, handle, frame)
+        finally:
+            processor.close()
+        return conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
+
+    def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
+                  frame: pd.DataFrame) -> list[pd.DataFrame]:
+        state = scope.store.operator(self.name, None, self.codec)
+        groups = list(frame.groupby(list(self.keys), sort=False, dropna=False))
+        grouping = [tuple(to_python(value) for value in _values(key)) for key, _ in groups]
+        stored_keys = [self.state_key(values) for values in grouping]
+        records = state.get_values(stored_keys)
+        timer_values = TimerValues()
+        outputs: list[pd.DataFrame] = []
+        for (_, rows), values, key, record in zip(groups, grouping, stored_keys, records):
+            handle.turn_to(record or {})
+            where = f"transform_with_state {self.name!r}, key {values!r}"
+            try:
+                outputs.extend(self._called(processor.handleInputRows(
+                    values, self._input(rows.reset_index(drop=True)), timer_values), where))
+            except OperatorError:
+                raise
+            except Exception as error:  # the processor's own: named with its operator and key
+                raise OperatorError(f"{where}: handleInputRows raised "
+                                    f"{type(error).__name__}: {error}") from error
+            if handle.changed:
+                if handle.record:
+                    state.set_values([key], [handle.record])
+                else:
+                    state.delete_many([key])
+        return outputs
+
+    def _input(self, rows: pd.DataFrame) -> Iterator[Any]:
+        """A key's rows as Spark hands them: frames, or ``Row`` s."""
+        if self.form == "pandas":
+            return iter([rows])
+        return (Row(**{name: to_python(value) for name, value in record.items()})
+                for record in rows.to_dict("records"))
+
+    def _called(self, produced: Any, where: str) -> list[pd.DataFrame]:
+        """What a handler yielded, as frames (consumed now, while the handle is on its key)."""
+        if produced is None:
+            return []
+        if self.form == "pandas":
+            frames = list(produced)
+            wrong = [type(part).__name__ for part in frames if not isinstance(part, pd.DataFrame)]
+            if wrong:
+                raise OperatorError(f"{where}: handleInputRows yields pandas DataFrames "
+                                    f"(transformWithStateInPandas), got {wrong[0]}")
+        else:
+            rows = list(produced)
+            if not all(isinstance(row, Row) for row in rows):
+                raise OperatorError(f"{where}: handleInputRows yields pyspark Rows "
+                                    "(transformWithState)")
+            frames = [pd.DataFrame([row.asDict() for row in rows])] if rows else []
+        for frame in frames:  # checked now, while the key is known
+            check_columns(frame, self.fields, where)
+        return frames
+
+
+def _values(key: Any) -> tuple:
+    """A pandas group's key as a tuple (one grouping column gives a 1-tuple in pandas 2)."""
+    return key if isinstance(key, tuple) else (key,)

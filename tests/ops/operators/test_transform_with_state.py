@@ -1,0 +1,127 @@
+"""Spark ``StatefulProcessor``s run unchanged by ``group_by(...).transform_with_state``: the
+cases of ``tests/tws/cases.py`` give Spark 4.2's own rows (``tests/tws/expected/``) batch by
+batch, across a restart from the checkpoint, in the pandas and the Row form; and what this
+release does not run yet is refused with the reason."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming import StatefulProcessor
+
+import ops as sp
+from ops.errors import OperatorError, PipelineDefinitionError
+from tests.helpers import sink_rows
+from tests.tws.cases import BATCHES, CASES, LastThree, RunningCount
+from tests.tws.spark_reference import EXPECTED
+
+RUNNABLE = [case for case in CASES if case.time_mode == "None" and not case.initial_state]
+SCHEMA = {"k": "string", "item": "string", "x": "long", "ts": "string"}
+
+
+def pipeline(case, name=None, mode="driver"):
+    grouped = sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
+    port = (grouped.transformWithState if case.form == "rows" else grouped.transformWithStateInPandas)
+    built = port(case.processor(), case.output_schema).write.to_delta("out").named(name or case.name)
+    return built.with_mode(mode)
+
+
+def by_batch(frame: pd.DataFrame, columns: list[str]) -> list[list[dict]]:
+    """The sink's rows per batch, each batch's rows sorted (Spark's order across keys is its
+    partitioning's)."""
+    batches = []
+    for _, rows in frame.groupby("_batch_id", sort=True):
+        records = [{column: _plain(row[column]) for column in columns} for _, row in rows.iterrows()]
+        batches.append(sorted(records, key=json.dumps))
+    return batches
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+@pytest.mark.parametrize("mode", ["driver", pytest.param("distributed", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", RUNNABLE, ids=lambda case: case.name)
+def test_a_spark_processor_gives_spark_s_rows_across_a_restart(spark, warehouse, case, mode):
+    expected = json.loads((EXPECTED / f"{case.name}.json").read_text())["batches"]
+    columns = list(expected[0]["rows"][0])
+    built = pipeline(case, mode=mode)
+    for batch in BATCHES[:case.restart_after]:  # the first run: two batches
+        built.publish(spark, batch, warehouse)
+    first = built.run_once(spark, warehouse)
+    restarted = pipeline(case, mode=mode)  # a new run of a new definition, from the checkpoint
+    for batch in BATCHES[case.restart_after:]:
+        restarted.publish(spark, batch, warehouse)
+    second = restarted.run_once(spark, warehouse)
+    assert {batch.mode for report in (first, second) for batch in report.batches} == {mode}
+
+    found = by_batch(sink_rows(spark, restarted, warehouse, "out"), columns)
+    assert found == [sorted(batch["rows"], key=json.dumps) for batch in expected[:len(BATCHES)]]
+
+
+def test_state_lives_in_the_checkpoint_and_another_processor_is_refused(spark, warehouse):
+    case = next(case for case in CASES if case.name == "last_three")
+    built = pipeline(case, name="switched")
+    built.publish(spark, BATCHES[0], warehouse)
+    built.run_once(spark, warehouse)
+    state = sp.read_state(spark, built, "LastThree", warehouse=warehouse)
+    assert sorted(state["key"]) == ["a", "b"]
+    held = dict(zip(state["key"], state["value"]))
+    assert held["a"] == {"recent": [(1,), (3,)]}
+
+    swapped = (sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
+               .transform_with_state(RunningCount(), "k string, total long", name="LastThree")
+               .write.to_delta("out")).named("switched")
+    swapped.publish(spark, BATCHES[1], warehouse)
+    with pytest.raises(Exception, match="processor"):
+        swapped.run_once(spark, warehouse)
+
+
+class Declaring(StatefulProcessor):
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        self.count.update((1, 2))  # two fields for a one-field schema
+        yield pd.DataFrame({"k": [key[0]]})
+
+
+class Outputless(RunningCount):
+    def handleInputRows(self, key, rows, timerValues):
+        yield pd.DataFrame({"key": [key[0]]})  # not the schema's "k"
+
+
+class Failing(RunningCount):
+    def handleInputRows(self, key, rows, timerValues):
+        raise KeyError("no such column")
+
+
+@pytest.mark.parametrize("processor, message", [
+    (Declaring(), r"state 'count': a value of 2 field\(s\) \(1, 2\) for the schema's 1 \('n',\)"),
+    (Outputless(), r"key \('a',\): an output frame lacks column\(s\) \['k', 'total'\]"),
+    (Failing(), r"'Failing', key \('a',\): handleInputRows raised KeyError: 'no such column'"),
+], ids=["bad value", "bad output", "raises"])
+def test_a_processor_s_mistake_names_the_operator_key_and_what(spark, warehouse, processor, message):
+    built = (sp.read.from_callback("in", key="k", schema=SCHEMA).group_by("k")
+             .transform_with_state(processor, "k string, total long")
+             .write.to_delta("out")).named("mistakes")
+    built.publish(spark, BATCHES[0], warehouse)
+    with pytest.raises(OperatorError, match=message):
+        built.run_once(spark, warehouse)
+    assert not Path(built.layout(warehouse).state).exists()  # nothing of the batch committed
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"time_mode": "ProcessingTime"}, "timers are not yet supported"),
+    ({"time_mode": "wall"}, "time_mode is one of"),
+    ({"output_mode": "complete"}, "output_mode is 'append' or 'update'"),
+    ({"initial_state": object()}, "initial_state is not yet supported"),
+])
+def test_what_does_not_run_yet_is_refused_when_the_pipeline_is_defined(arguments, message):
+    grouped = sp.read.from_callback("in", key="k", schema=SCHEMA).group_by("k")
+    with pytest.raises(PipelineDefinitionError, match=message):
+        grouped.transform_with_state(LastThree(), "k string, recent string, exists boolean",
+                                     **arguments)
+    with pytest.raises(PipelineDefinitionError, match="instance of pyspark"):
+        grouped.transform_with_state(LastThree, "k string")
