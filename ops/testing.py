@@ -25,6 +25,8 @@ without the crash.
 Processing-time timers are tested with a :class:`ManualClock` (as Spark's own tests use one):
 ``run_records(..., clock=clock)`` runs on it, and ``clock.advance("10min")`` between runs makes
 a timer due without waiting for it.
+
+A Spark ``StatefulProcessor`` is tested without Spark by :class:`ProcessorTester`.
 """
 
 from __future__ import annotations
@@ -38,19 +40,21 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import tables
+from state import StateStore, decode_key, tables
 from state.faults import InjectedCrash, crash_at
 
 from .clock import SYSTEM_CLOCK, Clock
+from .context import BatchScope
 from .errors import PipelineDefinitionError
 from .operating.inspection import read_state
+from .operators.spark_processor import TransformWithState
 from .pipeline import Pipeline
 from .runtime import DEAD_LETTER_SCHEMA, RunReport
 from .sinks import StoredSink
 from .sources import CallbackSource
 from .spark import spark_session
 
-__all__ = ["PROTOCOL_STEPS", "ManualClock", "TestRun", "run_records"]
+__all__ = ["PROTOCOL_STEPS", "ManualClock", "ProcessorTester", "TestRun", "run_records"]
 
 #: Where ``crash_at_step`` can stop a run, in protocol order. The ``hook_*`` steps come right
 #: after the hooks of that name ran (with or without hooks); the global-table ones around an
@@ -185,3 +189,66 @@ def _dead_letters(spark: SparkSession, pipeline: Pipeline, warehouse: str) -> pd
     if not tables.exists(spark, path):
         return pd.DataFrame(columns=DEAD_LETTER_SCHEMA.names)
     return tables.read(spark, path).orderBy("batch_id", "position").toPandas()
+
+
+class ProcessorTester:
+    """A Spark ``StatefulProcessor`` driven batch by batch as ``transform_with_state`` runs it,
+    with no Spark session and no warehouse: each :meth:`test` is a batch of a run of its own,
+    whose state comes back from the encoded rows the batch before checkpointed (what a restart
+    reads), so a value that does not survive storage shows here. Like pyspark's ``TwsTester``,
+    on lakestream's own handle and operator.
+
+    >>> import pandas as pd
+    >>> from pyspark.sql.streaming import StatefulProcessor
+    >>> class Count(StatefulProcessor):
+    ...     def init(self, handle):
+    ...         self.n = handle.getValueState("n", "n long")
+    ...     def handleInputRows(self, key, rows, timerValues):
+    ...         total = (self.n.get()[0] if self.n.exists() else 0) + sum(map(len, rows))
+    ...         self.n.update((total,))
+    ...         yield pd.DataFrame({"k": [key[0]], "total": [total]})
+    >>> tester = ProcessorTester(Count(), "k string, total long", keys=["k"])
+    >>> tester.test([{"k": "a"}, {"k": "b"}, {"k": "a"}])["total"].tolist()
+    [2, 1]
+    >>> tester.test([{"k": "a"}])["total"].tolist(), sorted(tester.state().items())
+    ([3], [('a', {'n': (3,)}), ('b', {'n': (1,)})])
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self, processor: Any, output_schema: Any, keys: Sequence[str],
+                 form: str = "pandas") -> None:
+        self._operator = TransformWithState.of(
+            type(processor).__name__, tuple(keys), processor, output_schema, "append", "none",
+            form, None)
+        self._stored: dict[str, str] = {}  # encoded key -> encoded record, as checkpointed
+        self._batches = 0
+
+    def test(self, rows: pd.DataFrame | Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+        """The processor's output for one batch of ``rows`` (a frame, or records)."""
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        store = self._store()
+        self._batches += 1
+        scope = BatchScope(pipeline="processor_tester", batch_id=self._batches,
+                           key_fields=self._operator.keys, store=store)
+        output = self._operator.apply(scope, frame)
+        store.encode_changes()
+        for key, value, deleted in store.changes().rows[["key", "value", "deleted"]].itertuples(
+                index=False):
+            if deleted:
+                self._stored.pop(key, None)
+            else:
+                self._stored[key] = value
+        return output
+
+    def state(self) -> dict[Any, dict[str, Any]]:
+        """Each key's variables as the last batch left them (read back from storage), keys in
+        no particular order."""
+        keys = [decode_key(text) for text in self._stored]
+        records = self._store().operator(self._operator.name, None, self._operator.codec)
+        return dict(zip(keys, records.get_values(keys)))
+
+    def _store(self) -> StateStore:
+        name = self._operator.name
+        return StateStore.of_rows(pd.DataFrame({"operator": name, "key": list(self._stored),
+                                                "value": list(self._stored.values())}))

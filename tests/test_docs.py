@@ -128,6 +128,7 @@ def check_spark_processors(spark, namespace: dict, folder: Path) -> None:
         [["s1", 2, 2.5], ["s2", 1, 4.0], ["s1", 3, 3.0]]
     stored = sp.read_state(spark, latest, "LastTwo")
     assert dict(zip(stored["key"], stored["value"]))["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
+    assert namespace["tester"].state()["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
 
 
 CHECKS: dict[str, Check] = {

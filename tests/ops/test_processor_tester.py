@@ -1,0 +1,48 @@
+"""``ops.testing.ProcessorTester`` drives a Spark ``StatefulProcessor`` batch by batch with no
+Spark session: the cases of ``tests/tws/cases.py`` give Spark 4.2's own rows
+(``tests/tws/expected/``), each batch read back from what the one before stored."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from ops.testing import ProcessorTester
+from tests.tws.cases import BATCHES, CASES
+from tests.tws.spark_reference import EXPECTED
+
+RUNNABLE = [case for case in CASES if case.time_mode == "None" and not case.initial_state]
+
+
+def rows_of(output: pd.DataFrame) -> list[dict]:
+    records = [{name: (value.item() if hasattr(value, "item") else value)
+                for name, value in record.items()} for record in output.to_dict("records")]
+    return sorted(records, key=json.dumps)
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=lambda case: case.name)
+def test_the_tester_gives_spark_s_rows_batch_by_batch(case):
+    expected = json.loads((EXPECTED / f"{case.name}.json").read_text())["batches"]
+    form = "rows" if case.form == "rows" else "pandas"
+    tester = ProcessorTester(case.processor(), case.output_schema, keys=["k"], form=form)
+    for batch, spark_s in zip(BATCHES, expected):
+        assert rows_of(tester.test(batch)) == sorted(spark_s["rows"], key=json.dumps)
+
+
+def test_the_tester_starts_no_spark():
+    script = (
+        "import pyspark, sys\n"
+        "from ops.testing import ProcessorTester\n"
+        "from tests.tws.cases import BATCHES, ItemCounts\n"
+        "tester = ProcessorTester(ItemCounts(), 'k string, items string', keys=['k'])\n"
+        "for batch in BATCHES: tester.test(batch)\n"
+        "assert pyspark.SparkContext._active_spark_context is None\n"
+        "print(sorted(tester.state().items()))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("[('a', {'items': {('r',): (1,)}}), "
+                                   "('b', {'items': {('r',): (1,)}}), "
+                                   "('c', {'items': {('p',): (2,)}})]")
