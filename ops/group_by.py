@@ -55,7 +55,8 @@ class GroupedStream:
         frames; ``form="rows"``: pyspark ``Row`` s, as ``transformWithState``) and yields rows of
         ``output_schema`` (DDL or ``StructType``). Its state is checkpointed with each batch,
         exactly once. ``time_mode`` takes Spark's spellings too (``"None"``); only ``"none"``
-        runs in this release, and ``initial_state`` is not yet supported
+        runs in this release. ``initial_state`` (a DataFrame or records with the grouping
+        columns) goes to ``handleInitialState`` in the pipeline's first batch, on the driver
         (:mod:`ops.operators.spark_processor`).
 
         >>> import ops as sp

@@ -195,7 +195,8 @@ class ProcessorTester:
     """A Spark ``StatefulProcessor`` driven batch by batch as ``transform_with_state`` runs it,
     with no Spark session and no warehouse: each :meth:`test` is a batch of a run of its own,
     whose state comes back from the encoded rows the batch before checkpointed (what a restart
-    reads), so a value that does not survive storage shows here. Like pyspark's ``TwsTester``,
+    reads), so a value that does not survive storage shows here; ``initial_state`` is handed
+    to ``handleInitialState`` in the first. Like pyspark's ``TwsTester``,
     on lakestream's own handle and operator.
 
     >>> import pandas as pd
@@ -217,10 +218,10 @@ class ProcessorTester:
     __test__ = False  # not a pytest test class, despite its name
 
     def __init__(self, processor: Any, output_schema: Any, keys: Sequence[str],
-                 form: str = "pandas") -> None:
+                 form: str = "pandas", initial_state: Any = None) -> None:
         self._operator = TransformWithState.of(
             type(processor).__name__, tuple(keys), processor, output_schema, "append", "none",
-            form, None)
+            form, initial_state)
         self._stored: dict[str, str] = {}  # encoded key -> encoded record, as checkpointed
         self._batches = 0
 

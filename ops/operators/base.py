@@ -129,6 +129,12 @@ class Operator(ABC):
         """The state this operator keeps (see :class:`StateDeclaration`)."""
         return StateDeclaration.unkeyed(self.name)
 
+    @property
+    def driver_only(self) -> str | None:
+        """Why it cannot run on executors, other than :attr:`needs_spark` (distributed mode
+        refuses it, naming this); ``None``: it can."""
+        return None
+
     def state_shape(self) -> dict[str, Any]:
         """What this operator's stored values look like, beyond what it declares (JSON: the
         type of a map's initial value, an aggregate's functions, a window's size). Each

@@ -10,9 +10,13 @@ variables (:mod:`.processor_handle`) are the key's record in this operator's man
 they are checkpointed with the batch's output in one commit and restored after any failure,
 like every state here.
 
+An initial state (a frame or records with the grouping columns) is handed to
+``handleInitialState`` per key in the pipeline's first batch, before its input, as Spark does
+in a query's first batch; on the driver only in this release.
+
 What this release stores: one record per key holding every variable (pickled, since a state
 schema may hold any Spark type), rewritten when one of them changes. Not yet here (each refused
-with an error that says so): timers (``time_mode`` other than ``"none"``), TTL, initial state and
+with an error that says so): timers (``time_mode`` other than ``"none"``), TTL and
 ``deleteIfExists`` (docs/plans/stateful-processor.md: variables stored typed, one row per list
 element and map entry, come next).
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -52,6 +56,15 @@ class TransformWithState(Operator):
     fields: tuple[tuple[str, str], ...]
     form: str = "pandas"
     codec: str = "pickle"
+    #: the initial state's rows (with the grouping columns), handed to ``handleInitialState``
+    #: in the pipeline's first batch; ``None``: none
+    initial: pd.DataFrame | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def driver_only(self) -> str | None:
+        # an executor task sees only its keys' rows: a key of the initial state with no input
+        # in the first batch would reach no task (the plan's distributed step routes them)
+        return None if self.initial is None else "applies an initial state"
 
     @classmethod
     def of(cls, name: str, keys: tuple[str, ...], processor: Any, output_schema: Any,
@@ -73,10 +86,8 @@ class TransformWithState(Operator):
         if mode != "none":
             raise PipelineDefinitionError(f"{where}: time_mode={time_mode!r}: timers are not yet "
                                           "supported here; only time_mode='none' runs")
-        if initial_state is not None:
-            raise PipelineDefinitionError(f"{where}: initial_state is not yet supported here")
         return cls(name=name, keys=keys, processor=processor, fields=output_fields(output_schema),
-                   form=form)
+                   form=form, initial=_initial_rows(where, initial_state, keys))
 
     def declares(self) -> StateDeclaration:
         return StateDeclaration.keyed(self.keys, self.name)
@@ -104,29 +115,44 @@ class TransformWithState(Operator):
     def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
                   frame: pd.DataFrame) -> list[pd.DataFrame]:
         state = scope.store.operator(self.name, None, self.codec)
-        groups = list(frame.groupby(list(self.keys), sort=False, dropna=False))
-        grouping = [tuple(to_python(value) for value in _values(key)) for key, _ in groups]
+        # the pipeline's first batch (batches are numbered from 1) applies the initial state,
+        # again on a replay of it: nothing of it was checkpointed then
+        initial = self.initial if self.initial is not None and scope.batch_id == 1 else None
+        keyed = _by_key(frame, self.keys)
+        starting = _by_key(initial, self.keys) if initial is not None else {}
+        grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first
         stored_keys = [self.state_key(values) for values in grouping]
         records = state.get_values(stored_keys)
         timer_values = TimerValues()
         outputs: list[pd.DataFrame] = []
-        for (_, rows), values, key, record in zip(groups, grouping, stored_keys, records):
+        for values, key, record in zip(grouping, stored_keys, records):
             handle.turn_to(record or {})
             where = f"transform_with_state {self.name!r}, key {values!r}"
+            handler = "handleInitialState"
             try:
-                outputs.extend(self._called(processor.handleInputRows(
-                    values, self._input(rows.reset_index(drop=True)), timer_values), where))
+                if values in starting:
+                    self._start(processor, values, starting[values], timer_values)
+                handler = "handleInputRows"
+                if values in keyed:
+                    outputs.extend(self._called(processor.handleInputRows(
+                        values, self._input(keyed[values]), timer_values), where))
             except OperatorError:
                 raise
             except Exception as error:  # the processor's own: named with its operator and key
-                raise OperatorError(f"{where}: handleInputRows raised "
-                                    f"{type(error).__name__}: {error}") from error
+                raise OperatorError(f"{where}: {handler} raised {type(error).__name__}: "
+                                    f"{error}") from error
             if handle.changed:
                 if handle.record:
                     state.set_values([key], [handle.record])
                 else:
                     state.delete_many([key])
         return outputs
+
+    def _start(self, processor: StatefulProcessor, values: tuple, rows: pd.DataFrame,
+               timer_values: TimerValues) -> None:
+        """``handleInitialState`` for a key: its rows in one frame, or once per ``Row``."""
+        for given in ([rows] if self.form == "pandas" else self._input(rows)):
+            processor.handleInitialState(values, given, timer_values)
 
     def _input(self, rows: pd.DataFrame) -> Iterator[Any]:
         """A key's rows as Spark hands them: frames, or ``Row`` s."""
@@ -156,6 +182,31 @@ class TransformWithState(Operator):
         return frames
 
 
+def _by_key(frame: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, pd.DataFrame]:
+    """``frame``'s rows per key (a tuple of Python values), keys in the order first met."""
+    groups = frame.groupby(list(keys), sort=False, dropna=False)
+    return {tuple(to_python(value) for value in _values(key)): rows.reset_index(drop=True)
+            for key, rows in groups}
+
+
 def _values(key: Any) -> tuple:
     """A pandas group's key as a tuple (one grouping column gives a 1-tuple in pandas 2)."""
     return key if isinstance(key, tuple) else (key,)
+
+
+def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame | None:
+    """The initial state's rows: a pandas DataFrame or records holding the grouping columns."""
+    if given is None:
+        return None
+    if isinstance(given, pd.DataFrame):
+        rows = given.reset_index(drop=True)
+    elif isinstance(given, (list, tuple)) and all(isinstance(row, dict) for row in given):
+        rows = pd.DataFrame(list(given))
+    else:
+        raise PipelineDefinitionError(f"{where}: initial_state is a pandas DataFrame or a list of "
+                                      f"records (dicts), got {type(given).__name__}")
+    missing = [key for key in keys if key not in rows.columns]
+    if missing:
+        raise PipelineDefinitionError(f"{where}: the initial state lacks the grouping column(s) "
+                                      f"{missing}; it has {list(rows.columns)}")
+    return rows

@@ -101,6 +101,11 @@ def check_distributable(run: Run) -> None:
             raise ConfigError(
                 f"pipeline {pipeline.name!r}: operator {operator.name!r} reads tables "
                 "through Spark while it runs, which executors cannot: run in driver mode")
+        if operator.driver_only:
+            raise ConfigError(
+                f"pipeline {pipeline.name!r}: operator {operator.name!r} "
+                f"{operator.driver_only}, which runs on the driver only in this release: run "
+                "in driver mode")
         if (operator.declares().clock is not None
                 and any(run.storage.of(name) for name in operator.declares().names)):
             raise ConfigError(

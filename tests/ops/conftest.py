@@ -37,6 +37,11 @@ def processor_oracle(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def initial_oracle(spark, tmp_path_factory):
+    return _crash_free(spark, cp.build_processor_initial(), str(tmp_path_factory.mktemp("init_oracle")))
+
+
+@pytest.fixture(scope="session")
 def published(spark, tmp_path_factory):
     """``published(pipeline, warehouse)``: ``warehouse`` holds the pipeline's whole input, as
     :func:`publish_all` leaves it. Published once per pipeline into a template warehouse and

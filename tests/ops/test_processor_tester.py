@@ -13,7 +13,7 @@ from ops.testing import ProcessorTester
 from tests.tws.cases import BATCHES, CASES
 from tests.tws.spark_reference import EXPECTED
 
-RUNNABLE = [case for case in CASES if case.time_mode == "None" and not case.initial_state]
+RUNNABLE = [case for case in CASES if case.time_mode == "None"]
 
 
 def rows_of(output: pd.DataFrame) -> list[dict]:
@@ -26,7 +26,8 @@ def rows_of(output: pd.DataFrame) -> list[dict]:
 def test_the_tester_gives_spark_s_rows_batch_by_batch(case):
     expected = json.loads((EXPECTED / f"{case.name}.json").read_text())["batches"]
     form = "rows" if case.form == "rows" else "pandas"
-    tester = ProcessorTester(case.processor(), case.output_schema, keys=["k"], form=form)
+    tester = ProcessorTester(case.processor(), case.output_schema, keys=["k"], form=form,
+                             initial_state=case.initial_state or None)
     for batch, spark_s in zip(BATCHES, expected):
         assert rows_of(tester.test(batch)) == sorted(spark_s["rows"], key=json.dumps)
 

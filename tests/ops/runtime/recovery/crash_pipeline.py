@@ -155,20 +155,38 @@ class RunningSum(StatefulProcessor):
         yield frame.assign(total=running)
 
 
-def build_processor():
+class RunningSumFrom(RunningSum):
+    """:class:`RunningSum` from the totals of an initial state."""
+
+    def handleInitialState(self, key, initialState, timerValues):
+        self.total.update((int(initialState["total"].sum()),))
+
+
+#: what :func:`build_processor_initial` starts from: key 7 at 100, and a key never seen in input
+INITIAL_TOTALS = [{"k": 7, "total": 100}, {"k": 99, "total": 5}]
+
+
+def build_processor(name: str = "crashy_processor", initial: bool = False):
     """:class:`RunningSum` by ``transform_with_state``, checkpointing every two batches as
-    the vectorized sum does (its state waits in memory between them)."""
+    the vectorized sum does (its state waits in memory between them); ``initial``: from
+    :data:`INITIAL_TOTALS`, applied in the first batch."""
+    processor = RunningSumFrom() if initial else RunningSum()
     return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
-             .group_by("k").transform_with_state(RunningSum(), "k long, x long, total long",
-                                                 name="running_sum")
+             .group_by("k").transform_with_state(processor, "k long, x long, total long",
+                                                 name="running_sum",
+                                                 initial_state=INITIAL_TOTALS if initial else None)
              .write.to_delta("out"))
-            .named("crashy_processor").checkpoint_every(batches=2))
+            .named(name).checkpoint_every(batches=2))
+
+
+def build_processor_initial():
+    return build_processor("crashy_processor_initial", initial=True)
 
 
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
             "typed": build_typed, "typed_distributed": build_typed_distributed,
-            "processor": build_processor}
+            "processor": build_processor, "processor_initial": build_processor_initial}
 
 
 # Six publishes -> six batches of two keys each.

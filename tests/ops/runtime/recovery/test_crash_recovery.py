@@ -199,6 +199,29 @@ def test_processor_crash_then_recover_matches_oracle(spark, warehouse, crash_chi
                        processor_oracle, batches=6)
 
 
+# With an initial state, applied in the first batch only: killed before the first checkpoint
+# (batches 1 and 2 run again, the initial state with batch 1) and after it (it is never
+# applied again).
+INITIAL_STEPS = ["before_checkpoint_commit:1", "after_checkpoint_commit:1"]
+
+
+def test_initial_oracle_starts_from_the_initial_state(processor_oracle, initial_oracle):
+    plain = dict(processor_oracle["state"])
+    started = dict(initial_oracle["state"])
+    assert started == {**plain, 7: {"total": (plain[7]["total"][0] + 100,)}, 99: {"total": (5,)}}
+    sevens = [row[2] for row in initial_oracle["sink"] if row[0] == 7]
+    assert sevens == [total + 100 for *_, total in
+                      (row[:3] for row in processor_oracle["sink"] if row[0] == 7)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", INITIAL_STEPS)
+def test_initial_state_crash_then_recover_applies_it_once(spark, warehouse, crash_child,
+                                                          initial_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "processor_initial", crash_at,
+                       initial_oracle, batches=6)
+
+
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
 # commit of its own, then appends its rows; killed between the two, and before a later
 # checkpoint's commit (a kill after a commit is the same for every storage: the tests above).
