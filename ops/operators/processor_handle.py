@@ -101,10 +101,9 @@ class ProcessorHandle(StatefulProcessorHandle):
         else:
             self.record[name], self.changed = value, True
 
-    def value_of(self, name: str, schema: StructType | str, given: Any) -> tuple:
+    def value_of(self, name: str, fields: tuple[str, ...], given: Any) -> tuple:
         """``given`` (a tuple, list or Row) as the stored tuple of Python values, checked
-        against ``schema``'s fields."""
-        fields = field_names(schema)
+        against the schema's ``fields``."""
         values = tuple(given) if isinstance(given, (tuple, list)) else (given,)
         if len(values) != len(fields):
             raise OperatorError(
@@ -117,7 +116,7 @@ class HeldValueState(ValueState):
     """pyspark's ``ValueState`` of one variable, on the handle's current key."""
 
     def __init__(self, handle: ProcessorHandle, name: str, schema: StructType | str) -> None:
-        self._handle, self._name, self._schema = handle, name, schema
+        self._handle, self._name, self._schema = handle, name, field_names(schema)
 
     def exists(self) -> bool:
         return self._name in self._handle.record
@@ -136,7 +135,7 @@ class HeldListState(ListState):
     """pyspark's ``ListState``: a key's list of tuples (absent when empty)."""
 
     def __init__(self, handle: ProcessorHandle, name: str, schema: StructType | str) -> None:
-        self._handle, self._name, self._schema = handle, name, schema
+        self._handle, self._name, self._schema = handle, name, field_names(schema)
 
     def exists(self) -> bool:
         return bool(self._handle.record.get(self._name))
@@ -167,7 +166,7 @@ class HeldMapState(MapState):
     def __init__(self, handle: ProcessorHandle, name: str, key_schema: StructType | str,
                  value_schema: StructType | str) -> None:
         self._handle, self._name = handle, name
-        self._key_schema, self._value_schema = key_schema, value_schema
+        self._key_schema, self._value_schema = field_names(key_schema), field_names(value_schema)
 
     def _entries(self) -> dict[tuple, tuple]:
         return self._handle.record.get(self._name, {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pandas as pd
 from pyspark.sql.types import StructType
 
@@ -48,14 +49,25 @@ def conformed(frames: Iterable[pd.DataFrame], fields: tuple[tuple[str, str], ...
                              for name, kind in fields})
     for frame in parts:
         check_columns(frame, fields, where)
-    joined = pd.concat([frame[names] for frame in parts], ignore_index=True)
-    for name, kind in fields:
+    # a processor yields a small frame per key: selecting each one's columns (or concatenating
+    # 100k frames) costs pandas ~0.2-0.4 ms a frame; its values as one object array, the
+    # schema's columns taken by position (found once per column layout), ~0.02 ms
+    positions: dict[tuple, list[int]] = {}
+    blocks = []
+    for frame in parts:
+        layout = tuple(frame.columns)
+        if layout not in positions:
+            positions[layout] = [layout.index(name) for name in names]
+        blocks.append(frame.to_numpy(dtype=object)[:, positions[layout]])
+    values = np.concatenate(blocks)
+    joined = {}
+    for at, (name, kind) in enumerate(fields):
         try:
-            joined[name] = joined[name].astype(_OUTPUT_DTYPES.get(kind, object))
+            joined[name] = pd.Series(values[:, at]).astype(_OUTPUT_DTYPES.get(kind, object))
         except (TypeError, ValueError) as error:
             raise OperatorError(f"{where}: output column {name!r} is not of its schema's type "
                                 f"{kind}: {error}") from error
-    return joined
+    return pd.DataFrame(joined)
 
 
 def check_columns(frame: pd.DataFrame, fields: tuple[tuple[str, str], ...], where: str) -> None:

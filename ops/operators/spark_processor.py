@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
@@ -183,15 +184,19 @@ class TransformWithState(Operator):
 
 
 def _by_key(frame: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, pd.DataFrame]:
-    """``frame``'s rows per key (a tuple of Python values), keys in the order first met."""
-    groups = frame.groupby(list(keys), sort=False, dropna=False)
-    return {tuple(to_python(value) for value in _values(key)): rows.reset_index(drop=True)
-            for key, rows in groups}
-
-
-def _values(key: Any) -> tuple:
-    """A pandas group's key as a tuple (one grouping column gives a 1-tuple in pandas 2)."""
-    return key if isinstance(key, tuple) else (key,)
+    """``frame``'s rows per key (a tuple of Python values), keys in the order first met, each
+    key's rows in their order. One stable sort, then a slice per key: iterating a groupby
+    takes rows per group (~0.2 ms a key; a slice ~0.02 ms)."""
+    if frame.empty:
+        return {}
+    codes = frame.groupby(list(keys), sort=False, dropna=False).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    ordered = frame.take(order).reset_index(drop=True)
+    ends = np.cumsum(np.bincount(codes))
+    starts = ends - np.bincount(codes)
+    firsts = ordered[list(keys)].iloc[starts].itertuples(index=False, name=None)
+    return {tuple(to_python(value) for value in first): ordered.iloc[start:end]
+            for first, start, end in zip(firsts, starts.tolist(), ends.tolist())}
 
 
 def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame | None:
