@@ -195,8 +195,14 @@ def _by_key(frame: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, pd.DataFr
     ends = np.cumsum(np.bincount(codes))
     starts = ends - np.bincount(codes)
     firsts = ordered[list(keys)].iloc[starts].itertuples(index=False, name=None)
-    return {tuple(to_python(value) for value in first): ordered.iloc[start:end]
+    return {tuple(to_python(value) for value in first): _numbered(ordered.iloc[start:end])
             for first, start, end in zip(firsts, starts.tolist(), ends.tolist())}
+
+
+def _numbered(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` indexed from 0, as Spark's frames are (the slice keeps its data, not copied)."""
+    rows.index = pd.RangeIndex(len(rows))
+    return rows
 
 
 def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame | None:

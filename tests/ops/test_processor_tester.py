@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
+from pyspark.sql.streaming import StatefulProcessor
 
 from ops.testing import ProcessorTester
 from tests.tws.cases import BATCHES, CASES
@@ -47,3 +48,20 @@ def test_the_tester_starts_no_spark():
     assert done.stdout.strip() == ("[('a', {'items': {('r',): (1,)}}), "
                                    "('b', {'items': {('r',): (1,)}}), "
                                    "('c', {'items': {('p',): (2,)}})]")
+
+
+class FirstRow(StatefulProcessor):
+    """Reads its key's first row by label, as a processor written for Spark may."""
+
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        for frame in rows:
+            yield pd.DataFrame({"k": [key[0]], "first": [int(frame.loc[0, "x"])]})
+
+
+def test_a_key_s_frame_is_indexed_from_zero_as_spark_s_are():
+    tester = ProcessorTester(FirstRow(), "k string, first long", keys=["k"])
+    output = tester.test([{"k": "a", "x": 1}, {"k": "b", "x": 2}, {"k": "a", "x": 3}])
+    assert sorted(output.itertuples(index=False, name=None)) == [("a", 1), ("b", 2)]
