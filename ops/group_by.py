@@ -54,10 +54,10 @@ class GroupedStream:
         ``handleInputRows(key, rows, timerValues)`` gets the key as a tuple and its rows (pandas
         frames; ``form="rows"``: pyspark ``Row`` s, as ``transformWithState``) and yields rows of
         ``output_schema`` (DDL or ``StructType``). Its state is checkpointed with each batch,
-        exactly once. ``time_mode`` takes Spark's spellings too (``"None"``); only ``"none"``
-        runs in this release. ``initial_state`` (a DataFrame or records with the grouping
-        columns) goes to ``handleInitialState`` in the pipeline's first batch, on the driver
-        (:mod:`ops.operators.spark_processor`).
+        exactly once. ``time_mode`` takes Spark's spellings too (``"None"``); ``"none"`` and
+        ``"processing_time"`` (timers, on the driver) run in this release. ``initial_state`` (a
+        DataFrame or records with the grouping columns) goes to ``handleInitialState`` in the
+        pipeline's first batch, on the driver (:mod:`ops.operators.spark_processor`).
 
         >>> import ops as sp
         >>> from pyspark.sql.streaming import StatefulProcessor

@@ -33,6 +33,9 @@ def _codec(pipeline: Pipeline, operator: str) -> str:
         return "json"
     names: list[str] = []
     for op in pipeline.stream.operators:
+        clock = op.declares().clock
+        if clock is not None and operator in clock.names:
+            return "json"  # deadlines are numbers, stored as JSON whatever the operator's codec
         if operator in op.declares().names:
             return op.codec
         names.extend(op.declares().names)

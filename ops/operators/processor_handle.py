@@ -33,13 +33,18 @@ from .processor_schema import field_names
 
 Record = dict[str, Any]
 
+#: where a key's record keeps its timers (sorted epoch ms); no variable's name starts with ``__``
+TIMERS = "__timers__"
+
 
 class ProcessorHandle(StatefulProcessorHandle):
     """pyspark's handle, over the record of the key being handled. Variables are declared in
     ``init`` only (as Spark requires); a second declaration of a name must be of the same kind."""
 
-    def __init__(self, operator: str) -> None:  # no API client: nothing goes over a socket
+    def __init__(self, operator: str, timers: bool = False) -> None:
+        # no API client: nothing goes over a socket
         self.operator = operator
+        self._timers = timers  # time_mode is not "none"
         self.record: Record = {}
         self.changed = False
         self._kinds: dict[str, str] = {}
@@ -66,20 +71,30 @@ class ProcessorHandle(StatefulProcessorHandle):
         return HeldMapState(self, name, userKeySchema, valueSchema)
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
-        raise self._refused("registerTimer", "timers need time_mode='processing_time' or "
-                            "'event_time', which this release does not run yet")
+        if not self._timers:
+            raise self._refused("registerTimer", "timers need time_mode='processing_time'")
+        self.write(TIMERS, tuple(sorted({*self.timers(), int(expiryTimestampMs)})))
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:
-        raise self._refused("deleteTimer", "no timer is ever registered with time_mode='none'")
+        if not self._timers:
+            raise self._refused("deleteTimer", "timers need time_mode='processing_time'")
+        self.write(TIMERS, tuple(at for at in self.timers() if at != int(expiryTimestampMs)) or None)
 
     def listTimers(self) -> Iterator[int]:
-        return iter(())  # time_mode="none": no key has a timer
+        return iter(self.timers())
+
+    def timers(self) -> tuple[int, ...]:
+        """The current key's timers, earliest first."""
+        return self.record.get(TIMERS, ())
 
     def deleteIfExists(self, stateName: str) -> None:
         raise self._refused("deleteIfExists", "dropping a variable of every key is not yet "
                             "supported; drop it with sp.migrate_state")
 
     def _declared(self, name: str, kind: str, ttl_ms: int | None) -> str:
+        if name.startswith("__"):
+            raise self._refused(f"get{kind.title()}State({name!r})", "names starting with '__' "
+                                "are lakestream's own")
         if not self._declaring:
             raise self._refused(f"get{kind.title()}State({name!r})", "state variables are "
                                 "declared in init(), before any row is handled (as in Spark)")

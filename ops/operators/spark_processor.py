@@ -15,9 +15,12 @@ An initial state (a frame or records with the grouping columns) is handed to
 in a query's first batch; on the driver only in this release.
 
 What this release stores: one record per key holding every variable (pickled, since a state
-schema may hold any Spark type), rewritten when one of them changes. Not yet here (each refused
-with an error that says so): timers (``time_mode`` other than ``"none"``), TTL and
-``deleteIfExists`` (docs/plans/stateful-processor.md: variables stored typed, one row per list
+schema may hold any Spark type), rewritten when one of them changes. Processing-time timers
+are kept in the key's record too (any number per key) and its earliest in the run's timer queue
+(``<op>__timers``, as a map's), which the runtime reads to run a batch with no input when one
+falls due; after the batch's rows, each timer before the batch's time calls
+``handleExpiredTimer``. Not yet here (each refused with an error that says so): event-time
+timers, TTL and ``deleteIfExists`` (docs/plans/stateful-processor.md: variables stored typed, one row per list
 element and map entry, come next).
 """
 
@@ -25,21 +28,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
-from pyspark.sql.streaming.stateful_processor import TimerValues
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
-from .base import Operator, StateDeclaration
+from .base import Operator, StateDeclaration, TimerDeclaration
 from .processor_handle import ProcessorHandle
 from .processor_schema import check_columns, conformed, output_fields
+from .timing import timers_of
 
 #: Spark's spellings of the time modes, and this API's
 TIME_MODES = {"none": "none", "processingtime": "processing_time", "processing_time": "processing_time",
@@ -57,6 +61,7 @@ class TransformWithState(Operator):
     fields: tuple[tuple[str, str], ...]
     form: str = "pandas"
     codec: str = "pickle"
+    time_mode: str = "none"
     #: the initial state's rows (with the grouping columns), handed to ``handleInitialState``
     #: in the pipeline's first batch; ``None``: none
     initial: pd.DataFrame | None = field(default=None, compare=False, hash=False)
@@ -64,8 +69,17 @@ class TransformWithState(Operator):
     @property
     def driver_only(self) -> str | None:
         # an executor task sees only its keys' rows: a key of the initial state with no input
-        # in the first batch would reach no task (the plan's distributed step routes them)
-        return None if self.initial is None else "applies an initial state"
+        # in the first batch, or with only a due timer, would reach no task (the plan's
+        # distributed step routes them)
+        if self.initial is not None:
+            return "applies an initial state"
+        return "has timers" if self.time_mode != "none" else None
+
+    @property
+    def clock(self) -> TimerDeclaration | None:
+        """Processing-time timers: each key's earliest deadline in the run's timer queue, so
+        the runtime wakes a batch with no input when one falls due."""
+        return TimerDeclaration(self.name) if self.time_mode == "processing_time" else None
 
     @classmethod
     def of(cls, name: str, keys: tuple[str, ...], processor: Any, output_schema: Any,
@@ -84,20 +98,24 @@ class TransformWithState(Operator):
         if mode is None:
             raise PipelineDefinitionError(f"{where}: time_mode is one of 'none', "
                                           f"'processing_time', 'event_time', got {time_mode!r}")
-        if mode != "none":
-            raise PipelineDefinitionError(f"{where}: time_mode={time_mode!r}: timers are not yet "
-                                          "supported here; only time_mode='none' runs")
+        if mode == "event_time":
+            raise PipelineDefinitionError(f"{where}: time_mode={time_mode!r}: event-time timers "
+                                          "are not yet supported here; 'none' and "
+                                          "'processing_time' run")
         return cls(name=name, keys=keys, processor=processor, fields=output_fields(output_schema),
-                   form=form, initial=_initial_rows(where, initial_state, keys))
+                   form=form, time_mode=mode, initial=_initial_rows(where, initial_state, keys))
 
     def declares(self) -> StateDeclaration:
-        return StateDeclaration.keyed(self.keys, self.name)
+        declared = StateDeclaration.keyed(self.keys, self.name)
+        if self.clock is None:
+            return declared
+        return replace(declared, names=declared.names + self.clock.names, clock=self.clock)
 
     def state_shape(self) -> dict[str, Any]:
         """The processor's class: a checkpoint of another processor's variables is refused.
         Its name only, not its module: a script run as ``__main__`` and the same file imported
         by Dagster's code location are one processor."""
-        return {"processor": type(self.processor).__qualname__}
+        return {"processor": type(self.processor).__qualname__, "time_mode": self.time_mode}
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         missing = [key for key in self.keys if key not in frame.columns]
@@ -105,10 +123,12 @@ class TransformWithState(Operator):
             raise OperatorError(f"transform_with_state {self.name!r}: no column(s) {missing} to "
                                 f"group by in the batch's rows {list(frame.columns)}")
         processor = copy.deepcopy(self.processor)  # a task's own copy, as Spark ships it
-        handle = ProcessorHandle(self.name)
+        handle = ProcessorHandle(self.name, timers=self.clock is not None)
         processor.init(handle)
         try:
             outputs = self._each_key(scope, processor, handle, frame)
+            if self.clock is not None:  # after the input, as Spark: a key's input may move them
+                outputs += self._fire_timers(scope, processor, handle)
         finally:
             processor.close()
         return conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
@@ -124,7 +144,7 @@ class TransformWithState(Operator):
         grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first
         stored_keys = [self.state_key(values) for values in grouping]
         records = state.get_values(stored_keys)
-        timer_values = TimerValues()
+        timer_values = self._timer_values(scope)
         outputs: list[pd.DataFrame] = []
         for values, key, record in zip(grouping, stored_keys, records):
             handle.turn_to(record or {})
@@ -142,12 +162,57 @@ class TransformWithState(Operator):
             except Exception as error:  # the processor's own: named with its operator and key
                 raise OperatorError(f"{where}: {handler} raised {type(error).__name__}: "
                                     f"{error}") from error
-            if handle.changed:
-                if handle.record:
-                    state.set_values([key], [handle.record])
-                else:
-                    state.delete_many([key])
+            self._keep(scope, key, handle)
         return outputs
+
+    def _fire_timers(self, scope: BatchScope, processor: StatefulProcessor,
+                     handle: ProcessorHandle) -> list[pd.DataFrame]:
+        """``handleExpiredTimer`` for each timer before the batch's time, earliest first, each
+        removed before its call; a key's later timers fire in the same batch if due too."""
+        assert self.clock is not None
+        queue = timers_of(self.clock, scope.store)
+        state = scope.store.operator(self.name, None, self.codec)
+        timer_values = self._timer_values(scope)
+        outputs: list[pd.DataFrame] = []
+        for key, _ in queue.due(scope.batch_time):
+            values = key if isinstance(key, tuple) else (key,)
+            where = f"transform_with_state {self.name!r}, key {values!r}"
+            [record] = state.get_values([key])
+            handle.turn_to(record or {})
+            for at in [at for at in handle.timers() if at < scope.batch_time]:
+                handle.deleteTimer(at)
+                try:
+                    outputs.extend(self._called(processor.handleExpiredTimer(
+                        values, timer_values, ExpiredTimerInfo(at)), where))
+                except OperatorError:
+                    raise
+                except Exception as error:  # the processor's own: named with operator and key
+                    raise OperatorError(f"{where}: handleExpiredTimer({at}) raised "
+                                        f"{type(error).__name__}: {error}") from error
+            self._keep(scope, key, handle)
+        return outputs
+
+    def _keep(self, scope: BatchScope, key: Any, handle: ProcessorHandle) -> None:
+        """The key's record as the handle left it, and its earliest timer in the queue."""
+        if not handle.changed:
+            return
+        state = scope.store.operator(self.name, None, self.codec)
+        if handle.record:
+            state.set_values([key], [handle.record])
+        else:
+            state.delete_many([key])
+        if self.clock is not None:
+            queue = timers_of(self.clock, scope.store)
+            if handle.timers():
+                queue.set(key, handle.timers()[0])
+            else:
+                queue.clear(key)
+
+    def _timer_values(self, scope: BatchScope) -> TimerValues:
+        """The batch's time as Spark gives it: the batch's processing time with timers."""
+        if self.clock is None:
+            return TimerValues()
+        return TimerValues(currentProcessingTimeInMs=scope.batch_time)
 
     def _start(self, processor: StatefulProcessor, values: tuple, rows: pd.DataFrame,
                timer_values: TimerValues) -> None:

@@ -12,6 +12,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 import ops as sp
 from ops.errors import OperatorError, PipelineDefinitionError
+from ops.testing import ManualClock, run_records
 from state import ConfigError
 from tests.helpers import sink_rows
 from tests.tws.cases import BATCHES, CASES, LastThree, RunningCount
@@ -116,7 +117,7 @@ def test_a_processor_s_mistake_names_the_operator_key_and_what(spark, warehouse,
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({"time_mode": "ProcessingTime"}, "timers are not yet supported"),
+    ({"time_mode": "EventTime"}, "event-time timers are not yet supported"),
     ({"time_mode": "wall"}, "time_mode is one of"),
     ({"output_mode": "complete"}, "output_mode is 'append' or 'update'"),
     ({"initial_state": object()}, "initial_state is a pandas DataFrame or a list of records"),
@@ -136,4 +137,59 @@ def test_an_initial_state_in_distributed_mode_is_refused_before_any_batch(spark,
     built = pipeline(case, mode="distributed")
     built.publish(spark, BATCHES[0], warehouse)
     with pytest.raises(ConfigError, match="applies an initial state, which runs on the driver only"):
+        built.run_once(spark, warehouse)
+
+
+class QuietAfterAMinute(StatefulProcessor):
+    """Processing time: a key's count, reported once a minute passes with no row of it (its
+    timer moved at each row, as a session's end), then forgotten."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        self.count.update(((self.count.get()[0] if self.count.exists() else 0)
+                           + sum(map(len, rows)),))
+        for due in list(self.handle.listTimers()):
+            self.handle.deleteTimer(due)
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 60_000)
+        yield from ()
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        total = self.count.get()[0]
+        self.count.clear()
+        yield pd.DataFrame({"k": [key[0]], "total": [total],
+                            "fired_at": [expiredTimerInfo.getExpiryTimeInMs()],
+                            "now": [timerValues.getCurrentProcessingTimeInMs()]})
+
+
+def test_processing_time_timers_fire_in_a_batch_with_no_input(spark, tmp_path):
+    built = (sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
+             .transform_with_state(QuietAfterAMinute(), "k string, total long, fired_at long, now long",
+                                   time_mode="ProcessingTime")
+             .write.to_delta("out")).named("quiet")
+    clock, warehouse = ManualClock("2026-01-01T00:00:00Z"), str(tmp_path)
+    start = int(clock.now() * 1000)
+    run_records(built, [{"k": "a", "x": 1}, {"k": "b", "x": 1}], spark=spark, warehouse=warehouse,
+                clock=clock)
+    clock.advance("30s")  # b's next row moves its timer; a's stays
+    run_records(built, [{"k": "b", "x": 1}], spark=spark, warehouse=warehouse, clock=clock)
+    clock.advance("45s")  # a's minute has passed (75 s), b's not (45 s): a fires, no input
+    fired = run_records(built, spark=spark, warehouse=warehouse, clock=clock)
+    assert fired.outputs["out"][["k", "total", "fired_at"]].values.tolist() == [["a", 1, start + 60_000]]
+    assert fired.outputs["out"]["now"].tolist() == [start + 75_000]
+    clock.advance("1min")
+    later = run_records(built, spark=spark, warehouse=warehouse, clock=clock)
+    assert later.outputs["out"][["k", "total", "fired_at"]].values.tolist() == \
+        [["a", 1, start + 60_000], ["b", 2, start + 90_000]]
+    assert later.state["QuietAfterAMinute"].empty  # both counts cleared, no timer left
+
+
+def test_timers_with_time_mode_none_are_refused_at_the_call(spark, warehouse):
+    built = (sp.read.from_callback("in", key="k", schema=SCHEMA).group_by("k")
+             .transform_with_state(QuietAfterAMinute(), "k string, total long, fired_at long, now long")
+             .write.to_delta("out")).named("untimed")
+    built.publish(spark, BATCHES[0], warehouse)
+    with pytest.raises(OperatorError, match="registerTimer: timers need time_mode='processing_time'"):
         built.run_once(spark, warehouse)
