@@ -10,11 +10,12 @@ False
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pandas as pd
 
-from state import StateType, declared_state_type
+from state import StateType, check_name, declared_state_type
 
 from .errors import PipelineDefinitionError
 from .operators import TimerDeclaration
@@ -58,3 +59,24 @@ def duration(operator: str, name: str, value: Any) -> int:
     if ms < 0 or (name == "ttl" and ms == 0):
         raise PipelineDefinitionError(f"operator {operator!r}: {name}={value!r} must be positive")
     return ms
+
+
+def operator_name(taken: Collection[str], name: str | None, fn: Callable[..., Any] | str) -> str:
+    """``name`` if given (checked, and not one of ``taken``), else one made from ``fn``'s name
+    (or the text), numbered past the names ``taken``.
+
+    >>> operator_name({"sum", "sum_2"}, None, "sum")
+    'sum_3'
+    """
+    if name is not None:
+        check_name("operator", name)
+        if name in taken:
+            raise PipelineDefinitionError(f"operator name {name!r} is used twice")
+        return name
+    base = fn if isinstance(fn, str) else getattr(fn, "__name__", "op")
+    base = base if base.isidentifier() and not base.startswith("_") else "op"
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}_{n}"
+    return candidate

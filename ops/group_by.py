@@ -20,6 +20,7 @@ from .operators import (
     TransformWithState,
     Window,
     WindowAggregate,
+    last_watermark,
 )
 
 if TYPE_CHECKING:  # the stream holds its group_by's module, not the other way round
@@ -50,14 +51,16 @@ class GroupedStream:
                              event_time: str | None = None, *, form: str = "pandas",
                              name: str | None = None) -> Stream:
         """Run a Spark 4 ``StatefulProcessor`` per key of the grouping columns, unchanged:
-        ``init(handle)`` declares its ``ValueState``, ``ListState`` and ``MapState``,
-        ``handleInputRows(key, rows, timerValues)`` gets the key as a tuple and its rows (pandas
-        frames; ``form="rows"``: pyspark ``Row`` s, as ``transformWithState``) and yields rows of
-        ``output_schema`` (DDL or ``StructType``). Its state is checkpointed with each batch,
-        exactly once. ``time_mode`` takes Spark's spellings too (``"None"``); ``"none"`` and
-        ``"processing_time"`` (timers, on the driver) run in this release. ``initial_state`` (a
-        DataFrame or records with the grouping columns) goes to ``handleInitialState`` in the
-        pipeline's first batch, on the driver (:mod:`ops.operators.spark_processor`).
+        ``init(handle)`` declares its ``ValueState``, ``ListState`` and ``MapState`` (each with
+        an optional ``ttlDurationMs``), ``handleInputRows(key, rows, timerValues)`` gets the key
+        as a tuple and its rows (pandas frames; ``form="rows"``: pyspark ``Row`` s, as
+        ``transformWithState``) and yields rows of ``output_schema`` (DDL or ``StructType``).
+        Its state is checkpointed with each batch, exactly once. ``time_mode`` takes Spark's
+        spellings too (``"ProcessingTime"``): ``"processing_time"`` and ``"event_time"`` (after
+        ``stream.with_watermark(column, delay)``) give timers, on the driver. ``initial_state``
+        (a DataFrame or records with the grouping columns) goes to ``handleInitialState`` in
+        the pipeline's first batch, on the driver. ``event_time`` names the output's event time
+        column, the event time of the stream after it (:mod:`ops.operators.spark_processor`).
 
         >>> import ops as sp
         >>> from pyspark.sql.streaming import StatefulProcessor
@@ -72,13 +75,15 @@ class GroupedStream:
         >>> stream.group_by("k").transform_with_state(Count(), "k string, total long").operators[-1].keys
         ('k',)
         """
-        if event_time is not None:
-            raise PipelineDefinitionError("transform_with_state: event_time needs "
-                                          "time_mode='event_time', which is not yet supported here")
         named = self.stream._name_for(name, type(processor).__name__)
+        mark = last_watermark(self.stream.operators)
         op = TransformWithState.of(named, self.keys, processor, output_schema, output_mode,
-                                   time_mode, form, initial_state)
-        return self.stream.via(op)
+                                   time_mode, form, initial_state,
+                                   (mark.column, mark.delay_ms) if mark else None, event_time)
+        out = self.stream.via(op)
+        if event_time is None or mark is None:
+            return out
+        return out.with_watermark(event_time, mark.delay_ms)
 
     def transformWithStateInPandas(self, statefulProcessor: Any, outputStructType: Any,
                                    outputMode: str = "append", timeMode: str = "None",

@@ -37,6 +37,7 @@ from .operators import (
     STATELESS,
     Agg,
     ChangesAsRows,
+    EventTimeWatermark,
     Filter,
     JoinSide,
     KeptTableJoin,
@@ -242,6 +243,16 @@ class Stream:
                            kinds=tuple((kinds or {}).items()))
         return dataclasses.replace(self, operators=self.operators + (op,))
 
+    def with_watermark(self, event_time: str, delay: Any) -> Stream:
+        """The stream's event time is column ``event_time``, its watermark ``delay`` behind the
+        largest seen (``"10 seconds"``): what ``time_mode="event_time"`` operators after it
+        fire timers and drop late rows by (:mod:`ops.operators.watermark`)."""
+        named = self._name_for(None, "watermark")
+        return self.via(EventTimeWatermark(named, event_time,
+                                           arguments.duration(named, "delay", delay)))
+
+    withWatermark = with_watermark  # Spark's spelling
+
     def group_by(self, *columns: str) -> GroupedStream:
         """Keyed aggregation: ``.group_by("title").agg(sold=sp.count("ticket"))`` yields the
         state table's changes; write them with ``.write.to_table("name")``."""
@@ -263,19 +274,7 @@ class Stream:
 
     def _name_for(self, name: str | None, fn: Callable[..., Any] | str) -> str:
         """``name`` if given (checked unique), else one made from ``fn``'s name (or the text)."""
-        taken = {op.name for op in self.operators}
-        if name is not None:
-            check_name("operator", name)
-            if name in taken:
-                raise PipelineDefinitionError(f"operator name {name!r} is used twice")
-            return name
-        base = fn if isinstance(fn, str) else getattr(fn, "__name__", "op")
-        base = base if base.isidentifier() and not base.startswith("_") else "op"
-        candidate, n = base, 1
-        while candidate in taken:
-            n += 1
-            candidate = f"{base}_{n}"
-        return candidate
+        return arguments.operator_name({op.name for op in self.operators}, name, fn)
 
 
 @dataclass(frozen=True)

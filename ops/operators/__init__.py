@@ -5,7 +5,8 @@ functions), ``grouped`` (group-by aggregation), ``latest`` (``as_table``), ``win
 ``sessions`` (event-time windows, sharing ``event_time``), ``joins``, ``projection`` (a
 table's SELECT list over its aggregates), ``retraction`` (a table's changes as signed rows),
 ``spark_processor`` (a Spark ``StatefulProcessor``, with its handle in ``processor_handle``
-and its schemas read in ``processor_schema``).
+and its schemas read in ``processor_schema``), ``watermark`` (a stream's event time and
+watermark delay, Spark's ``withWatermark``).
 """
 
 from .aggregates import (
@@ -30,14 +31,16 @@ from .retraction import ChangesAsRows
 from .sessions import Session, SessionAggregate, session
 from .spark_processor import TransformWithState
 from .stream_join import JoinSide, StreamStreamJoin
+from .watermark import EventTimeWatermark, last_watermark
 from .windows import Window, WindowAggregate, hopping, tumbling
 
 __all__ = [
-    "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "Filter", "GroupAggregate", "JoinSide",
+    "GLOBAL_STATE", "STATELESS", "Agg", "ChangesAsRows", "EventTimeWatermark", "Filter",
+    "GroupAggregate", "JoinSide",
     "KeptTableJoin", "LatestByKey", "Map", "Operator", "Session", "SessionAggregate",
     "InferredState", "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
     "TableProjection", "TableTableJoin", "TimerDeclaration", "TransformWithState", "Window",
     "WindowAggregate",
     "aggregate", "avg", "collect_list", "collect_set", "count", "hopping", "latest_by_offset",
-    "max_", "min_", "session", "sum_", "tumbling",
+    "last_watermark", "max_", "min_", "session", "sum_", "tumbling",
 ]

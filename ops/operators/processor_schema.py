@@ -24,6 +24,14 @@ _OUTPUT_DTYPES = {"string": "string", "long": "Int64", "bigint": "Int64", "int":
                   "float": "Float32", "boolean": "boolean", "timestamp": "datetime64[us, UTC]"}
 
 
+def _typed(column: pd.Series, kind: str) -> pd.Series:
+    """``column`` as the output type ``kind``: a timestamp without a zone is UTC (the session
+    time zone here), as Spark reads a naive pandas timestamp in its session's zone."""
+    if kind == "timestamp":
+        return pd.to_datetime(column, utc=True).astype(_OUTPUT_DTYPES[kind])
+    return column.astype(_OUTPUT_DTYPES.get(kind, object))
+
+
 def output_fields(schema: StructType | str) -> tuple[tuple[str, str], ...]:
     """``(name, type)`` of each top-level field of ``schema`` (types as lower-case DDL)."""
     if isinstance(schema, StructType):
@@ -63,7 +71,7 @@ def conformed(frames: Iterable[pd.DataFrame], fields: tuple[tuple[str, str], ...
     joined = {}
     for at, (name, kind) in enumerate(fields):
         try:
-            joined[name] = pd.Series(values[:, at]).astype(_OUTPUT_DTYPES.get(kind, object))
+            joined[name] = _typed(pd.Series(values[:, at]), kind)
         except (TypeError, ValueError) as error:
             raise OperatorError(f"{where}: output column {name!r} is not of its schema's type "
                                 f"{kind}: {error}") from error

@@ -15,13 +15,17 @@ An initial state (a frame or records with the grouping columns) is handed to
 in a query's first batch; on the driver only in this release.
 
 What this release stores: one record per key holding every variable (pickled, since a state
-schema may hold any Spark type), rewritten when one of them changes. Processing-time timers
-are kept in the key's record too (any number per key) and its earliest in the run's timer queue
-(``<op>__timers``, as a map's), which the runtime reads to run a batch with no input when one
-falls due; after the batch's rows, each timer before the batch's time calls
-``handleExpiredTimer``. Not yet here (each refused with an error that says so): event-time
-timers, TTL and ``deleteIfExists`` (docs/plans/stateful-processor.md: variables stored typed, one row per list
-element and map entry, come next).
+schema may hold any Spark type), rewritten when one of them changes. Timers are kept in the key's
+record too (any number per key) and its earliest in the run's timer queue (``<op>__timers``, as
+a map's), which the runtime reads to run a batch with no input when one falls due; after the
+batch's rows, each timer before the batch's time calls ``handleExpiredTimer``. The batch's time
+is its processing time, or in ``event_time`` mode the watermark it starts with: the largest
+event time (of the column a ``with_watermark`` upstream names) of the batches before, less the
+delay; rows at or below it are dropped as late before any call, as Spark drops them. A
+variable's TTL (processing time) stamps each value with its expiry (:mod:`.processor_handle`);
+a key's earliest expiry is in the timer queue too, so a key nobody writes again is cleaned
+when it passes. Not yet here: ``deleteIfExists`` (refused, with the reason), and variables
+stored typed, one row per list element and map entry (docs/plans/stateful-processor.md).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from .aggregates import to_python
 from .base import Operator, StateDeclaration, TimerDeclaration
 from .processor_handle import ProcessorHandle
 from .processor_schema import check_columns, conformed, output_fields
-from .timing import timers_of
+from .timing import KeyClock, batch_now, timers_of, watermark_after
 
 #: Spark's spellings of the time modes, and this API's
 TIME_MODES = {"none": "none", "processingtime": "processing_time", "processing_time": "processing_time",
@@ -65,6 +69,11 @@ class TransformWithState(Operator):
     #: the initial state's rows (with the grouping columns), handed to ``handleInitialState``
     #: in the pipeline's first batch; ``None``: none
     initial: pd.DataFrame | None = field(default=None, compare=False, hash=False)
+    #: the input's event time column and watermark delay (ms), from ``with_watermark``
+    watermark: tuple[str, int] | None = None
+    #: the output's event time column (Spark's ``eventTimeColumnName``), the event time of
+    #: the stream after the operator
+    event_time: str | None = None
 
     @property
     def driver_only(self) -> str | None:
@@ -79,13 +88,17 @@ class TransformWithState(Operator):
     def clock(self) -> TimerDeclaration | None:
         """Processing-time timers: each key's earliest deadline in the run's timer queue, so
         the runtime wakes a batch with no input when one falls due."""
+        if self.time_mode == "event_time":
+            assert self.watermark is not None  # of() refuses event time without one
+            return TimerDeclaration(self.name, *self.watermark)
         return TimerDeclaration(self.name) if self.time_mode == "processing_time" else None
 
     @classmethod
     def of(cls, name: str, keys: tuple[str, ...], processor: Any, output_schema: Any,
-           output_mode: str, time_mode: str, form: str, initial_state: Any) -> TransformWithState:
-        """The operator, its arguments checked as Spark checks them, or refused when this
-        release does not run them yet."""
+           output_mode: str, time_mode: str, form: str, initial_state: Any,
+           watermark: tuple[str, int] | None = None,
+           event_time: str | None = None) -> TransformWithState:
+        """The operator, its arguments checked as Spark checks them."""
         where = f"transform_with_state {name!r}"
         if not isinstance(processor, StatefulProcessor):
             raise PipelineDefinitionError(f"{where}: the processor must be an instance of "
@@ -98,12 +111,16 @@ class TransformWithState(Operator):
         if mode is None:
             raise PipelineDefinitionError(f"{where}: time_mode is one of 'none', "
                                           f"'processing_time', 'event_time', got {time_mode!r}")
-        if mode == "event_time":
-            raise PipelineDefinitionError(f"{where}: time_mode={time_mode!r}: event-time timers "
-                                          "are not yet supported here; 'none' and "
-                                          "'processing_time' run")
-        return cls(name=name, keys=keys, processor=processor, fields=output_fields(output_schema),
-                   form=form, time_mode=mode, initial=_initial_rows(where, initial_state, keys))
+        if (mode == "event_time" or event_time is not None) and watermark is None:
+            raise PipelineDefinitionError(f"{where}: event time needs a watermark: call "
+                                          ".with_watermark(column, delay) before group_by")
+        fields = output_fields(output_schema)
+        if event_time is not None and event_time not in dict(fields):
+            raise PipelineDefinitionError(f"{where}: event_time {event_time!r} is not a column "
+                                          f"of the output schema {[n for n, _ in fields]}")
+        return cls(name=name, keys=keys, processor=processor, fields=fields, form=form,
+                   time_mode=mode, initial=_initial_rows(where, initial_state, keys),
+                   watermark=watermark if mode == "event_time" else None, event_time=event_time)
 
     def declares(self) -> StateDeclaration:
         declared = StateDeclaration.keyed(self.keys, self.name)
@@ -122,16 +139,24 @@ class TransformWithState(Operator):
         if missing:
             raise OperatorError(f"transform_with_state {self.name!r}: no column(s) {missing} to "
                                 f"group by in the batch's rows {list(frame.columns)}")
+        clock = self.clock
+        event = clock if clock is not None and clock.event_time is not None else None
+        now = batch_now(clock, scope) if clock is not None else None  # what timers fire before
         processor = copy.deepcopy(self.processor)  # a task's own copy, as Spark ships it
-        handle = ProcessorHandle(self.name, timers=self.clock is not None)
+        handle = ProcessorHandle(self.name, self.time_mode, now=scope.batch_time)
         processor.init(handle)
         try:
-            outputs = self._each_key(scope, processor, handle, frame)
-            if self.clock is not None:  # after the input, as Spark: a key's input may move them
-                outputs += self._fire_timers(scope, processor, handle)
+            on_time = KeyClock(event, scope).on_time(frame) if event is not None else frame
+            outputs = self._each_key(scope, processor, handle, on_time)
+            if clock is not None:  # after the input, as Spark: a key's input may move them
+                outputs += self._fire_timers(scope, processor, handle, now)
         finally:
             processor.close()
-        return conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
+        out = conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
+        if event is not None:  # the watermark moves after the batch, from all its rows
+            queue = timers_of(event, scope.store)
+            queue.advance(watermark_after(event, frame, queue.watermark))
+        return out
 
     def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
                   frame: pd.DataFrame) -> list[pd.DataFrame]:
@@ -162,24 +187,27 @@ class TransformWithState(Operator):
             except Exception as error:  # the processor's own: named with its operator and key
                 raise OperatorError(f"{where}: {handler} raised {type(error).__name__}: "
                                     f"{error}") from error
+            if handle.has_ttl:
+                handle.drop_expired()
             self._keep(scope, key, handle)
         return outputs
 
     def _fire_timers(self, scope: BatchScope, processor: StatefulProcessor,
-                     handle: ProcessorHandle) -> list[pd.DataFrame]:
-        """``handleExpiredTimer`` for each timer before the batch's time, earliest first, each
-        removed before its call; a key's later timers fire in the same batch if due too."""
+                     handle: ProcessorHandle, now: int | None) -> list[pd.DataFrame]:
+        """``handleExpiredTimer`` for each timer before the batch's time ``now``, earliest
+        first, each removed before its call; a key's later timers fire in the same batch if due
+        too. A key woken by a TTL's expiry loses its expired values."""
         assert self.clock is not None
         queue = timers_of(self.clock, scope.store)
         state = scope.store.operator(self.name, None, self.codec)
         timer_values = self._timer_values(scope)
         outputs: list[pd.DataFrame] = []
-        for key, _ in queue.due(scope.batch_time):
+        for key, _ in queue.due(now):
             values = key if isinstance(key, tuple) else (key,)
             where = f"transform_with_state {self.name!r}, key {values!r}"
             [record] = state.get_values([key])
             handle.turn_to(record or {})
-            for at in [at for at in handle.timers() if at < scope.batch_time]:
+            for at in [at for at in handle.timers() if now is not None and at < now]:
                 handle.deleteTimer(at)
                 try:
                     outputs.extend(self._called(processor.handleExpiredTimer(
@@ -189,11 +217,15 @@ class TransformWithState(Operator):
                 except Exception as error:  # the processor's own: named with operator and key
                     raise OperatorError(f"{where}: handleExpiredTimer({at}) raised "
                                         f"{type(error).__name__}: {error}") from error
+            if handle.has_ttl:
+                handle.drop_expired()
             self._keep(scope, key, handle)
         return outputs
 
     def _keep(self, scope: BatchScope, key: Any, handle: ProcessorHandle) -> None:
-        """The key's record as the handle left it, and its earliest timer in the queue."""
+        """The key's record as the handle left it, and in the queue its earliest timer or TTL
+        expiry (one ms early: the queue fires what is strictly before the batch's time, and a
+        value expires in the batch at its expiry)."""
         if not handle.changed:
             return
         state = scope.store.operator(self.name, None, self.codec)
@@ -203,16 +235,21 @@ class TransformWithState(Operator):
             state.delete_many([key])
         if self.clock is not None:
             queue = timers_of(self.clock, scope.store)
-            if handle.timers():
-                queue.set(key, handle.timers()[0])
+            expiry = handle.earliest_expiry() if handle.has_ttl else None
+            deadlines = [*handle.timers()[:1], *([expiry - 1] if expiry is not None else [])]
+            if deadlines:
+                queue.set(key, min(deadlines))
             else:
                 queue.clear(key)
 
     def _timer_values(self, scope: BatchScope) -> TimerValues:
-        """The batch's time as Spark gives it: the batch's processing time with timers."""
+        """The batch's time as Spark gives it: its processing time with timers, and in event
+        time the watermark it started with (0 before any event, as Spark's first)."""
         if self.clock is None:
             return TimerValues()
-        return TimerValues(currentProcessingTimeInMs=scope.batch_time)
+        if self.watermark is None:
+            return TimerValues(currentProcessingTimeInMs=scope.batch_time)
+        return TimerValues(scope.batch_time, batch_now(self.clock, scope) or 0)
 
     def _start(self, processor: StatefulProcessor, values: tuple, rows: pd.DataFrame,
                timer_values: TimerValues) -> None:

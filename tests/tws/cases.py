@@ -136,6 +136,56 @@ class RowCount(StatefulProcessor):
         pass
 
 
+class WindowSums(StatefulProcessor):
+    """Event time: a key's sum of ``x`` per 10 s window of ``ts`` in a ``MapState`` (window
+    start -> sum), one event-time timer per window at its end; when the watermark passes it,
+    one row of the window (``window_end``, the output's event time) and the entry removed."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.windows = handle.getMapState("windows", "start long", "total long")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        frame = _frame(rows)
+        for x, ts in frame[["x", "ts"]].itertuples(index=False):
+            start = int(pd.Timestamp(ts).value // 1_000_000) // 10_000 * 10_000
+            held = self.windows.getValue((start,)) if self.windows.containsKey((start,)) else (0,)
+            self.windows.updateValue((start,), (held[0] + int(x),))
+            self.handle.registerTimer(start + 10_000)
+        yield from ()
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        end = expiredTimerInfo.getExpiryTimeInMs()
+        (total,) = self.windows.getValue((end - 10_000,))
+        self.windows.removeKey((end - 10_000,))
+        yield pd.DataFrame({"k": [key[0]], "window_end": [pd.Timestamp(end, unit="ms")],
+                            "total": [total]})
+
+    def close(self) -> None:
+        pass
+
+
+class BestWindow(StatefulProcessor):
+    """Chained after :class:`WindowSums` (event time from its ``window_end``): each window's
+    row with the key's best window total so far, in a ``ValueState``."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.best = handle.getValueState("best", "total long")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        frame = _frame(rows).sort_values("window_end")
+        best = self.best.get()[0] if self.best.exists() else None
+        out = []
+        for end, total in frame[["window_end", "total"]].itertuples(index=False):
+            best = int(total) if best is None else max(best, int(total))
+            out.append({"k": key[0], "window_end": end, "total": int(total), "best": best})
+        self.best.update((best,))
+        yield pd.DataFrame(out)
+
+    def close(self) -> None:
+        pass
+
+
 def _rows(*batch: tuple[str, str, int, int]) -> list[dict[str, Any]]:
     """Input rows ``(k, item, x, event second)``."""
     return [{"k": k, "item": item, "x": x, "ts": f"2026-01-01T00:00:{second:02d}Z"}
@@ -164,6 +214,10 @@ class Case:
     watermark: str | None = None    # a delay on ``ts`` before the grouping
     initial_state: list[dict[str, Any]] = field(default_factory=list)
     restart_after: int = 2
+    #: the output's event time column (``eventTimeColumnName``)
+    event_time: str | None = None
+    #: a second processor (event time) over the first's output by ``k``, and its output schema
+    then: tuple[type[StatefulProcessor], str] | None = None
 
 
 CASES = [
@@ -175,4 +229,7 @@ CASES = [
     Case("count_from_initial", CountFromInitial, "k string, total long",
          initial_state=[{"k": "a", "n": 10}, {"k": "z", "n": 5}]),
     Case("row_count", RowCount, "k string, total long", form="rows"),
+    Case("best_window", WindowSums, "k string, window_end timestamp, total long",
+         time_mode="EventTime", watermark="2 seconds", event_time="window_end",
+         then=(BestWindow, "k string, window_end timestamp, total long, best long")),
 ]

@@ -57,8 +57,12 @@ def query(spark: SparkSession, case: Case, source: Path) -> DataFrame:
     initial = (spark.createDataFrame(case.initial_state, "k string, n long").groupBy("k")
                if case.initial_state else None)
     transform = grouped.transformWithStateInPandas if case.form == "pandas" else grouped.transformWithState
-    return transform(case.processor(), case.output_schema, "Append", case.time_mode,
-                     initialState=initial)
+    out = transform(case.processor(), case.output_schema, "Append", case.time_mode,
+                    initialState=initial, eventTimeColumnName=case.event_time or "")
+    if case.then is None:
+        return out
+    then, schema = case.then
+    return out.groupBy("k").transformWithStateInPandas(then(), schema, "Append", "EventTime")
 
 
 def run_case(spark: SparkSession, case: Case) -> list[dict]:

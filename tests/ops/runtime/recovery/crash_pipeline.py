@@ -8,7 +8,8 @@ checkpoints every batch, so a batch's sinks are written while the checkpoint bef
 The ``distributed`` variant runs its keyed map on Spark executors; the ``vectorized`` ones run
 the sum on whole Series, its state held as columns, on the driver and on executors; the
 ``typed`` ones are the vectorized sum with its state stored in typed columns, on the driver
-and on executors; ``processor`` is the sum as a Spark ``StatefulProcessor``.
+and on executors; ``processor`` is the sum as a Spark ``StatefulProcessor`` (with an initial
+state, and ``processor_event_time`` a sum per key until its event-time timer fires).
 """
 
 import os
@@ -183,10 +184,52 @@ def build_processor_initial():
     return build_processor("crashy_processor_initial", initial=True)
 
 
+class SumUntilQuiet(StatefulProcessor):
+    """Event time (``x`` read as seconds): a key's sum until 5 s of event time pass without a
+    row of it (its timer moved at each row), then one row ``(k, x=the timer's second, total)``
+    and the sum cleared."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.total = handle.getValueState("total", "total long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        frame = pd.concat(list(rows), ignore_index=True)
+        self.total.update(((self.total.get()[0] if self.total.exists() else 0)
+                           + int(frame["x"].sum()),))
+        for due in list(self.handle.listTimers()):
+            self.handle.deleteTimer(due)
+        self.handle.registerTimer(int(frame["ts"].max().value // 1_000_000) + 5_000)
+        yield from ()
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        total = self.total.get()[0]
+        self.total.clear()
+        yield pd.DataFrame({"k": [key[0]], "x": [expiredTimerInfo.getExpiryTimeInMs() // 1000],
+                            "total": [total]})
+
+
+def _with_seconds(data):
+    return data.assign(ts=pd.to_datetime(data["x"], unit="s", utc=True))
+
+
+def build_processor_event_time(name: str = "crashy_processor_event_time"):
+    """:class:`SumUntilQuiet` after a 5 s watermark on ``x`` as seconds: timers fire in later
+    batches and in a batch with no input after the last, key 7's rows turn late from the third
+    batch; checkpoints every two batches."""
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .map(_with_seconds).with_watermark("ts", "5s")
+             .group_by("k").transform_with_state(SumUntilQuiet(), "k long, x long, total long",
+                                                 time_mode="EventTime", name="running_sum")
+             .write.to_delta("out"))
+            .named(name).checkpoint_every(batches=2))
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
             "typed": build_typed, "typed_distributed": build_typed_distributed,
-            "processor": build_processor, "processor_initial": build_processor_initial}
+            "processor": build_processor, "processor_initial": build_processor_initial,
+            "processor_event_time": build_processor_event_time}
 
 
 # Six publishes -> six batches of two keys each.

@@ -222,6 +222,27 @@ def test_initial_state_crash_then_recover_applies_it_once(spark, warehouse, cras
                        initial_oracle, batches=6)
 
 
+# Event time: timers kept in the key's record and the operator's queue, the watermark in the
+# queue's table; killed with a batch's output written and before a checkpoint's commit, in a
+# batch that fires timers and after the last input, in the batch with none that fires the rest.
+EVENT_TIME_STEPS = ["after_sink_write:4", "before_checkpoint_commit:2", "after_sink_write:7"]
+
+
+def test_event_time_oracle_fires_timers_and_drops_late_rows(event_time_oracle):
+    fired = {(row[0], row[1], row[2]) for row in event_time_oracle["sink"]}
+    assert (7, 7, 1 + 2) in fired  # key 7's rows of batches 1-2 (x = 1, 2): quiet at 7 s
+    assert all(key != 7 or total == 3 for key, _, total in fired)  # its later rows were late
+    assert event_time_oracle["batch"] == 7  # six with input, one after them for due timers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", EVENT_TIME_STEPS)
+def test_event_time_crash_then_recover_matches_oracle(spark, warehouse, crash_child,
+                                                      event_time_oracle, published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "processor_event_time",
+                       crash_at, event_time_oracle, batches=7)
+
+
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
 # commit of its own, then appends its rows; killed between the two, and before a later
 # checkpoint's commit (a kill after a commit is the same for every storage: the tests above).
