@@ -43,11 +43,13 @@ from pyspark.sql import SparkSession
 from state import StateStore, decode_key, tables
 from state.faults import InjectedCrash, crash_at
 
+from .arguments import duration
 from .clock import SYSTEM_CLOCK, Clock
 from .context import BatchScope
 from .errors import PipelineDefinitionError
 from .operating.inspection import read_state
 from .operators.spark_processor import TransformWithState
+from .operators.timing import timers_of
 from .pipeline import Pipeline
 from .runtime import DEAD_LETTER_SCHEMA, RunReport
 from .sinks import StoredSink
@@ -196,8 +198,15 @@ class ProcessorTester:
     with no Spark session and no warehouse: each :meth:`test` is a batch of a run of its own,
     whose state comes back from the encoded rows the batch before checkpointed (what a restart
     reads), so a value that does not survive storage shows here; ``initial_state`` is handed
-    to ``handleInitialState`` in the first. Like pyspark's ``TwsTester``,
-    on lakestream's own handle and operator.
+    to ``handleInitialState`` in the first. Like pyspark's ``TwsTester``, on lakestream's own
+    handle and operator.
+
+    Time as the pipeline has it: with ``time_mode="processing_time"`` a batch's time is
+    ``clock``'s (a :class:`ManualClock`; move it between batches and a timer or TTL falls
+    due); with ``time_mode="event_time"``, ``watermark=("ts", "2s")`` is the stream's
+    ``with_watermark``: the watermark follows the rows' event times (:attr:`watermark`), rows
+    at or below it are dropped, and ``test([])`` is a batch with no input that fires what is
+    due, as the runtime runs one.
 
     >>> import pandas as pd
     >>> from pyspark.sql.streaming import StatefulProcessor
@@ -218,38 +227,53 @@ class ProcessorTester:
     __test__ = False  # not a pytest test class, despite its name
 
     def __init__(self, processor: Any, output_schema: Any, keys: Sequence[str],
-                 form: str = "pandas", initial_state: Any = None) -> None:
+                 form: str = "pandas", initial_state: Any = None, time_mode: str = "none",
+                 watermark: tuple[str, Any] | None = None, clock: ManualClock | None = None,
+                 ) -> None:
+        marked = None if watermark is None else (
+            watermark[0], duration("processor_tester", "delay", watermark[1]))
         self._operator = TransformWithState.of(
-            type(processor).__name__, tuple(keys), processor, output_schema, "append", "none",
-            form, initial_state)
-        self._stored: dict[str, str] = {}  # encoded key -> encoded record, as checkpointed
+            type(processor).__name__, tuple(keys), processor, output_schema, "append", time_mode,
+            form, initial_state, marked)
+        self._clock = clock or ManualClock()
+        self._stored: dict[tuple[str, str], str] = {}  # (state, encoded key) -> encoded value
         self._batches = 0
 
-    def test(self, rows: pd.DataFrame | Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-        """The processor's output for one batch of ``rows`` (a frame, or records)."""
+    def test(self, rows: pd.DataFrame | Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+        """The processor's output for one batch of ``rows`` (a frame, or records; none: a
+        batch with no input, which fires the timers due)."""
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         store = self._store()
         self._batches += 1
         scope = BatchScope(pipeline="processor_tester", batch_id=self._batches,
-                           key_fields=self._operator.keys, store=store)
+                           key_fields=self._operator.keys, store=store,
+                           batch_time=int(self._clock.now() * 1000))
         output = self._operator.apply(scope, frame)
         store.encode_changes()
-        for key, value, deleted in store.changes().rows[["key", "value", "deleted"]].itertuples(
-                index=False):
+        for name, key, value, deleted in store.changes().rows[
+                ["operator", "key", "value", "deleted"]].itertuples(index=False):
             if deleted:
-                self._stored.pop(key, None)
+                self._stored.pop((name, key), None)
             else:
-                self._stored[key] = value
+                self._stored[name, key] = value
         return output
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark the next batch starts with (epoch ms; ``None`` before any
+        event)."""
+        clock = self._operator.clock
+        return None if clock is None else timers_of(clock, self._store()).watermark
 
     def state(self) -> dict[Any, dict[str, Any]]:
         """Each key's variables as the last batch left them (read back from storage), keys in
         no particular order."""
-        keys = [decode_key(text) for text in self._stored]
-        records = self._store().operator(self._operator.name, None, self._operator.codec)
+        name = self._operator.name
+        keys = [decode_key(key) for state, key in self._stored if state == name]
+        records = self._store().operator(name, None, self._operator.codec)
         return dict(zip(keys, records.get_values(keys)))
 
     def _store(self) -> StateStore:
-        name = self._operator.name
-        return StateStore.of_rows(pd.DataFrame({"operator": name, "key": list(self._stored),
-                                                "value": list(self._stored.values())}))
+        return StateStore.of_rows(pd.DataFrame({
+            "operator": [name for name, _ in self._stored], "key": [key for _, key in self._stored],
+            "value": list(self._stored.values())}))

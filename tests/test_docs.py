@@ -129,6 +129,10 @@ def check_spark_processors(spark, namespace: dict, folder: Path) -> None:
     stored = sp.read_state(spark, latest, "LastTwo")
     assert dict(zip(stored["key"], stored["value"]))["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
     assert namespace["tester"].state()["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
+    # the event-time session: u1's fired once the watermark passed its timer, u2's is open
+    ended = namespace["sessions"].read_sink(spark, "sessions")
+    assert ended[["user", "spent"]].values.tolist() == [["u1", 7.5]]
+    assert str(ended["ended"].iloc[0]) == "2026-01-01 00:00:50"  # UTC, as Spark reads it
 
 
 CHECKS: dict[str, Check] = {

@@ -65,6 +65,7 @@ class ProcessorHandle(StatefulProcessorHandle):
         self.changed = False
         self._kinds: dict[str, str] = {}
         self._declaring = True
+        self.deleted: list[str] = []  # deleteIfExists in init: dropped from every key's record
 
     def turn_to(self, record: Record) -> None:
         """From now on the variables read and write ``record`` (a key's, or ``{}`` for a key
@@ -108,8 +109,13 @@ class ProcessorHandle(StatefulProcessorHandle):
         return self.record.get(TIMERS, ())
 
     def deleteIfExists(self, stateName: str) -> None:
-        raise self._refused("deleteIfExists", "dropping a variable of every key is not yet "
-                            "supported; drop it with sp.migrate_state")
+        if not self._declaring:
+            raise self._refused(f"deleteIfExists({stateName!r})", "a variable is deleted in "
+                                "init(), before any row is handled")
+        if stateName in self._kinds:
+            raise self._refused(f"deleteIfExists({stateName!r})", "it is declared in this "
+                                "init(): delete it before declaring it again")
+        self.deleted.append(stateName)
 
     def _declared(self, name: str, kind: str, ttl_ms: int | None) -> str:
         if name.startswith("__"):

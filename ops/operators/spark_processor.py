@@ -24,13 +24,19 @@ event time (of the column a ``with_watermark`` upstream names) of the batches be
 delay; rows at or below it are dropped as late before any call, as Spark drops them. A
 variable's TTL (processing time) stamps each value with its expiry (:mod:`.processor_handle`);
 a key's earliest expiry is in the timer queue too, so a key nobody writes again is cleaned
-when it passes. Not yet here: ``deleteIfExists`` (refused, with the reason), and variables
-stored typed, one row per list element and map entry (docs/plans/stateful-processor.md).
+when it passes. ``deleteIfExists`` in ``init`` drops the variable from every key's record
+(which reads the operator's whole state: on the driver only). Not yet here: variables stored
+typed, one row per list element and map entry (docs/plans/stateful-processor.md).
+
+As Spark's driver does when it plans the query, :meth:`TransformWithState.of` calls the
+processor's ``init`` once on a copy, with a handle that only records what it declares: a TTL
+Spark refuses is refused when the pipeline is defined, and a ``deleteIfExists`` is known then.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -48,6 +54,8 @@ from .base import Operator, StateDeclaration, TimerDeclaration
 from .processor_handle import ProcessorHandle
 from .processor_schema import check_columns, conformed, output_fields
 from .timing import KeyClock, batch_now, timers_of, watermark_after
+
+log = logging.getLogger(__name__)
 
 #: Spark's spellings of the time modes, and this API's
 TIME_MODES = {"none": "none", "processingtime": "processing_time", "processing_time": "processing_time",
@@ -74,6 +82,8 @@ class TransformWithState(Operator):
     #: the output's event time column (Spark's ``eventTimeColumnName``), the event time of
     #: the stream after the operator
     event_time: str | None = None
+    #: the variables ``init`` deletes from every key (``deleteIfExists``)
+    deletes: tuple[str, ...] = ()
 
     @property
     def driver_only(self) -> str | None:
@@ -82,6 +92,8 @@ class TransformWithState(Operator):
         # distributed step routes them)
         if self.initial is not None:
             return "applies an initial state"
+        if self.deletes:
+            return f"deletes state variables of every key (deleteIfExists{self.deletes})"
         return "has timers" if self.time_mode != "none" else None
 
     @property
@@ -118,9 +130,11 @@ class TransformWithState(Operator):
         if event_time is not None and event_time not in dict(fields):
             raise PipelineDefinitionError(f"{where}: event_time {event_time!r} is not a column "
                                           f"of the output schema {[n for n, _ in fields]}")
+        declared = _declared(where, processor, name, mode)
         return cls(name=name, keys=keys, processor=processor, fields=fields, form=form,
                    time_mode=mode, initial=_initial_rows(where, initial_state, keys),
-                   watermark=watermark if mode == "event_time" else None, event_time=event_time)
+                   watermark=watermark if mode == "event_time" else None, event_time=event_time,
+                   deletes=tuple(declared.deleted))
 
     def declares(self) -> StateDeclaration:
         declared = StateDeclaration.keyed(self.keys, self.name)
@@ -136,7 +150,7 @@ class TransformWithState(Operator):
 
     def apply(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         missing = [key for key in self.keys if key not in frame.columns]
-        if missing:
+        if missing and not frame.empty:  # a batch with no input may come with no columns
             raise OperatorError(f"transform_with_state {self.name!r}: no column(s) {missing} to "
                                 f"group by in the batch's rows {list(frame.columns)}")
         clock = self.clock
@@ -145,6 +159,8 @@ class TransformWithState(Operator):
         processor = copy.deepcopy(self.processor)  # a task's own copy, as Spark ships it
         handle = ProcessorHandle(self.name, self.time_mode, now=scope.batch_time)
         processor.init(handle)
+        if handle.deleted:
+            self._delete_everywhere(scope, handle.deleted)
         try:
             on_time = KeyClock(event, scope).on_time(frame) if event is not None else frame
             outputs = self._each_key(scope, processor, handle, on_time)
@@ -157,6 +173,22 @@ class TransformWithState(Operator):
             queue = timers_of(event, scope.store)
             queue.advance(watermark_after(event, frame, queue.watermark))
         return out
+
+    def _delete_everywhere(self, scope: BatchScope, names: list[str]) -> None:
+        """Drop variables ``names`` from every key's record (a key left with nothing goes)."""
+        state = scope.store.operator(self.name, None, self.codec)
+        keys = state.held_keys()
+        holding = [(key, record) for key, record in zip(keys, state.get_values(keys))
+                   if record and any(name in record for name in names)]
+        if not holding:
+            return
+        kept = [{name: value for name, value in record.items() if name not in names}
+                for _, record in holding]
+        state.delete_many([key for (key, _), left in zip(holding, kept) if not left])
+        state.set_values([key for (key, _), left in zip(holding, kept) if left],
+                         [left for left in kept if left])
+        log.info("transform_with_state %r batch %d: deleteIfExists%s dropped from %d key(s)",
+                 self.name, scope.batch_id, tuple(names), len(holding))
 
     def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
                   frame: pd.DataFrame) -> list[pd.DataFrame]:
@@ -305,6 +337,19 @@ def _numbered(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` indexed from 0, as Spark's frames are (the slice keeps its data, not copied)."""
     rows.index = pd.RangeIndex(len(rows))
     return rows
+
+
+def _declared(where: str, processor: StatefulProcessor, name: str, mode: str) -> ProcessorHandle:
+    """The handle a copy of ``processor``'s ``init`` leaves: what it declares and deletes."""
+    handle = ProcessorHandle(name, mode)
+    try:
+        copy.deepcopy(processor).init(handle)
+    except OperatorError as error:  # a declaration the handle refuses: said at definition
+        raise PipelineDefinitionError(str(error)) from None
+    except Exception as error:
+        raise PipelineDefinitionError(f"{where}: the processor's init(handle) raised "
+                                      f"{type(error).__name__}: {error}") from error
+    return handle
 
 
 def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame | None:

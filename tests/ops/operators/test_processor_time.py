@@ -82,11 +82,10 @@ class Untimed(RecentPages):
                             r"time_mode='none'; use time_mode='processing_time'"),
     ("ProcessingTime", Untimed(), "the TTL is a positive number of milliseconds"),
 ], ids=["no processing time", "not positive"])
-def test_a_ttl_spark_refuses_is_refused_with_the_variable(spark, tmp_path, mode, processor,
-                                                          message):
-    built = _pages(mode, processor)
-    with pytest.raises(OperatorError, match=message):
-        run_records(built, [{"k": "a", "page": "home"}], spark=spark, warehouse=str(tmp_path))
+def test_a_ttl_spark_refuses_is_refused_when_the_pipeline_is_defined(mode, processor, message):
+    """As Spark's driver does, the processor's init is called once to see what it declares."""
+    with pytest.raises(sp.PipelineDefinitionError, match=message):
+        _pages(mode, processor)
 
 
 class CountOnTime(StatefulProcessor):
@@ -131,3 +130,65 @@ def test_with_watermark_names_a_missing_column_and_a_bad_delay(spark, tmp_path):
     with pytest.raises(OperatorError, match=r"no event time column 'when' in the rows"):
         run_records(built, [{"k": "a", "page": "p", "ts": "2026-01-01T00:00:00Z"}], spark=spark,
                     warehouse=str(tmp_path))
+
+
+def versioned(dropping: bool):
+    """A processor whose second version deletes its variable ``old`` (Spark's way to retire
+    one), keeping ``count``; one class name for both, as a redeployed processor keeps it."""
+
+    class Versioned(StatefulProcessor):
+        def init(self, handle):
+            if dropping:
+                handle.deleteIfExists("old")
+            else:
+                self.old = handle.getValueState("old", "page string")
+            self.count = handle.getValueState("count", "n long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            frame = pd.concat(list(rows), ignore_index=True)
+            if not dropping:
+                self.old.update((frame["page"].iloc[-1],))
+            if key[0] != "c":
+                self.count.update(((self.count.get()[0] if self.count.exists() else 0)
+                                   + len(frame),))
+            yield pd.DataFrame({"k": [key[0]], "n": [len(frame)]})
+
+    return Versioned()
+
+
+def _versioned(dropping, mode="driver"):
+    return (sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
+            .transform_with_state(versioned(dropping), "k string, n long", name="visits")
+            .write.to_delta("out")).named("versioned").with_mode(mode)
+
+
+def test_delete_if_exists_drops_the_variable_from_every_key(spark, tmp_path):
+    warehouse = str(tmp_path)
+    rows = [{"k": k, "page": "home"} for k in "abc"]
+    first = run_records(_versioned(False), rows, spark=spark, warehouse=warehouse)
+    assert sorted(first.state["visits"]["key"]) == ["a", "b", "c"]
+    second = run_records(_versioned(True), [{"k": "a", "page": "cart"}], spark=spark,
+                         warehouse=warehouse)  # only a has rows: b and c are swept too
+    held = dict(zip(second.state["visits"]["key"], second.state["visits"]["value"]))
+    assert held == {"a": {"count": (2,)}, "b": {"count": (1,)}}  # c held only "old": gone
+
+
+def test_delete_if_exists_outside_init_or_on_executors_is_refused(spark, tmp_path):
+    with pytest.raises(sp.ConfigError, match=r"deletes state variables of every key "
+                                             r"\(deleteIfExists\('old',\)\), which runs on the driver"):
+        run_records(_versioned(True, mode="distributed"), [{"k": "a", "page": "p"}], spark=spark,
+                    warehouse=str(tmp_path))
+
+    class Late(CountOnTime):
+        def handleInputRows(self, key, rows, timerValues):
+            self.handle.deleteIfExists("count")
+            yield from ()
+
+        def init(self, handle):
+            self.handle = handle
+
+    built = (sp.read.from_callback("in", key="k", schema=SCHEMA).group_by("k")
+             .transform_with_state(Late(), "k string").write.to_delta("out")).named("late_delete")
+    with pytest.raises(OperatorError, match=r"deleteIfExists\('count'\): a variable is deleted "
+                                            r"in init\(\)"):
+        run_records(built, [{"k": "a", "page": "p"}], spark=spark, warehouse=str(tmp_path))
