@@ -57,7 +57,7 @@ class GroupedStream:
         ``transformWithState``) and yields rows of ``output_schema`` (DDL or ``StructType``).
         Its state is checkpointed with each batch, exactly once. ``time_mode`` takes Spark's
         spellings too (``"ProcessingTime"``): ``"processing_time"`` and ``"event_time"`` (after
-        ``stream.with_watermark(column, delay)``) give timers, on the driver. ``initial_state``
+        ``stream.with_watermark(column, delay)``) give timers, in both modes. ``initial_state``
         (a DataFrame or records with the grouping columns) goes to ``handleInitialState`` in
         the pipeline's first batch, on the driver. ``event_time`` names the output's event time
         column, the event time of the stream after it (:mod:`ops.operators.spark_processor`).

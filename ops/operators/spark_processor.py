@@ -87,14 +87,14 @@ class TransformWithState(Operator):
 
     @property
     def driver_only(self) -> str | None:
-        # an executor task sees only its keys' rows: a key of the initial state with no input
-        # in the first batch, or with only a due timer, would reach no task (the plan's
-        # distributed step routes them)
+        # an executor task sees only its keys' rows and state: a key of the initial state with
+        # no input in the first batch would reach no task, and a sweep of every key needs them
+        # all (a key with only a due timer is handed to its task by the runtime, as a map's)
         if self.initial is not None:
             return "applies an initial state"
         if self.deletes:
             return f"deletes state variables of every key (deleteIfExists{self.deletes})"
-        return "has timers" if self.time_mode != "none" else None
+        return None
 
     @property
     def clock(self) -> TimerDeclaration | None:
@@ -169,7 +169,9 @@ class TransformWithState(Operator):
         finally:
             processor.close()
         out = conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
-        if event is not None:  # the watermark moves after the batch, from all its rows
+        if event is not None and self.name not in scope.watermarks:
+            # on the driver: the watermark moves after the batch, from all its rows (on
+            # executors the runtime measures it over the whole batch and keeps it)
             queue = timers_of(event, scope.store)
             queue.advance(watermark_after(event, frame, queue.watermark))
         return out

@@ -41,16 +41,17 @@ class RecentPages(StatefulProcessor):
         yield pd.DataFrame([read])
 
 
-def _pages(mode="ProcessingTime", processor=None):
+def _pages(mode="ProcessingTime", processor=None, run="driver"):
     return (sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
             .transform_with_state(processor or RecentPages(),
                                   "k string, last string, seen string, visits string, count long",
                                   time_mode=mode, name="pages")
-            .write.to_delta("out")).named("ttl_pages")
+            .write.to_delta("out")).named("ttl_pages").with_mode(run)
 
 
-def test_each_value_element_and_entry_expires_on_its_own_and_leaves_storage(spark, tmp_path):
-    built, clock, warehouse = _pages(), ManualClock("2026-01-01T00:00:00Z"), str(tmp_path)
+@pytest.mark.parametrize("run", ["driver", pytest.param("distributed", marks=pytest.mark.slow)])
+def test_each_value_element_and_entry_expires_on_its_own_and_leaves_storage(spark, tmp_path, run):
+    built, clock, warehouse = _pages(run=run), ManualClock("2026-01-01T00:00:00Z"), str(tmp_path)
 
     def visit(*pages):
         run = run_records(built, [{"k": "a", "page": page} for page in pages], spark=spark,
@@ -68,6 +69,7 @@ def test_each_value_element_and_entry_expires_on_its_own_and_leaves_storage(spar
     # input wakes the key at its earliest expiry and rewrites its record without them
     woken = run_records(built, spark=spark, warehouse=warehouse, clock=clock)
     assert woken.reports[-1].batches, "no batch ran for the key's expired values"
+    assert {batch.mode for report in woken.reports for batch in report.batches} == {run}
     assert woken.state["pages"]["value"].tolist() == [{"count": (4,)}]
     assert woken.state["pages__timers"].empty  # nothing left to wake it for
 

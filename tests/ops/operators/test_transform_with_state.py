@@ -59,8 +59,8 @@ def test_a_spark_processor_gives_spark_s_rows_across_a_restart(spark, warehouse,
     """Batch by batch where the batches have rows: Spark numbers a batch run only to move
     the watermark (its no-data batch) as it numbers the others; here such a batch is run when
     a timer falls due, numbered as the rest, so the empty batches differ."""
-    if mode == "distributed" and (case.initial_state or case.time_mode != "None"):
-        pytest.skip("initial state and timers run on the driver only: refused, as tests show")
+    if mode == "distributed" and case.initial_state:
+        pytest.skip("an initial state runs on the driver only: refused, as a test shows")
     expected = [batch for batch in json.loads((EXPECTED / f"{case.name}.json").read_text())[
         "batches"] if batch["rows"]]
     columns = list(expected[0]["rows"][0])
@@ -179,11 +179,12 @@ class QuietAfterAMinute(StatefulProcessor):
                             "now": [timerValues.getCurrentProcessingTimeInMs()]})
 
 
-def test_processing_time_timers_fire_in_a_batch_with_no_input(spark, tmp_path):
+@pytest.mark.parametrize("mode", ["driver", pytest.param("distributed", marks=pytest.mark.slow)])
+def test_processing_time_timers_fire_in_a_batch_with_no_input(spark, tmp_path, mode):
     built = (sp.read.from_callback("in", key="k", schema=SCHEMA, max_versions=1).group_by("k")
              .transform_with_state(QuietAfterAMinute(), "k string, total long, fired_at long, now long",
                                    time_mode="ProcessingTime")
-             .write.to_delta("out")).named("quiet")
+             .write.to_delta("out")).named("quiet").with_mode(mode)
     clock, warehouse = ManualClock("2026-01-01T00:00:00Z"), str(tmp_path)
     start = int(clock.now() * 1000)
     run_records(built, [{"k": "a", "x": 1}, {"k": "b", "x": 1}], spark=spark, warehouse=warehouse,
@@ -199,6 +200,7 @@ def test_processing_time_timers_fire_in_a_batch_with_no_input(spark, tmp_path):
     assert later.outputs["out"][["k", "total", "fired_at"]].values.tolist() == \
         [["a", 1, start + 60_000], ["b", 2, start + 90_000]]
     assert later.state["QuietAfterAMinute"].empty  # both counts cleared, no timer left
+    assert {batch.mode for report in later.reports for batch in report.batches} == {mode}
 
 
 def test_timers_with_time_mode_none_are_refused_at_the_call(spark, warehouse):

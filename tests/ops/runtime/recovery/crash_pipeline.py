@@ -213,7 +213,7 @@ def _with_seconds(data):
     return data.assign(ts=pd.to_datetime(data["x"], unit="s", utc=True))
 
 
-def build_processor_event_time(name: str = "crashy_processor_event_time"):
+def build_processor_event_time(name: str = "crashy_processor_event_time", mode: str = "driver"):
     """:class:`SumUntilQuiet` after a 5 s watermark on ``x`` as seconds: timers fire in later
     batches and in a batch with no input after the last, key 7's rows turn late from the third
     batch; checkpoints every two batches."""
@@ -222,26 +222,36 @@ def build_processor_event_time(name: str = "crashy_processor_event_time"):
              .group_by("k").transform_with_state(SumUntilQuiet(), "k long, x long, total long",
                                                  time_mode="EventTime", name="running_sum")
              .write.to_delta("out"))
-            .named(name).checkpoint_every(batches=2))
+            .named(name).checkpoint_every(batches=2).with_mode(mode))
+
+
+def build_processor_event_time_distributed():
+    """:func:`build_processor_event_time` on executors: the runtime measures the watermark
+    and hands each task its keys' due timers."""
+    return build_processor_event_time("crashy_processor_event_time_distributed", "distributed")
 
 
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
             "typed": build_typed, "typed_distributed": build_typed_distributed,
             "processor": build_processor, "processor_initial": build_processor_initial,
-            "processor_event_time": build_processor_event_time}
+            "processor_event_time": build_processor_event_time,
+            "processor_event_time_distributed": build_processor_event_time_distributed}
 
 
 # Six publishes -> six batches of two keys each.
 INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b + 1}]
          for b in range(6)]
 
-# The distributed variant takes the first two: each of its batches is a few Spark jobs.
+# The distributed variants take the first two: each of their batches is a few Spark jobs. The
+# event-time one takes all six, which its timers need to fire.
 DISTRIBUTED_INPUT = INPUT[:2]
+WHOLE_INPUT_ON_EXECUTORS = {"crashy_processor_event_time_distributed"}
 
 
 def publish_all(spark, pipeline, warehouse):
-    for rows in DISTRIBUTED_INPUT if pipeline.mode == "distributed" else INPUT:
+    short = pipeline.mode == "distributed" and pipeline.name not in WHOLE_INPUT_ON_EXECUTORS
+    for rows in DISTRIBUTED_INPUT if short else INPUT:
         pipeline.publish(spark, rows, warehouse)
 
 

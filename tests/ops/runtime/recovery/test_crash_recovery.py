@@ -243,6 +243,23 @@ def test_event_time_crash_then_recover_matches_oracle(spark, warehouse, crash_ch
                        crash_at, event_time_oracle, batches=7)
 
 
+def test_event_time_on_executors_fires_what_the_driver_fires(event_time_oracle,
+                                                            event_time_distributed_oracle):
+    def fired(oracle):
+        return sorted((k, x, total) for k, x, total, *_ in oracle["sink"])
+    assert fired(event_time_distributed_oracle) == fired(event_time_oracle)
+    assert event_time_distributed_oracle["state"] == event_time_oracle["state"]
+
+
+@pytest.mark.slow
+def test_event_time_on_executors_crash_then_recover_matches_oracle(
+        spark, warehouse, crash_child, event_time_distributed_oracle, published):
+    """Killed with the batch that fires timers on executors written, its checkpoint not."""
+    _crash_and_recover(spark, warehouse, crash_child, published,
+                       "processor_event_time_distributed", "after_sink_write:4",
+                       event_time_distributed_oracle, batches=7)
+
+
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
 # commit of its own, then appends its rows; killed between the two, and before a later
 # checkpoint's commit (a kill after a commit is the same for every storage: the tests above).
