@@ -98,8 +98,9 @@ class TransformWithState(Operator):
 
     @property
     def clock(self) -> TimerDeclaration | None:
-        """Processing-time timers: each key's earliest deadline in the run's timer queue, so
-        the runtime wakes a batch with no input when one falls due."""
+        """Timers and TTL: each key's earliest deadline in the run's timer queue, so the
+        runtime wakes a batch with no input when one falls due; in event time, with the
+        watermark's column and delay."""
         if self.time_mode == "event_time":
             assert self.watermark is not None  # of() refuses event time without one
             return TimerDeclaration(self.name, *self.watermark)
