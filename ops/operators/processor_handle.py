@@ -154,6 +154,12 @@ class ProcessorHandle(StatefulProcessorHandle):
         """Whether ``stored`` is a value whose TTL passed: Spark's rule, expiry <= batch time."""
         return isinstance(stored, Expiring) and stored.expires_ms <= self._now()
 
+    def unexpired(self, stored: list[Any] | dict[Any, Any]) -> Any:
+        """A list's elements, or a map's entries, whose TTL has not passed (as stored)."""
+        if isinstance(stored, dict):
+            return {key: value for key, value in stored.items() if not self.expired(value)}
+        return [element for element in stored if not self.expired(element)]
+
     def _now(self) -> int:
         assert self.now is not None, "a TTL'd variable is read or written without a batch time"
         return self.now
@@ -164,10 +170,8 @@ class ProcessorHandle(StatefulProcessorHandle):
         for name, stored in list(self.record.items()):
             if name == TIMERS:
                 continue
-            if isinstance(stored, list):
-                kept: Any = [element for element in stored if not self.expired(element)]
-            elif isinstance(stored, dict):
-                kept = {key: value for key, value in stored.items() if not self.expired(value)}
+            if isinstance(stored, (list, dict)):
+                kept: Any = self.unexpired(stored)
             elif self.expired(stored):
                 kept = None
             else:
@@ -260,7 +264,7 @@ class HeldListState(ListState):
         held = self._handle.record.get(self._name, [])
         if self._ttl is None and not self._handle.has_ttl:
             return list(held)
-        return [element for element in held if not self._handle.expired(element)]
+        return self._handle.unexpired(held)
 
     def _checked(self, values: list[tuple]) -> list[Any]:
         return [self._handle.stamped(self._handle.value_of(self._name, self._schema, value),
@@ -281,7 +285,7 @@ class HeldMapState(MapState):
         held = self._handle.record.get(self._name, {})
         if self._ttl is None and not self._handle.has_ttl:
             return held
-        return {key: value for key, value in held.items() if not self._handle.expired(value)}
+        return self._handle.unexpired(held)
 
     def exists(self) -> bool:
         return bool(self._entries())

@@ -164,9 +164,10 @@ class TransformWithState(Operator):
             self._delete_everywhere(scope, handle.deleted)
         try:
             on_time = KeyClock(event, scope).on_time(frame) if event is not None else frame
-            outputs = self._each_key(scope, processor, handle, on_time)
+            timer_values = self._timer_values(scope, now)
+            outputs = self._each_key(scope, processor, handle, on_time, timer_values)
             if clock is not None:  # after the input, as Spark: a key's input may move them
-                outputs += self._fire_timers(scope, processor, handle, now)
+                outputs += self._fire_timers(scope, processor, handle, now, timer_values)
         finally:
             processor.close()
         out = conformed(outputs, self.fields, f"transform_with_state {self.name!r}")
@@ -194,7 +195,7 @@ class TransformWithState(Operator):
                  self.name, scope.batch_id, tuple(names), len(holding))
 
     def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
-                  frame: pd.DataFrame) -> list[pd.DataFrame]:
+                  frame: pd.DataFrame, timer_values: TimerValues) -> list[pd.DataFrame]:
         state = scope.store.operator(self.name, None, self.codec)
         # the pipeline's first batch (batches are numbered from 1) applies the initial state,
         # again on a replay of it: nothing of it was checkpointed then
@@ -204,7 +205,6 @@ class TransformWithState(Operator):
         grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first
         stored_keys = [self.state_key(values) for values in grouping]
         records = state.get_values(stored_keys)
-        timer_values = self._timer_values(scope)
         outputs: list[pd.DataFrame] = []
         for values, key, record in zip(grouping, stored_keys, records):
             handle.turn_to(record or {})
@@ -228,14 +228,14 @@ class TransformWithState(Operator):
         return outputs
 
     def _fire_timers(self, scope: BatchScope, processor: StatefulProcessor,
-                     handle: ProcessorHandle, now: int | None) -> list[pd.DataFrame]:
+                     handle: ProcessorHandle, now: int | None,
+                     timer_values: TimerValues) -> list[pd.DataFrame]:
         """``handleExpiredTimer`` for each timer before the batch's time ``now``, earliest
         first, each removed before its call; a key's later timers fire in the same batch if due
         too. A key woken by a TTL's expiry loses its expired values."""
         assert self.clock is not None
         queue = timers_of(self.clock, scope.store)
         state = scope.store.operator(self.name, None, self.codec)
-        timer_values = self._timer_values(scope)
         outputs: list[pd.DataFrame] = []
         for key, _ in queue.due(now):
             values = key if isinstance(key, tuple) else (key,)
@@ -277,14 +277,14 @@ class TransformWithState(Operator):
             else:
                 queue.clear(key)
 
-    def _timer_values(self, scope: BatchScope) -> TimerValues:
+    def _timer_values(self, scope: BatchScope, now: int | None) -> TimerValues:
         """The batch's time as Spark gives it: its processing time with timers, and in event
-        time the watermark it started with (0 before any event, as Spark's first)."""
+        time the watermark it started with, ``now`` (0 before any event, as Spark's first)."""
         if self.clock is None:
             return TimerValues()
         if self.watermark is None:
             return TimerValues(currentProcessingTimeInMs=scope.batch_time)
-        return TimerValues(scope.batch_time, batch_now(self.clock, scope) or 0)
+        return TimerValues(scope.batch_time, now or 0)
 
     def _start(self, processor: StatefulProcessor, values: tuple, rows: pd.DataFrame,
                timer_values: TimerValues) -> None:
