@@ -26,7 +26,8 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType
 
-from state import delta_io, resolve_warehouse, tables
+from state import delta_io, resolve_warehouse
+from state.lake import tables
 
 from .delta_files import DeltaFiles, Unreadable
 from .registry import Subscription, canonical

@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 
 import ops
 from ops import Pipeline
-from state import PipelineLayout, tables
+from state import PipelineLayout
+from state.lake import tables
 
 from .resources import SparkResource, WarehouseResource
 

@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from ops import DeltaSink, KafkaSink, RunReport, Sink, TableSink
-from state import PipelineLayout, tables
+from state import PipelineLayout
+from state.lake import tables
 
 # Dagster's standard keys (dagster's TableMetadataSet and UriMetadataSet name them; neither class
 # is exported at the top of the dagster package in 1.13).
@@ -38,7 +39,7 @@ def sink_metadata(session: SparkSession, sink: Sink, layout: PipelineLayout,
 def table_metadata(session: SparkSession, path: str) -> dict[str, Any]:
     """Row count, column schema and a preview of the newest rows of the Delta table at
     ``path`` (only its location before the first write creates it): from the table's log and
-    newest files, with no Spark job where delta-rs serves it (:func:`state.tables.summary`)."""
+    newest files, with no Spark job where delta-rs serves it (:func:`state.lake.tables.summary`)."""
     metadata: dict[str, Any] = {URI: path, "table": dg.MetadataValue.path(path)}
     found = tables.summary(session, path, PREVIEW_ROWS)
     if found is None:

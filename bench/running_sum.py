@@ -19,8 +19,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import LongType, StructField, StructType
 
 import ops as sp
-from state import CHECKPOINT_OPERATOR, DEFAULT_KEY_GROUPS, Checkpoint, key_group_column, tables
-from state.checkpoint import STATE_TABLE_PROPERTIES
+from state import CHECKPOINT_OPERATOR, DEFAULT_KEY_GROUPS, Checkpoint, key_group_column
+from state.contract.schema import STATE_TABLE_PROPERTIES
+from state.lake import tables
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUT_SCHEMA = StructType([StructField(n, LongType()) for n in ("k", "x", "total")])

@@ -44,7 +44,7 @@ def phases() -> dict:
     from ops.sinks.delta import DeltaSink
     from ops.sources.delta import DeltaTableSource
     from state import CheckpointLog, StateStore
-    from state.store import OperatorState
+    from state.run.store import OperatorState
 
     return {"plan (and its commit)": (Planner, "plan_next"), "read": (DeltaTableSource, "read"),
             "operator": (Map, "apply"), "  state read": (OperatorState, "prefetch"),

@@ -85,9 +85,9 @@ def _typed_state(numbers, columns: bool):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from state.encodings import TypedEncoding
-    from state.store import OperatorState
-    from state.types import declared
+    from state.contract.types import declared
+    from state.run.encodings import TypedEncoding
+    from state.run.store import OperatorState
     stored = pa.table({"k__sum": numbers, "v__sum": numbers * 7})
 
     def load(keys, key_column, value_columns):
@@ -106,7 +106,7 @@ def stored_bytes(changed) -> int:
     import pyarrow.compute as pc
 
     from state import CheckpointLog, PipelineLayout, StateRows, delta_io
-    from state.checkpoint import new_checkpoint
+    from state.commit.record import new_checkpoint
     rows = StateRows(changed) if isinstance(changed, pd.DataFrame) else StateRows(
         pd.DataFrame(columns=["operator", "key", "value", "deleted"]), (changed,))
     with tempfile.TemporaryDirectory() as warehouse:

@@ -3,7 +3,7 @@ compacted, and what the checkpoint that wrote it paid.
 
 One checkpoint of ``--keys`` keys (one operator, JSON storage) is committed by the driver's
 path (delta-rs, no Spark); then the stored values of 10, 100 and 1,000 of its keys, and of all
-of them, are read as a cold run's first batch reads them (``state.lookup.stored_values``),
+of them, are read as a cold run's first batch reads them (``state.read.lookup.stored_values``),
 each ``--repeats`` times (the median is printed). ``--before DIR`` runs the same in another
 checkout (``git worktree add DIR <commit>``), alternating with this one, for figures side by
 side in one run. Each arm is a fresh child process per round: nothing is cached between arms.
@@ -39,7 +39,7 @@ def measure(keys: int, repeats: int) -> dict[str, float]:
 
     import state
     from state import Checkpoint, CheckpointLog, PipelineLayout
-    from state.lookup import stored_values
+    from state.read.lookup import stored_values
 
     assert Path(state.__file__).is_relative_to(Path.cwd()), f"{state.__file__} is not the arm's"
 

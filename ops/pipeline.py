@@ -26,8 +26,8 @@ from state import (
     check_name,
     default_warehouses,
     resolve_warehouse,
-    tables,
 )
+from state.lake import tables
 
 from . import arguments
 from .clock import SYSTEM_CLOCK, Clock

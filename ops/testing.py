@@ -40,8 +40,9 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import StateStore, decode_key, tables
+from state import StateStore, decode_key
 from state.faults import InjectedCrash, crash_at
+from state.lake import tables
 
 from .arguments import duration
 from .clock import SYSTEM_CLOCK, Clock

@@ -1,30 +1,27 @@
 """The state engine: managed operator state, checkpoints and batch plans, all in Delta tables.
 
-Nothing here imports Dagster or the pipeline API; ``ops`` builds on it.
+Nothing here imports Dagster or the pipeline API; ``ops`` builds on it. The engine's rooms:
+:mod:`state.run` (what a run holds), :mod:`state.commit` (what a checkpoint commits),
+:mod:`state.contract` (what the one hands the other, and the rows' vocabulary),
+:mod:`state.read` (what is read back), :mod:`state.offline` (what offline tools edit) and
+:mod:`state.lake` (the Delta plumbing). This door is what a pipeline's runtime uses; offline
+tools come through :mod:`state.offline`, the plumbing through :mod:`state.lake`.
 """
 
-from . import delta_io, tables
-from .checkpoint import (
-    CHECKPOINT_OPERATOR,
-    STATE_SCHEMA,
-    ChangedState,
-    Checkpoint,
-    CheckpointLog,
-    SparkStateRows,
-    StateCommit,
-    StateRows,
-    WrittenState,
-    checkpointed_offsets,
-    new_checkpoint,
-    next_checkpoint_id,
-    takes_state_files,
-    wake_time,
-    widen_state_table,
-    write_state_files,
-    write_typed_state_files,
-)
-from .codecs import JsonCodec, PickleCodec, codec_named, decode_key, encode_key
-from .conversion import Conversion
+from . import delta_io
+from .commit.appends import takes_state_files, widen_state_table, write_state_files, write_typed_state_files
+from .commit.global_tables import GlobalTable, global_table
+from .commit.hooks import HookContext, Hooks
+from .commit.log import CheckpointLog, checkpointed_offsets, wake_time
+from .commit.plans import BatchPlan, BatchPlans
+from .commit.record import Checkpoint, new_checkpoint, next_checkpoint_id
+from .contract.changes import ChangedState, SparkStateRows, StateRows, WrittenState
+from .contract.codecs import codec_named, decode_key, encode_key
+from .contract.keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
+from .contract.schema import CHECKPOINT_OPERATOR, STATE_SCHEMA
+from .contract.types import StateType, StateTypes
+from .contract.types import declared as declared_state_type
+from .contract.types import infer as infer_state_type
 from .errors import (
     CheckpointConflict,
     ConfigError,
@@ -37,40 +34,32 @@ from .errors import (
     StreamError,
 )
 from .faults import fault_point
-from .global_tables import GlobalTable, global_table
-from .hooks import HookContext, Hooks
-from .keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
 from .layout import PipelineLayout, check_name, default_warehouses, resolve_warehouse, warehouse_from_env
-from .migration import Migrated, StateEdit, migrate_state
-from .plans import BatchPlan, BatchPlans
-from .queries import changed_keys, compact, read_state
-from .rollback import discard_plans, reset_checkpoint
-from .sessions import LazySparkSession, spark_started, start_in_background
-from .store import OperatorState, StateStore, stored_values
-from .timers import EVENT, PROCESSING, WATERMARK, Timers, expiry_state, timer_state
-from .tracking import Tracked, restore_all, save_all, track
-from .types import StateType, StateTypes
-from .types import declared as declared_state_type
-from .types import infer as infer_state_type
-from .warmup import TransactionWarmer, warming
+from .read.latest import latest_per_key, stored_values
+from .read.queries import changed_keys, read_state
+from .run.store import OperatorState, StateStore
+from .run.timers import WATERMARK, Timers, expiry_state, timer_state
+from .run.tracking import Tracked, restore_all, save_all, track
 
 __all__ = [
-    "CHECKPOINT_OPERATOR", "DEFAULT_KEY_GROUPS", "STATE_SCHEMA", "check_key_groups", "key_group",
-    "key_groups", "key_group_column", "BatchPlan", "BatchPlans", "Checkpoint",
-    "CheckpointConflict", "CheckpointLog", "checkpointed_offsets", "ConfigError", "CorruptStateError",
-    "EncodingError", "GlobalTable", "Migrated", "MigrationError", "PipelineChangedError",
-    "StateEdit", "migrate_state",
-    "HookContext", "Hooks", "JsonCodec", "OperatorState", "PickleCodec", "PipelineLayout",
-    "StateError", "StateStore", "StorageError", "StreamError", "Tracked", "TransactionWarmer",
-    "changed_keys", "check_name",
-    "EVENT", "PROCESSING", "WATERMARK", "Timers", "expiry_state", "timer_state",
-    "codec_named", "compact", "decode_key", "discard_plans", "encode_key", "fault_point",
-    "global_table", "new_checkpoint", "read_state", "reset_checkpoint", "resolve_warehouse",
-    "default_warehouses", "warehouse_from_env", "restore_all", "save_all", "stored_values", "tables",
-    "delta_io", "track", "wake_time", "warming",
-    "ChangedState", "SparkStateRows", "StateCommit", "StateRows", "WrittenState", "next_checkpoint_id",
+    # errors, and where a pipeline's tables live
+    "CheckpointConflict", "ConfigError", "CorruptStateError", "EncodingError", "MigrationError",
+    "PipelineChangedError", "StateError", "StorageError", "StreamError",
+    "PipelineLayout", "check_name", "default_warehouses", "resolve_warehouse", "warehouse_from_env",
+    # what a run holds
+    "OperatorState", "StateStore", "StateType", "StateTypes", "declared_state_type", "infer_state_type",
+    "Timers", "WATERMARK", "expiry_state", "timer_state",
+    "Tracked", "restore_all", "save_all", "track", "fault_point",
+    # what a checkpoint commits, and what a run hands it
+    "Checkpoint", "CheckpointLog", "new_checkpoint", "next_checkpoint_id", "checkpointed_offsets",
+    "wake_time", "BatchPlan", "BatchPlans", "GlobalTable", "global_table", "HookContext", "Hooks",
+    "ChangedState", "SparkStateRows", "StateRows", "WrittenState",
+    # an executor's side of a checkpoint: the files it writes for the driver to commit
     "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
-    "StateType", "StateTypes",
-    "declared_state_type", "infer_state_type", "Conversion",
-    "LazySparkSession", "spark_started", "start_in_background",
+    # the rows' vocabulary: keys, their groups, the table's schema
+    "CHECKPOINT_OPERATOR", "STATE_SCHEMA", "DEFAULT_KEY_GROUPS", "check_key_groups", "codec_named",
+    "decode_key", "encode_key", "key_group", "key_group_column", "key_groups",
+    # read back
+    "changed_keys", "latest_per_key", "read_state", "stored_values",
+    "delta_io",
 ]

@@ -7,7 +7,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ops import Pipeline
 from ops.runtime import DEAD_LETTER_SCHEMA
-from state import delta_io, tables
+from state import delta_io
+from state.lake import tables
 
 
 def sink_rows(spark, pipeline: Pipeline, warehouse: str, sink: str = "sums"):

@@ -12,7 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import state
-from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout, tables
+from state import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog, PipelineLayout
+from state.lake import tables
 
 from ..context import RunContext
 from ..errors import PipelineDefinitionError
@@ -112,7 +113,7 @@ def describe(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = No
         status.state_changes = _state_changes(pipeline, last, layout.state)
         changelog = tables.read(spark, layout.state)
         status.changelog_rows = changelog.count()
-        live = (state.store.latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
+        live = (state.latest_per_key(changelog.where(F.col("operator") != CHECKPOINT_OPERATOR))
                 .where(~F.col("deleted")).groupBy("operator").count().collect())
         status.state_keys = {row["operator"]: int(row["count"]) for row in live}
     for sink in pipeline.sinks:

@@ -14,7 +14,7 @@ latest checkpoint recorded with the changed pipeline, applies the edits asked fo
   operator's codec now; needed when its values' shape, class or meaning changed;
 - with no edit asked, a state whose storage changed (``state_type=`` added or removed, or
   ``state_type="json"`` given for a state stored typed as inferred from ``state=``) is
-  converted between JSON text and typed columns (:mod:`state.conversion`).
+  converted between JSON text and typed columns (:mod:`state.offline.conversion`).
 
 ``rekey`` and ``transform`` take the operator's name in the changed pipeline (or its old name).
 The result is one new checkpoint in a new epoch (:func:`state.migrate_state`): older ones stay
@@ -32,15 +32,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from state import (
-    Checkpoint,
-    CheckpointLog,
-    Conversion,
-    MigrationError,
-    StateEdit,
-    StateType,
-    migrate_state,
-)
+from state import Checkpoint, CheckpointLog, MigrationError, StateType
+from state.offline import Conversion, StateEdit, migrate_state
 
 from ..pipeline import Pipeline
 from ..runtime.meaning import EXPIRY, TIMERS, VALUES, Remedy, describe, differences, state_name
@@ -209,7 +202,7 @@ def _edit(name: str, entry: dict[str, Any], now: Described,
         return StateEdit(name, name, conversion=conversion), ""
     if not edited:
         return None, ""
-    # an edit writes its state as text, and the checkpoint records it so (state.migration): a
+    # an edit writes its state as text, and the checkpoint records it so (state.offline.migration): a
     # declared type is converted to by a migration of its own, at the next run's refusal
     return StateEdit(name, to, key=rekey, value=transform, codec=codec, new_codec=new_codec,
                      fixed=frozenset(entry.get("shared", ())),

@@ -16,7 +16,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 import state
-from state import tables
+from state import offline
+from state.lake import tables
 
 from ..pipeline import Pipeline
 from ..runtime import RunReport, run_pipeline
@@ -42,7 +43,7 @@ def reset_to_checkpoint(spark: SparkSession, pipeline: Pipeline, checkpoint_id: 
     run processes the input after ``checkpoint_id`` again.
     """
     layout = pipeline.layout(warehouse)
-    reset = state.reset_checkpoint(spark, layout, checkpoint_id, run_id=uuid.uuid4().hex)
+    reset = offline.reset_checkpoint(spark, layout, checkpoint_id, run_id=uuid.uuid4().hex)
     log.info("%s: reset to checkpoint %d (batch %d) as checkpoint %d, epoch %d", pipeline.name,
              checkpoint_id, reset.batch_id, reset.checkpoint_id, reset.epoch)
     return recover(spark, pipeline, warehouse)
@@ -67,7 +68,7 @@ def discard_plans(spark: SparkSession, pipeline: Pipeline, warehouse: str | None
     :class:`state.StateError` saying so; after a crash midway it finishes the discard.
     """
     layout = pipeline.layout(warehouse)
-    reset = state.discard_plans(spark, layout, run_id=uuid.uuid4().hex,
+    reset = offline.discard_plans(spark, layout, run_id=uuid.uuid4().hex,
                                 key_groups=pipeline.key_groups)
     log.info("%s: batch plans after batch %d discarded (checkpoint %d, epoch %d)", pipeline.name,
              reset.batch_id, reset.checkpoint_id, reset.epoch)
@@ -76,7 +77,7 @@ def discard_plans(spark: SparkSession, pipeline: Pipeline, warehouse: str | None
 
 def compact(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> int:
     """Rewrite the pipeline's state changelog to latest-per-key; returns the rows kept."""
-    return state.compact(spark, pipeline.layout(warehouse))
+    return offline.compact(spark, pipeline.layout(warehouse))
 
 
 def pipeline_tables(spark: SparkSession, pipeline: Pipeline, warehouse: str | None = None) -> list[str]:

@@ -36,13 +36,17 @@ from state import (
     StreamError,
     codec_named,
     encode_key,
-    tables,
 )
-from state.codecs import encode_value
-from state.global_tables import CHECKPOINT_COLUMN, RUN_COLUMN
-from state.queries import changelog_as_of
-from state.store import latest_per_key
-from state.types import key_columns, value_columns
+from state.lake import tables
+from state.offline import (
+    CHECKPOINT_COLUMN,
+    RUN_COLUMN,
+    changelog_as_of,
+    encode_value,
+    key_columns,
+    latest_per_key,
+    value_columns,
+)
 
 from ..operators import Operator, StateKind
 from ..operators.aggregates import to_python

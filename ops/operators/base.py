@@ -144,7 +144,7 @@ class Operator(ABC):
 
     def state_types(self) -> dict[str, StateType]:
         """The state names this operator stores in typed columns, and their types (see
-        :mod:`state.encodings`); the others are stored as text. Default: none."""
+        :mod:`state.run.encodings`); the others are stored as text. Default: none."""
         return {}
 
     def inferable_state_types(self) -> dict[str, InferredState]:

@@ -126,7 +126,7 @@ class Map(Operator):
 
     def inferable_state_types(self) -> dict[str, InferredState]:
         """Without ``state_type=`` (and not ``"json"``), a keyed state's storage is the run's
-        to settle, with the type of ``state``'s value (:func:`state.types.infer`) where typed
+        to settle, with the type of ``state``'s value (:func:`state.contract.types.infer`) where typed
         storage could hold it: the json codec, no timers or TTL (typed state with them runs in
         driver mode only), a name that can name columns; else ``None`` (text).
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import tables
+from state.lake import tables
 
 from ..columns import CHANGE_COLUMN, OLD_COLUMN, SOURCE_COLUMN, WRITTEN_COLUMNS
 from ..context import BatchScope

@@ -7,7 +7,7 @@ import logging
 import pandas as pd
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from state import tables
+from state.lake import tables
 
 from ..context import RunContext
 

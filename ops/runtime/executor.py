@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
-from state import delta_io, start_in_background, warming
+from state import delta_io
+from state.lake import start_in_background, warming
 
 from ..clock import SYSTEM_CLOCK, Clock
 from .continuous import Continuous
@@ -72,7 +73,7 @@ def needs_spark(pipeline: RunnablePipeline, warehouse: str | None) -> bool:
     """Whether a run of ``pipeline`` needs Spark whatever its batches hold: in distributed
     mode, with an operator that reads tables through Spark, or with state delta-rs does not
     serve. Otherwise a driver-mode run starts a (lazy) session only if something asks for it
-    (:mod:`state.sessions`)."""
+    (:mod:`state.lake.sessions`)."""
     return (pipeline.mode == "distributed"
             or any(op.needs_spark for op in pipeline.stream.operators)
             or not delta_io.serves(pipeline.layout(warehouse).state))

@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from state import StreamError, delta_io, tables
+from state import StreamError, delta_io
+from state.lake import tables
 
 from ..context import RunContext
 from ..errors import OperatorError

@@ -30,14 +30,12 @@ from state import (
     PipelineChangedError,
     StateStore,
     StateTypes,
-    TransactionWarmer,
     delta_io,
     fault_point,
-    migrate_state,
     restore_all,
-    tables,
 )
-from state.migration import dropped
+from state.lake import TransactionWarmer, tables
+from state.offline import dropped, migrate_state
 
 from ..context import RunContext
 from .hooks import RunHooks

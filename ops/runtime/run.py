@@ -16,15 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
-from state import (
-    BatchPlans,
-    Checkpoint,
-    CheckpointLog,
-    HookContext,
-    PipelineLayout,
-    TransactionWarmer,
-    new_checkpoint,
-)
+from state import BatchPlans, Checkpoint, CheckpointLog, HookContext, PipelineLayout, new_checkpoint
+from state.lake import TransactionWarmer
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..spark.heartbeat import Heartbeat

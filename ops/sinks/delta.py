@@ -12,7 +12,8 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state import PipelineLayout, delta_io, tables
+from state import PipelineLayout, delta_io
+from state.lake import tables
 
 from ..columns import BATCH_COLUMN, ROW_COLUMN
 from ..context import RunContext

@@ -16,7 +16,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import NullType
 
-from state import PipelineLayout, delta_io, direct, fault_point, tables
+from state import PipelineLayout, delta_io, fault_point
+from state.lake import direct, tables
 
 from ..columns import BATCH_COLUMN, CHANGE_COLUMN, OLD_COLUMN, ROW_COLUMN, WATERMARK_COLUMN
 from ..context import RunContext

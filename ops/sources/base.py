@@ -28,7 +28,8 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from state import PipelineLayout, tables
+from state import PipelineLayout
+from state.lake import tables
 
 from ..columns import FIRST_ORDINAL, ORDER_COLUMN
 from ..context import RunContext

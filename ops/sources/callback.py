@@ -13,7 +13,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from state import PipelineLayout, delta_io, tables
+from state import PipelineLayout, delta_io
+from state.lake import tables
 
 from ..columns import ROWTIME
 from ..context import RunContext

@@ -13,7 +13,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state import PipelineLayout, delta_io, tables
+from state import PipelineLayout, delta_io
+from state.lake import tables
 
 from ..columns import FIRST_ORDINAL, ORDER_COLUMN
 from ..context import RunContext

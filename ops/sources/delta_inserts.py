@@ -32,8 +32,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from state import StorageError, delta_io, tables
-from state.tables import local_path
+from state import StorageError, delta_io
+from state.lake import tables
 
 VERSION = "_commit_version"
 #: The table property that turns the change data feed on.
@@ -383,7 +383,7 @@ def readings(path: str, first: int, last: int) -> list[CommitReading] | None:
     when the log cannot tell: the table is not on the local file system, or delta-rs can no
     longer read the version before ``first``. A commit whose JSON file is gone counts as
     readable through the feed: only Delta can say, and the read will."""
-    local = local_path(path)
+    local = tables.local_path(path)
     if local is None:
         return None
     metadata = delta_io.metadata_at(path, first - 1) if first > 0 else {}

@@ -24,7 +24,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from state import PipelineLayout, tables
+from state import PipelineLayout
+from state.lake import tables
 
 from ..columns import ROWTIME
 from ..context import RunContext

@@ -30,7 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from state import PipelineLayout, tables
+from state import PipelineLayout
+from state.lake import tables
 
 from ..columns import FIRST_ORDINAL, KAFKA_COLUMNS, KAFKA_KEY, ORDER_COLUMN
 from ..context import RunContext

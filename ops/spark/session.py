@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pyspark.sql import SparkSession
 
-from state import LazySparkSession
+from state.lake import LazySparkSession
 
 from ..errors import ConfigError
 from . import class_archive

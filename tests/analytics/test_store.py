@@ -6,7 +6,7 @@ import time
 from deltalake import DeltaTable
 
 from analytics.store import DELTAS_SCHEMA, BackgroundWriter
-from state import tables
+from state.lake import tables
 
 
 def test_a_flush_writes_at_once_and_a_burst_is_one_commit(spark, tmp_path):

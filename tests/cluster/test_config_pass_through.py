@@ -4,7 +4,8 @@ is refused with its reason rather than failing half-way."""
 import pytest
 
 import ops as sp
-from state import PipelineLayout, StorageError, resolve_warehouse, tables
+from state import PipelineLayout, StorageError, resolve_warehouse
+from state.lake import tables
 
 S3_SETTINGS = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
                "spark.hadoop.fs.s3a.path.style.access": "true"}

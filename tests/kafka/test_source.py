@@ -13,7 +13,7 @@ import ops as sp
 from ops.devservers.kafka_broker import free_port
 from ops.kafka_client import create_topic, send_json
 from ops.sources import kafka as kafka_source
-from state import tables
+from state.lake import tables
 from tests.helpers import dead_letters
 
 SCHEMA = {"k": "string", "x": "long"}

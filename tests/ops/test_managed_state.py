@@ -12,7 +12,8 @@ import pytest
 from delta.tables import DeltaTable
 
 import ops as sp
-from state import CheckpointLog, EncodingError, tables
+from state import CheckpointLog, EncodingError
+from state.lake import tables
 from tests.helpers import sink_rows
 
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from state import tables
+from state.lake import tables
 
 ROWS = 60_000  # above the staging threshold
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from state import CorruptStateError, EncodingError
-from state.codecs import codec_named, decode_value, decode_values, encode_value
+from state.contract.codecs import codec_named, decode_value, decode_values, encode_value
 
 JSON, PICKLE = codec_named("json"), codec_named("pickle")
 

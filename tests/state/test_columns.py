@@ -1,5 +1,5 @@
-"""Numeric state held in columns (state.columns) against the same operations on state held as
-objects (state.objects), the representation it replaces for vectorized operators: every read,
+"""Numeric state held in columns (state.run.columns) against the same operations on state held as
+objects (state.run.objects), the representation it replaces for vectorized operators: every read,
 every checkpoint's rows, and the move from one to the other in the middle of a run."""
 
 import json
@@ -10,11 +10,12 @@ import pyarrow as pa
 import pytest
 
 import ops as sp
-from state import JsonCodec, StateStore
-from state.columns import ColumnValues, KeyPositions, ValuesNeedObjects
-from state.encodings import JsonEncoding
-from state.held import Found
-from state.objects import ObjectValues
+from state import StateStore
+from state.contract.codecs import JsonCodec
+from state.read.found import Found
+from state.run.columns import ColumnValues, KeyPositions, ValuesNeedObjects
+from state.run.encodings import JsonEncoding
+from state.run.objects import ObjectValues
 
 
 def loader_of(stored: dict):

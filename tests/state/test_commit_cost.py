@@ -8,7 +8,8 @@ import threading
 
 import pandas as pd
 
-from state import CheckpointLog, PipelineLayout, new_checkpoint, tables, warming
+from state import CheckpointLog, PipelineLayout, new_checkpoint
+from state.lake import tables, warming
 
 ROW = pd.DataFrame({"k": [1], "x": [2]})
 

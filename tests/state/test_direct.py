@@ -1,4 +1,4 @@
-"""Appends committed by this process without Spark (state.direct, through delta-rs), read back
+"""Appends committed by this process without Spark (state.lake.direct, through delta-rs), read back
 and written by Spark."""
 
 import json
@@ -11,8 +11,9 @@ import time
 import pandas as pd
 import pytest
 
-from state import delta_io, direct, tables
-from state.direct import Outcome
+from state import delta_io
+from state.lake import direct, tables
+from state.lake.direct import Outcome
 
 ROWS = pd.DataFrame({"k": [1, 2, 3], "name": ["a", None, "c"], "x": [0.5, 1.5, 2.5],
                      "op": ["left", "right", "left"]})

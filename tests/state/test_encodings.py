@@ -11,12 +11,12 @@ import pyarrow.compute as pc
 import pytest
 
 from state import EncodingError
-from state.columns import ColumnValues
-from state.encodings import TypedEncoding
-from state.held import Found
-from state.keygroups import typed_key_groups
-from state.objects import ObjectValues
-from state.types import declared
+from state.contract.keygroups import typed_key_groups
+from state.contract.types import declared
+from state.read.found import Found
+from state.run.columns import ColumnValues
+from state.run.encodings import TypedEncoding
+from state.run.objects import ObjectValues
 
 CASES = [
     (int, [3, -2**63, 2**63 - 1]),

@@ -13,8 +13,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from state import Checkpoint, CheckpointLog, PipelineLayout, delta_io, key_groups, write_state_files
-from state.checkpoint import STATE_FILE_SCHEMA, STATE_FILES
-from state.lookup import _of_groups, stored_values
+from state.contract.schema import STATE_FILE_SCHEMA, STATE_FILES
+from state.read.lookup import _of_groups, stored_values
 
 GROUPS = 256
 KEYS = 100_000  # about six row groups' worth

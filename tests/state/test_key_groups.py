@@ -26,10 +26,10 @@ from state import (
     key_group_column,
     key_groups,
     new_checkpoint,
-    tables,
 )
-from state import compact as state_compact
-from state.keygroups import crc32_of_texts
+from state.contract.keygroups import crc32_of_texts
+from state.lake import tables
+from state.offline import compact as state_compact
 
 
 def running_sum(op, md, data):

@@ -1,4 +1,4 @@
-"""Reading a batch's keys' state from ``_state``'s files (state.lookup), against Spark's reading
+"""Reading a batch's keys' state from ``_state``'s files (state.read.lookup), against Spark's reading
 of the same changelog: every checkpoint, deletions, compaction, key-group ranges, and a table
 delta-rs must not read by its files."""
 
@@ -8,9 +8,10 @@ import pyarrow as pa
 import pytest
 
 import ops as sp
-from state import StateStore, delta_io, encode_key, key_group, tables
-from state import compact as state_compact
-from state.lookup import stored_values
+from state import StateStore, delta_io, encode_key, key_group
+from state.lake import tables
+from state.offline import compact as state_compact
+from state.read.lookup import stored_values
 from tests.state.test_key_groups import as_before_key_groups
 from tests.state.test_key_groups import pipeline as grouped_pipeline
 

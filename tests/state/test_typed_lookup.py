@@ -1,6 +1,6 @@
 """A typed state's keys and values read back from ``_state`` without Spark
-(``state.lookup.stored_typed_values``), and the key groups of typed keys
-(``state.keygroups.typed_key_groups``): the groups the keys' JSON text had, so a state keeps
+(``state.read.lookup.stored_typed_values``), and the key groups of typed keys
+(``state.contract.keygroups.typed_key_groups``): the groups the keys' JSON text had, so a state keeps
 its groups when it moves from JSON to typed storage.
 
 The tables are written as a run's driver writes them: ``CheckpointLog.commit`` of pandas rows,
@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from state import Checkpoint, CheckpointLog, PipelineLayout, delta_io, encode_key, key_groups
-from state.keygroups import MAX_KEY_GROUPS, typed_key_groups
-from state.lookup import _files_to_read, _groups_to_read, stored_typed_values, stored_values
+from state.contract.keygroups import MAX_KEY_GROUPS, typed_key_groups
+from state.read.lookup import _files_to_read, _groups_to_read, stored_typed_values, stored_values
 
 GROUPS = 256
 

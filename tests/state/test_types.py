@@ -1,4 +1,4 @@
-"""State types (state/types.py): what is inferred from values and declared, what a type stores
+"""State types (state/contract/types.py): what is inferred from values and declared, what a type stores
 exactly, and what it refuses, with the reason."""
 
 import datetime as dt
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state.types import SCALARS, StateType, declared, infer
+from state.contract.types import SCALARS, StateType, declared, infer
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SCALAR_VALUES = {

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 import ops as sp
 from state import CheckpointLog, delta_io
-from state.store import latest_per_key
+from state.read.latest import latest_per_key
 from tests.state.fixtures import json_state_v1 as v1
 
 TYPED = [pa.field("k__typed", pa.int64()), pa.field("v__typed", pa.float64())]

@@ -13,9 +13,10 @@ from deltalake import DeltaTable, write_deltalake
 import ops as sp
 from ops.context import RunContext
 from ops.testing import run_records
-from state import PipelineLayout, StorageError, delta_io, tables, takes_state_files, write_state_files
-from state.checkpoint import STATE_FILE_SCHEMA, STATE_SCHEMA, STATE_TABLE_PROPERTIES
-from state.lookup import stored_values
+from state import PipelineLayout, StorageError, delta_io, takes_state_files, write_state_files
+from state.contract.schema import STATE_FILE_SCHEMA, STATE_SCHEMA, STATE_TABLE_PROPERTIES
+from state.lake import tables
+from state.read.lookup import stored_values
 from tests.helpers import last_commit
 
 

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from state import CheckpointLog, read_state, tables
+from state import CheckpointLog, read_state
+from state.lake import tables
 from tests.ops.runtime.migration_child import version_1
 from tests.ops.runtime.recovery import crash_pipeline as cp
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from state import tables
+from state.lake import tables
 
 
 def test_events_are_enriched_from_a_state_table_pinned_per_plan(spark, warehouse):

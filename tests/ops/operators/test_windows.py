@@ -8,7 +8,8 @@ import pytest
 
 import ops as sp
 from ops import BatchScope
-from state import PipelineLayout, StateStore, tables
+from state import PipelineLayout, StateStore
+from state.lake import tables
 
 
 def at(text):

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ops import ROW_COLUMN, TableSink
 from ops.testing import TestRun
-from state import tables
+from state.lake import tables
 
 
 def comparable(frame: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from state import CheckpointLog, tables
+from state import CheckpointLog
+from state.lake import tables
 from tests.ops.runtime import continuous_child as child
 
 

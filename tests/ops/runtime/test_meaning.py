@@ -8,7 +8,7 @@ import ops as sp
 from ops.operating.migrate import Migration, plan
 from ops.runtime.meaning import Remedy, describe, differences, refusal
 from state import WATERMARK, Checkpoint, MigrationError
-from state.migration import _edited
+from state.offline.migration import _edited
 
 SCHEMA = {"k": "string", "x": "long", "ts": "timestamp"}
 

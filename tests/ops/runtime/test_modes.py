@@ -10,7 +10,7 @@ from pyspark.sql.types import TimestampType
 
 import ops as sp
 from ops.testing import run_records
-from state import tables
+from state.lake import tables
 from tests.ops.runtime.same_results import assert_same_results, comparable
 
 SCHEMA = {"k": "string", "x": "long", "ts": "timestamp"}

@@ -11,14 +11,8 @@ import pandas as pd
 import pytest
 
 import ops as sp
-from state import (
-    CheckpointLog,
-    MigrationError,
-    PipelineChangedError,
-    StateEdit,
-    migrate_state,
-    read_state,
-)
+from state import CheckpointLog, MigrationError, PipelineChangedError, read_state
+from state.offline import StateEdit, migrate_state
 from tests.ops.runtime import migration_child as child
 from tests.ops.runtime.migration_child import SCHEMA, running_sum, version_1, version_2
 from tests.spark_settings import child_environment

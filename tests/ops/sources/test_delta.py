@@ -11,7 +11,8 @@ from delta.tables import DeltaTable
 import ops as sp
 from ops import ConfigError, RunContext
 from ops.sources import delta_inserts
-from state import BatchPlan, BatchPlans, tables
+from state import BatchPlan, BatchPlans
+from state.lake import tables
 from tests.helpers import dead_letters
 
 FEED_ON = "(delta.enableChangeDataFeed = true)"

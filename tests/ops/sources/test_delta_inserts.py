@@ -12,7 +12,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
 from ops.sources import delta_inserts
-from state import tables
+from state.lake import tables
 
 SCHEMA = T.StructType([
     T.StructField("k", T.LongType()), T.StructField("i", T.IntegerType()),

@@ -10,7 +10,8 @@ import pytest
 import ops as sp
 from ops import BatchScope, SqlError
 from ops.testing import run_records
-from state import PipelineLayout, StateStore, tables
+from state import PipelineLayout, StateStore
+from state.lake import tables
 
 SALES = {"title": "string", "ticket_total_value": "double", "seat": "string"}
 MOVIE_SQL = """CREATE TABLE movie_tickets_sold AS

@@ -5,8 +5,9 @@ import pandas as pd
 from delta.tables import DeltaTable as SparkDeltaTable
 
 from ops.sources import delta_inserts
-from state import delta_io, direct, tables
-from state.direct import NewTable, Outcome
+from state import delta_io
+from state.lake import direct, tables
+from state.lake.direct import NewTable, Outcome
 from tests.state.delta_io.racing import WRITER, finished, racing, started
 
 

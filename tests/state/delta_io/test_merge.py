@@ -5,8 +5,9 @@ import textwrap
 
 import pandas as pd
 
-from state import delta_io, direct
-from state.direct import NewTable, Outcome
+from state import delta_io
+from state.lake import direct
+from state.lake.direct import NewTable, Outcome
 from tests.state.delta_io.racing import racing
 
 _UPSERTER = textwrap.dedent("""

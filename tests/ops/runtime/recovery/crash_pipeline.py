@@ -21,7 +21,8 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor
 
 import ops as sp
-from state import CheckpointLog, tables
+from state import CheckpointLog
+from state.lake import tables
 
 SCHEMA = {"k": "long", "x": "long"}
 audit = sp.global_table("audit", index="idx")
@@ -110,7 +111,7 @@ def build_distributed(name: str = "crashy_distributed"):
 
 
 def running_sum_vectorized(op, md, data):
-    """The running sum on whole Series: its state is held as columns (state/columns.py)."""
+    """The running sum on whole Series: its state is held as columns (state/run/columns.py)."""
     running = data.groupby("k", sort=False)["x"].cumsum() + data["k"].map(sp.get(op, md))
     sp.set(op, md, running.groupby(data["k"]).last())
     return data.assign(total=running)

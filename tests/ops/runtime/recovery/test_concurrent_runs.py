@@ -2,7 +2,8 @@
 
 import pytest
 
-from state import CheckpointLog, tables
+from state import CheckpointLog
+from state.lake import tables
 from tests.ops.runtime.recovery import crash_pipeline as cp
 from tests.ops.runtime.recovery.crash_pipeline import outcome
 

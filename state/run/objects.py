@@ -1,7 +1,7 @@
 """Operator state held as a Python object per key: any value its encoding stores.
 
->>> from state.codecs import JsonCodec
->>> from state.encodings import JsonEncoding
+>>> from state.contract.codecs import JsonCodec
+>>> from state.run.encodings import JsonEncoding
 >>> held = ObjectValues("sum", 0, JsonEncoding("sum", JsonCodec(), loader=None))
 >>> held.set_values(["a", "b"], [3, {"n": 1}]); held.delete_many(["b"])
 >>> held.get_values(["a", "b"]), held.changed_keys, held.changed_rows()["key"].tolist()

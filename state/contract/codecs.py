@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import CorruptStateError, EncodingError
+from ..errors import CorruptStateError, EncodingError
 
 UNKEYED = ""  # the stored key of an operator's unkeyed state; encoded keys are never empty
 

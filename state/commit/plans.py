@@ -16,10 +16,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from . import delta_io, tables
-from .direct import Outcome
-from .errors import CorruptStateError
-from .layout import PipelineLayout
+from .. import delta_io
+from ..errors import CorruptStateError
+from ..lake import tables
+from ..lake.direct import Outcome
+from ..layout import PipelineLayout
 
 PLAN_SCHEMA = StructType([
     StructField("batch_id", LongType(), False),

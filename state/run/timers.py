@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING
 
-from .codecs import encode_key
+from ..contract.codecs import encode_key
 
 if TYPE_CHECKING:  # the store hands out Timers: a type here, not an import
     from .store import OperatorState

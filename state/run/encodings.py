@@ -3,13 +3,13 @@ the ``key`` and ``value`` columns) or in typed columns of their own (:class:`Typ
 ``k__<state>`` and ``v__<state>``; see ARCHITECTURE.md, "Typed state").
 
 An encoding is what the two ways of holding a state in memory
-(:class:`~state.objects.ObjectValues`, :class:`~state.columns.ColumnValues`) share: it reads the
+(:class:`~state.run.objects.ObjectValues`, :class:`~state.run.columns.ColumnValues`) share: it reads the
 stored values of some keys, turns them into Python objects or NumPy numbers, and turns a run's
 changes into the rows a checkpoint appends. Holding and storing are thus independent: a
 vectorized state held in arrays may be stored as text or as typed columns, and a state moved
 to objects in the middle of a run (a per-key call) keeps its encoding.
 
->>> from state.types import declared
+>>> from state.contract.types import declared
 >>> typed = TypedEncoding("sum", declared(int), key_type=None, key_groups=256, loader=None)
 >>> rows = typed.changes(pd.Index([7, 8]), np.array([3]), np.array([0, 1], np.int8))
 >>> typed.checkpoint_rows([rows]).select(["k__sum", "v__sum", "deleted"]).to_pylist()
@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .codecs import (
+from ..contract.codecs import (
     JSON_FLOAT_PATTERN,
     JSON_INT_PATTERN,
     Codec,
@@ -35,14 +35,15 @@ from .codecs import (
     encode_keys,
     encode_value,
 )
-from .errors import CorruptStateError, EncodingError
-from .held import DROPPED, Found, Loader, ValuesNeedObjects, change_frame, checkpoint_rows
-from .keygroups import typed_key_groups
-from .types import KEY_PREFIX, VALUE_PREFIX, StateType
+from ..contract.keygroups import typed_key_groups
+from ..contract.types import KEY_PREFIX, VALUE_PREFIX, StateType
+from ..errors import CorruptStateError, EncodingError
+from ..read.found import Found
+from .held import DROPPED, Loader, ValuesNeedObjects, change_frame, checkpoint_rows
 
 #: ``(keys of the state's key type, key column, value columns)`` -> those columns of the keys
 #: that hold a value, in the keys' order; every key's, for ``None`` (a typed state's
-#: :data:`~state.held.Loader`)
+#: :data:`~state.run.held.Loader`)
 TypedLoader = Callable[[pa.Array | None, str, list[str]], Found]
 
 Keys: TypeAlias = Sequence[Hashable] | pd.Index
@@ -85,7 +86,7 @@ class Encoding(Protocol):
     def changes(self, keys: Keys, values: Sequence[Any] | np.ndarray,
                 deleted: np.ndarray) -> pd.DataFrame | pa.Table:
         """The rows of changed ``keys``: the first ``len(values)`` set to ``values``, the rest
-        deleted; ``deleted`` per key (int8: 0, 1 or :data:`~state.held.DROPPED`). A value that
+        deleted; ``deleted`` per key (int8: 0, 1 or :data:`~state.run.held.DROPPED`). A value that
         cannot be stored raises :class:`~state.errors.EncodingError` naming its key."""
         ...
 
@@ -174,14 +175,14 @@ class JsonEncoding:
 
 class TypedEncoding:
     """Keys in a column of their type (``k__<state>``: ``int64`` or ``string``), values in
-    columns of the state's declared :class:`~state.types.StateType` (``v__<state>``, or
+    columns of the state's declared :class:`~state.contract.types.StateType` (``v__<state>``, or
     ``v__<state>__<field>`` per field of a record); ``key`` and ``value`` stay null. Spark,
     DuckDB or any Parquet reader see the numbers as numbers.
 
     The key column's type is the table's when it has the column, else the first keys' (the
     type of a state's keys never changes). A key of another type, or a value that does not fit
     the state type, raises :class:`~state.errors.EncodingError` before anything is written.
-    Key groups are those of the keys' JSON text (:func:`~state.keygroups.typed_key_groups`),
+    Key groups are those of the keys' JSON text (:func:`~state.contract.keygroups.typed_key_groups`),
     so a key keeps its group whichever way its state is stored.
     """
 
@@ -331,7 +332,7 @@ class TypedEncoding:
 
 
 def _encoded_keys(keys: Keys) -> pa.Array:
-    """:func:`~state.codecs.encode_keys` of ``keys``; an Index of ints (the usual key) in one
+    """:func:`~state.contract.codecs.encode_keys` of ``keys``; an Index of ints (the usual key) in one
     Arrow cast."""
     if isinstance(keys, pd.Index) and keys.dtype.kind in "iu":
         return pc.cast(pa.array(keys.to_numpy()), pa.string())

@@ -8,7 +8,7 @@ a reset to the checkpoint before the conversion brings the old form back. Keys k
 groups (a typed key's group is its JSON text's). A value or key the new form cannot hold (a
 float in an int state, a tuple key) stops the migration before anything is written, naming it.
 
->>> from state.types import declared
+>>> from state.contract.types import declared
 >>> Conversion("sum", None, declared(int)).describe()
 'text (json) -> typed int64'
 """
@@ -22,14 +22,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import lookup
-from .checkpoint import Checkpoint
-from .codecs import JsonCodec, decode_key, decode_values
-from .encodings import JsonEncoding, TypedEncoding
-from .errors import EncodingError, MigrationError, StreamError
-from .held import Found
-from .layout import PipelineLayout
-from .types import KEY_PREFIX, StateType
+from ..commit.record import Checkpoint
+from ..contract.codecs import JsonCodec, decode_key, decode_values
+from ..contract.types import KEY_PREFIX, StateType
+from ..errors import EncodingError, MigrationError, StreamError
+from ..layout import PipelineLayout
+from ..read import lookup
+from ..read.found import Found
+from ..run.encodings import JsonEncoding, TypedEncoding
 
 #: How a migration's error ends when it stopped before its commit (a conversion's and the rest's).
 NOTHING_WRITTEN = "Nothing was written: the checkpoint before the migration is still in force."

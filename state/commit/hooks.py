@@ -27,8 +27,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from .checkpoint import CheckpointLog
-from .layout import PipelineLayout
+from ..layout import PipelineLayout
+from .log import CheckpointLog
 
 
 @dataclass

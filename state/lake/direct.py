@@ -48,7 +48,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from . import delta_io
+from .. import delta_io
 
 
 class Outcome(enum.Enum):

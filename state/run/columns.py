@@ -5,15 +5,15 @@ gets and sets its keys' values as whole Series. Held here, a batch of 600k keys 
 ``_state``, looked up, set and encoded with array operations: the keys are found through a hash
 index, the values live in one NumPy array, and the changed ones are turned into JSON text by
 Arrow (ints) in one cast. What a checkpoint writes is byte for byte what
-:class:`~state.objects.ObjectValues` writes for the same values (the JSON of the number), so a
+:class:`~state.run.objects.ObjectValues` writes for the same values (the JSON of the number), so a
 state moves between the two representations, and between releases, freely.
 
 A value that is not of the column's type (a float set into an int state, a dict, an int too
 large for 64 bits, a stored text that is not such a number) raises :class:`ValuesNeedObjects`
 before anything changes; the operator's state is then held as objects for the rest of the run.
 
->>> from state.codecs import JsonCodec
->>> from state.encodings import JsonEncoding
+>>> from state.contract.codecs import JsonCodec
+>>> from state.run.encodings import JsonEncoding
 >>> held = ColumnValues("sum", 0, JsonEncoding("sum", JsonCodec(), loader=None))
 >>> held.set_many(pd.Series([5, 7], index=[1, 2])); held.delete_many([2])
 >>> held.get_many(pd.Index([1, 2, 3])).tolist(), held.changed_rows()["value"].tolist()

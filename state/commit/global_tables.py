@@ -17,11 +17,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import tables
-from .errors import StateError
-from .faults import fault_point
+from ..errors import StateError
+from ..faults import fault_point
+from ..lake import tables
+from ..layout import check_name
 from .hooks import HookContext, Hooks
-from .layout import check_name
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ the sinks, and plans them again with the migrated pipeline. Older checkpoints st
 ``reset_to_checkpoint`` to the one before undoes the migration.
 
 An edited state stored in typed columns (``state_type=``, declared or inferred from ``state=``)
-is read through its text form (:class:`~state.conversion.Conversion`), its typed rows
+is read through its text form (:class:`~state.offline.conversion.Conversion`), its typed rows
 tombstoned, and what the edits make of it is written as text, which the checkpoint records: a
 state inferred typed then stays text, and a declared type asks for a conversion
 (``sp.migrate``) at the next run.
@@ -32,16 +32,18 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from . import lookup
-from .checkpoint import Checkpoint, CheckpointLog, StateRows
-from .codecs import codec_named, decode_key, decode_value, encode_key, encode_value
+from ..commit.log import CheckpointLog
+from ..commit.record import Checkpoint
+from ..contract.changes import StateRows
+from ..contract.codecs import codec_named, decode_key, decode_value, encode_key, encode_value
+from ..contract.types import StateType
+from ..errors import MigrationError, StreamError
+from ..faults import fault_point
+from ..layout import PipelineLayout
+from ..read import lookup
+from ..read.latest import stored_values
 from .conversion import NOTHING_WRITTEN as _NOTHING
 from .conversion import Conversion
-from .errors import MigrationError, StreamError
-from .faults import fault_point
-from .layout import PipelineLayout
-from .store import stored_values
-from .types import StateType
 
 
 @dataclass(frozen=True)

@@ -9,21 +9,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from . import lookup, tables
-from .checkpoint import StateRows
-from .codecs import codec_named, encode_value
+from ..contract.changes import StateRows
+from ..contract.codecs import codec_named, encode_value
+from ..contract.keygroups import DEFAULT_KEY_GROUPS
+from ..contract.types import KEY_PREFIX, StateType, StateTypes
+from ..errors import StateError
+from ..lake import tables
+from ..layout import PipelineLayout
+from ..read import lookup
+from ..read.found import Found
+from ..read.latest import latest_per_key, latest_values
 from .columns import ColumnValues
 from .encodings import Encoding, JsonEncoding, TypedEncoding, TypedLoader
-from .errors import StateError
-from .held import Found, Loader, ValuesNeedObjects
-from .keygroups import DEFAULT_KEY_GROUPS
-from .layout import PipelineLayout
+from .held import Loader, ValuesNeedObjects
 from .objects import ObjectValues
 from .timers import Timers, timer_state
-from .types import KEY_PREFIX, StateType, StateTypes, key_columns, value_columns
 
 
 class OperatorState:
@@ -31,9 +34,9 @@ class OperatorState:
     the first time a key is seen in the run, kept in memory, and changes kept until a checkpoint
     writes them.
 
-    The values are held as a Python object per key (:class:`~state.objects.ObjectValues`), or,
+    The values are held as a Python object per key (:class:`~state.run.objects.ObjectValues`), or,
     when the store was asked for ``columns`` and the initial state is a number, in arrays
-    (:class:`~state.columns.ColumnValues`) until a value that is not such a number comes: from
+    (:class:`~state.run.columns.ColumnValues`) until a value that is not such a number comes: from
     then on, for the rest of the run, as objects (nothing is lost in the move).
 
     >>> store = StateStore.of_rows(pd.DataFrame(
@@ -54,7 +57,7 @@ class OperatorState:
 
     @property
     def in_columns(self) -> bool:
-        """Whether the values are held in arrays (see :mod:`state.columns`)."""
+        """Whether the values are held in arrays (see :mod:`state.run.columns`)."""
         return isinstance(self._held, ColumnValues)
 
     def _objects(self) -> ObjectValues:
@@ -208,7 +211,7 @@ class StateStore:
                  within: tuple[int, int], state_types: StateTypes | None = None) -> StateStore:
         """A store for an executor task whose keys are all of key groups ``within`` (``first,
         end``): it reads their state from the files of the ``_state`` table at ``path`` that
-        hold those groups, as of checkpoint ``as_of`` (see :mod:`state.lookup`), without a
+        hold those groups, as of checkpoint ``as_of`` (see :mod:`state.read.lookup`), without a
         Spark session. ``state_types``: the run's typed states."""
         store = cls(None, None, as_of, key_groups, state_types)
         store._files = (path, within)
@@ -230,7 +233,7 @@ class StateStore:
                  columns: bool = False, state_type: StateType | None = None) -> OperatorState:
         """The state of operator ``name`` (created on first use; ``columns``: held in arrays
         when its values allow, for an operator that gets and sets whole Series; ``state_type``:
-        stored in typed columns, see :class:`~state.encodings.TypedEncoding`; by default the
+        stored in typed columns, see :class:`~state.run.encodings.TypedEncoding`; by default the
         type the run's :attr:`state_types` give ``name``, if any)."""
         if name not in self._operators:
             state_type = state_type or self.state_types.of(name)
@@ -352,7 +355,7 @@ class StateStore:
         found = lookup.stored_values(self._layout.state, operator, self._as_of, keys, self._key_groups)
         if found is not None:
             return found
-        latest = _latest_values(self._spark, self._layout, operator, self._as_of,
+        latest = latest_values(self._spark, self._layout, operator, self._as_of,
                                 None if keys is None else keys.to_pylist())
         return Found.placed(keys, _stored(latest["key"].tolist(), latest["value"].tolist()))
 
@@ -375,40 +378,4 @@ def _scalar(value: Any) -> bool:
     return value is None or type(value) in (int, float, str, bool)
 
 
-def _latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as_of: int,
-                   keys: list[str] | None = None) -> pd.DataFrame:
-    """Latest ``key, value`` per key of ``operator`` up to checkpoint ``as_of`` (tombstones dropped)."""
-    rows = (tables.read(spark, layout.state)
-            .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= as_of)))
-    if keys is not None:
-        rows = tables.only_keys(spark, rows, pd.DataFrame({"key": keys}))
-    return latest_per_key(rows).where(~F.col("deleted")).select("key", "value").toPandas()
 
-
-def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[str],
-                  as_of: int | None, keys: DataFrame | None = None) -> DataFrame:
-    """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of`` (only
-    those of ``keys``, a frame of encoded ``key``s, when given), as a lazy Spark DataFrame:
-    executors read it, the driver never does. Empty before the first checkpoint."""
-    if as_of is None or not tables.exists(spark, layout.state):
-        return spark.createDataFrame([], "operator string, key string, value string")
-    rows = (tables.read(spark, layout.state)
-            .where(F.col("operator").isin(operators) & (F.col("checkpoint_id") <= as_of)))
-    if keys is not None:  # before the latest-per-key aggregation, which then sees only these
-        rows = rows.join(keys, "key", "left_semi")
-    return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
-
-
-def latest_per_key(rows: DataFrame) -> DataFrame:
-    """The newest changelog row of each (operator, key): what the state is after ``rows``.
-
-    A typed state's rows leave ``key`` and ``value`` null and hold their key and value in
-    typed columns (``k__…``, ``v__…``): a key is ``key`` and every typed key column together
-    (Spark groups nulls as equal, so an untyped row is told apart by ``key`` alone, a typed
-    one by its own columns), and its value is ``value`` and every typed value column."""
-    keys = ["key", *key_columns(rows.columns)]
-    values = ["value", *value_columns(rows.columns), "key_group"]
-    newest = F.max_by(F.struct(*values, "deleted", "checkpoint_id"), "checkpoint_id").alias("last")
-    return (rows.groupBy("operator", *keys).agg(newest)
-            .select("operator", *keys, *(f"last.{column}" for column in values),
-                    "last.deleted", "last.checkpoint_id"))

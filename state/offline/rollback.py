@@ -21,13 +21,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .checkpoint import CHECKPOINT_OPERATOR, Checkpoint, CheckpointLog
-from .errors import StateError
-from .layout import PipelineLayout
-from .plans import BatchPlans
-from .queries import changelog_as_of
-from .store import latest_per_key
-from .types import key_columns, value_columns
+from ..commit.log import CheckpointLog
+from ..commit.plans import BatchPlans
+from ..commit.record import Checkpoint
+from ..contract.schema import CHECKPOINT_OPERATOR
+from ..contract.types import key_columns, value_columns
+from ..errors import StateError
+from ..layout import PipelineLayout
+from ..read.latest import latest_per_key
+from ..read.queries import changelog_as_of
 
 
 def _live_state(changelog: DataFrame, upto: int, typed: StructType) -> DataFrame:
@@ -46,7 +48,7 @@ def revert_rows(spark: SparkSession, layout: PipelineLayout, checkpoint_id: int)
     """Changelog rows (without ``checkpoint_id``) that turn the latest state into the state at
     ``checkpoint_id``: the old value where it differs, a tombstone where the key did not exist.
     A key is ``key`` with the typed key columns, a value ``value`` with the typed value
-    columns (see :func:`~state.store.latest_per_key`); both compared with nulls equal."""
+    columns (see :func:`~state.read.latest.latest_per_key`); both compared with nulls equal."""
     then_log, _ = changelog_as_of(spark, layout, checkpoint_id)
     now_log, latest = changelog_as_of(spark, layout, None)
     typed = StructType([field for field in now_log.schema

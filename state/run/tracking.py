@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .codecs import PickleCodec, encode_value
-from .layout import check_name
+from ..contract.codecs import PickleCodec, encode_value
+from ..layout import check_name
 
 _CODEC = PickleCodec()  # tuples, int dict keys and objects must come back exactly as they were
 

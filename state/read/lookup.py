@@ -12,7 +12,7 @@ Which files are read: those of the operator's partition whose ``checkpoint_id`` 
 start at or before ``as_of``, and, for a small set of keys, whose ``key_group`` range holds one
 of the keys' groups. A checkpoint appends one file per operator holding every group it changed
 (in distributed mode one per operator and task, each of the task's range of groups), its rows
-in group order, in row groups of a bounded size (:data:`state.checkpoint.STATE_FILES`): within a
+in group order, in row groups of a bounded size (:data:`state.contract.schema.STATE_FILES`): within a
 file, the row groups of other groups are skipped by their statistics, so a fresh table needs no
 compaction (``compact``: files of contiguous group ranges) for a read of a few groups to skip
 most of it. Rows written before key groups existed have none; they are always read.
@@ -39,10 +39,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import delta_io, tables
-from .codecs import encoded_integers
-from .held import Found, key_positions
-from .keygroups import key_groups, typed_key_groups
+from .. import delta_io
+from ..contract.codecs import encoded_integers
+from ..contract.keygroups import key_groups, typed_key_groups
+from ..lake import tables
+from .found import Found, key_positions
 
 #: Up to this many keys, a read skips files by the keys' groups: hashing a key costs about
 #: 0.4 µs, and a batch with more keys than a few times the groups touches nearly all of them.
@@ -192,7 +193,7 @@ def _key_numbers(keys: pa.ChunkedArray) -> np.ndarray:
 def _newest_of_asked(rows: pa.Table, keep: np.ndarray, key_column: str, asked: pa.Array,
                      names: list[str]) -> Found:
     """Columns ``names`` of the newest of the rows ``keep`` marks for each of the ``asked``
-    keys (distinct, of the key column's type), as :class:`~state.held.Found`: in the asked
+    keys (distinct, of the key column's type), as :class:`~state.read.found.Found`: in the asked
     keys' order, placed as they are picked, each row's key matched once (one hash index of the
     asked keys, probed by every row), the newest found by a scatter of the rows' checkpoint ids
     per asked key, no sort and no second hash."""
@@ -254,7 +255,7 @@ def _groups_to_read(keys: pa.Array | None, within: tuple[int, int] | None,
 def _of_groups(groups: np.ndarray | None, of: int) -> pc.Expression | None:
     """The rows a read of key ``groups`` (of ``of`` groups) needs: theirs, and those of no group
     (written before key groups existed). A ``_state`` file's rows are in group order
-    (:data:`state.checkpoint.STATE_FILES`), so the row groups of other groups are skipped by
+    (:data:`state.contract.schema.STATE_FILES`), so the row groups of other groups are skipped by
     their statistics, unread. ``None`` (no filter) for every group, or more than
     :data:`GROUP_FILTER_SHARE` of them: then few row groups would be skipped, and the filter
     would still be evaluated on every row read."""

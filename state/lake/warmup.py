@@ -36,7 +36,7 @@ class TransactionWarmer:
 
     def __init__(self, spark: SparkSession):
         self._spark = spark  # its JVM is asked for at the first warm-up once it runs (lazy: see
-        # state.sessions); a run that never starts Spark has nothing of Spark's to warm
+        # state.lake.sessions); a run that never starts Spark has nothing of Spark's to warm
         self._lock = threading.Lock()  # warm-ups finish in their own threads, maybe after close()
         self._appended: dict[str, None] = {}  # ordered: the order the next batch appends in
         self._warmed: list[Any] = []  # JVM snapshots whose state this warmer built

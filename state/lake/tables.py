@@ -15,8 +15,9 @@ from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from . import delta_io, direct
-from .errors import CheckpointConflict, ConfigError
+from .. import delta_io
+from ..errors import CheckpointConflict, ConfigError
+from . import direct
 from .warmup import note_append
 
 
@@ -142,7 +143,7 @@ def append_rows(spark: SparkSession, rows: pd.DataFrame, path: str, *, staging: 
     ``merge_schema``); returns what a commit written by this process did, or ``None`` when the
     append went through Spark.
 
-    An append that only adds files is committed here, without Spark (:mod:`state.direct`):
+    An append that only adds files is committed here, without Spark (:mod:`state.lake.direct`):
     a few hundredths of a second instead of a few tenths. Else,
     rows of plain columns (numbers, booleans, strings, UTC timestamps) bound for a local table
     travel through a Parquet file written by pyarrow under ``staging``: Spark's own
@@ -216,7 +217,7 @@ def append(frame: DataFrame, path: str, *, txn: tuple[str, int] | None = None,
     With ``txn=(app_id, version)`` the write is idempotent: Delta skips it when the table has
     already seen ``version`` (or a later one) for ``app_id``. That is how a replayed batch writes
     nothing new. ``again_soon``: the next batch is likely to append again, so a run's warm-up
-    may prepare the table's next idempotent append (see :mod:`state.warmup`). ``properties``:
+    may prepare the table's next idempotent append (see :mod:`state.lake.warmup`). ``properties``:
     table properties, for when this append creates the table (Delta ignores them otherwise).
     ``merge_schema``: columns ``frame`` has and the table lacks are added to the table.
     """
