@@ -40,7 +40,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import StateStore, decode_key
+from state import StateStore, decode_key, entry_column
 from state.faults import InjectedCrash, crash_at
 from state.lake import tables
 
@@ -49,7 +49,9 @@ from .clock import SYSTEM_CLOCK, Clock
 from .context import BatchScope
 from .errors import PipelineDefinitionError
 from .operating.inspection import read_state
+from .operators.processor_handle import TIMERS, Expiring
 from .operators.spark_processor import TransformWithState
+from .operators.spark_processor import entry_column as variable_column
 from .operators.timing import timers_of
 from .pipeline import Pipeline
 from .runtime import DEAD_LETTER_SCHEMA, RunReport
@@ -237,7 +239,8 @@ class ProcessorTester:
             type(processor).__name__, tuple(keys), processor, output_schema, "append", time_mode,
             form, initial_state, marked)
         self._clock = clock or ManualClock()
-        self._stored: dict[tuple[str, str], str] = {}  # (state, encoded key) -> encoded value
+        #: (state, encoded key, entry or None) -> encoded value: what the last batch left stored
+        self._stored: dict[tuple[str, str, str | None], str] = {}
         self._batches = 0
 
     def test(self, rows: pd.DataFrame | Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
@@ -251,12 +254,18 @@ class ProcessorTester:
                            batch_time=int(self._clock.now() * 1000))
         output = self._operator.apply(scope, frame)
         store.encode_changes()
-        for name, key, value, deleted in store.changes().rows[
-                ["operator", "key", "value", "deleted"]].itertuples(index=False):
-            if deleted:
-                self._stored.pop((name, key), None)
-            else:
-                self._stored[name, key] = value
+        changes = store.changes()
+        changed = [changes.rows[["operator", "key", "value", "deleted"]].assign(entry=None), *(
+            rows.rename_columns(["entry" if name == entry_column(rows) else name
+                                 for name in rows.column_names]).to_pandas()
+            for rows in changes.entries)]
+        for part in changed:
+            for name, key, value, deleted, entry in part[
+                    ["operator", "key", "value", "deleted", "entry"]].itertuples(index=False):
+                if deleted:
+                    self._stored.pop((name, key, entry), None)
+                else:
+                    self._stored[name, key, entry] = value
         return output
 
     @property
@@ -267,14 +276,34 @@ class ProcessorTester:
         return None if clock is None else timers_of(clock, self._store()).watermark
 
     def state(self) -> dict[Any, dict[str, Any]]:
-        """Each key's variables as the last batch left them (read back from storage), keys in
+        """Each key's variables as the last batch left them (read back from storage): a value
+        variable's tuple, a list's tuples, a map's dict of user key to value tuples; keys in
         no particular order."""
-        name = self._operator.name
-        keys = [decode_key(key) for state, key in self._stored if state == name]
-        records = self._store().operator(name, None, self._operator.codec)
-        return dict(zip(keys, records.get_values(keys)))
+        operator, store = self._operator, self._store()
+        keys = list(dict.fromkeys(decode_key(key) for _, key, _ in self._stored))
+        records = store.operator(operator.name, None, operator.codec).get_values(keys)
+        held: dict[Any, dict[str, Any]] = {key: {name: _live(value) for name, value in
+                                                  (record or {}).items() if name != TIMERS}
+                                            for key, record in zip(keys, records)}
+        for variable, kind in operator.entry_variables:
+            entries = store.entries(operator.variable_state(variable),
+                                    variable_column(operator.name, variable))
+            for key in keys:
+                stored = entries.entries(key)
+                if stored and kind == "list":  # positions: numbers, in order
+                    held[key][variable] = [_live(stored[entry]) for entry in sorted(stored, key=int)]
+                elif stored:
+                    held[key][variable] = {user_key: _live(value) for user_key, value in
+                                           sorted(stored.values(), key=lambda pair: repr(pair[0]))}
+        return {key: variables for key, variables in held.items() if variables}
 
     def _store(self) -> StateStore:
+        stored = list(self._stored)
         return StateStore.of_rows(pd.DataFrame({
-            "operator": [name for name, _ in self._stored], "key": [key for _, key in self._stored],
-            "value": list(self._stored.values())}))
+            "operator": [name for name, _, _ in stored], "key": [key for _, key, _ in stored],
+            "entry": [entry for _, _, entry in stored], "value": list(self._stored.values())}))
+
+
+def _live(stored: Any) -> Any:
+    """A stored value as the processor reads it (a TTL's stamp set aside)."""
+    return stored.value if isinstance(stored, Expiring) else stored

@@ -49,10 +49,15 @@ def read_state(spark: SparkSession, pipeline: Pipeline, operator: str, as_of: in
                warehouse: str | None = None) -> pd.DataFrame:
     """``key, value, checkpoint_id`` of ``operator``'s state as of checkpoint ``as_of``
     (default: the latest), decoded with the operator's codec:
-    ``sp.read_state(spark, pipeline, "running_sum", as_of=3)``.
+    ``sp.read_state(spark, pipeline, "running_sum", as_of=3)``. A state of many rows per key
+    (a StatefulProcessor's list or map variable, ``"<operator>.<variable>"``) gives a row
+    per list element or map entry: ``key, entry, value, checkpoint_id`` (a list element's
+    ``entry`` is its position, in list order; a map entry's value is ``(user key, value)``).
     """
+    entries = {name: column for op in pipeline.stream.operators
+               for name, column in op.declares().entries}
     return state.read_state(spark, pipeline.layout(warehouse), operator, as_of,
-                            codec=_codec(pipeline, operator))
+                            codec=_codec(pipeline, operator), entry_column=entries.get(operator))
 
 
 def changed_keys(spark: SparkSession, pipeline: Pipeline, operator: str, after: int,

@@ -57,7 +57,9 @@ class StateDeclaration:
     keyed operator's state that belong to no key of the data but to the operator as a whole
     (a window's stream time); distributed mode runs such an operator by key only when it knows
     how to keep them (event-time operators), else as one task. ``clock``: the operator's
-    timers and TTL, whose deadlines are kept under more of its ``names``.
+    timers and TTL, whose deadlines are kept under more of its ``names``. ``entries``: those of
+    its ``names`` that hold many rows per key (a list's elements, a map's entries:
+    ``scope.store.entries(name, column)``), each with its entry column.
 
     >>> StateDeclaration.keyed(("user",), "clicks").kind.value
     'keyed'
@@ -68,6 +70,7 @@ class StateDeclaration:
     names: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
     clock: TimerDeclaration | None = None
+    entries: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def stateless(cls) -> StateDeclaration:

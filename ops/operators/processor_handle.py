@@ -1,15 +1,20 @@
 """What a Spark ``StatefulProcessor`` is handed here: a :class:`ProcessorHandle` (pyspark's
 ``StatefulProcessorHandle``) whose ``ValueState``, ``ListState`` and ``MapState`` are
-pyspark's own classes, answered from the key's record in the operator's managed state.
+pyspark's own classes, answered from the operator's managed state.
 
 A processor declares its variables once per batch, in ``init``; the operator then turns the
 handle to each key in turn (:meth:`ProcessorHandle.turn_to`), so a variable always reads and
-writes the key whose rows are being handled, as Spark's do. A key's record maps each variable's
-name to its value: a tuple for a value, a list of tuples for a list, a dict of tuples for a map.
+writes the key whose rows are being handled, as Spark's do. A value variable is kept in the
+key's record (a dict of each value variable's tuple, and the key's timers). A list's elements
+and a map's entries are each an entry of the variable's own state of many rows per key
+(``store.entries``): a list element's entry is its position (growing: an append adds
+positions, a ``put`` that drops the head and adds at the tail, as a "last N" does, removes the
+dropped ones and adds the new), a map entry's is its user key's JSON text, holding the user key
+and the value; so a checkpoint writes the entries that changed, not the list or map.
 A variable declared with ``ttlDurationMs`` (processing-time mode, as in Spark) stores each value,
 list element and map entry as an :class:`Expiring` stamped with the batch's time plus the TTL at
-its write: from the first batch at or after that time it reads as absent, and it leaves the
-record when the key is next written or its earliest expiry wakes it (:meth:`ProcessorHandle.
+its write: from the first batch at or after that time it reads as absent, and it is removed
+when the key is next written or its earliest expiry wakes it (:meth:`ProcessorHandle.
 drop_expired`).
 
 >>> handle = ProcessorHandle("counts")
@@ -21,7 +26,7 @@ drop_expired`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +37,8 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState,
 )
 from pyspark.sql.types import StructType
+
+from state import EntryState, codec_named, encode_key
 
 from ..errors import OperatorError
 from .aggregates import to_python
@@ -55,9 +62,14 @@ class ProcessorHandle(StatefulProcessorHandle):
     """pyspark's handle, over the record of the key being handled. Variables are declared in
     ``init`` only (as Spark requires); a second declaration of a name must be of the same kind."""
 
-    def __init__(self, operator: str, time_mode: str = "none", now: int | None = None) -> None:
+    def __init__(self, operator: str, time_mode: str = "none", now: int | None = None,
+                 entries: Callable[[str], EntryState] | None = None) -> None:
         # no API client: nothing goes over a socket
         self.operator = operator
+        #: a list or map variable's entries, by its name (``None``: declaring only)
+        self._entries = entries
+        self.key: Any = None  # the key being handled
+        self.entries_changed = False
         self._time_mode = time_mode
         self.now = now  # the batch's processing time, which TTLs count from
         self.has_ttl = False  # a variable was declared with one
@@ -67,12 +79,56 @@ class ProcessorHandle(StatefulProcessorHandle):
         self._declaring = True
         self.deleted: list[str] = []  # deleteIfExists in init: dropped from every key's record
 
-    def turn_to(self, record: Record) -> None:
-        """From now on the variables read and write ``record`` (a key's, or ``{}`` for a key
-        holding nothing); declaring is over."""
+    def turn_to(self, record: Record, key: Any = None) -> None:
+        """From now on the variables read and write the state of ``key``: its value variables
+        in ``record`` (``{}`` for a key holding nothing); declaring is over."""
         self._declaring = False
         # a copy: the store's own value changes only when the operator sets the new record
         self.record, self.changed = dict(record), False
+        self.key, self.entries_changed = key, False
+        for name in self.entry_variables:
+            if name in self.record:  # a checkpoint from before entries: its list or map moves
+                self._adopt(name, self.record.pop(name))
+                self.changed = True
+
+    def _adopt(self, name: str, held: list[Any] | dict[tuple, Any]) -> None:
+        """A list or map the key's record held (as releases before entries stored them) made
+        the variable's entries."""
+        if isinstance(held, dict):
+            for user_key, stored in held.items():
+                self.put_entry(name, _entry_of(user_key), (user_key, stored))
+        else:
+            for position, stored in enumerate(held):
+                self.put_entry(name, str(position), stored)
+
+    @property
+    def entry_variables(self) -> list[str]:
+        """The declared list and map variables (kept as entries)."""
+        return [name for name, kind in self._kinds.items() if kind in ENTRY_KINDS]
+
+    def stored_entries(self, name: str) -> Mapping[str, Any]:
+        """The current key's entries of list or map variable ``name`` (as stored)."""
+        return self._entry_state(name).entries(self.key)
+
+    def put_entry(self, name: str, entry: str, stored: Any) -> None:
+        self._entry_state(name).put(self.key, entry, stored)
+        self.entries_changed = True
+
+    def remove_entry(self, name: str, entry: str) -> None:
+        self._entry_state(name).remove(self.key, entry)
+        self.entries_changed = True
+
+    def kind_of(self, name: str) -> str:
+        """What variable ``name`` was declared as: ``"value"``, ``"list"`` or ``"map"``."""
+        return self._kinds[name]
+
+    def _element(self, name: str, stored: Any) -> Any:
+        """A list element, or a map entry's value (an entry holds its user key too), as stored."""
+        return stored[1] if self._kinds[name] == "map" else stored
+
+    def _entry_state(self, name: str) -> EntryState:
+        assert self._entries is not None, "a variable is used while the processor is declaring"
+        return self._entries(name)
 
     def getValueState(self, stateName: str, schema: StructType | str,
                       ttlDurationMs: int | None = None) -> ValueState:
@@ -154,40 +210,27 @@ class ProcessorHandle(StatefulProcessorHandle):
         """Whether ``stored`` is a value whose TTL passed: Spark's rule, expiry <= batch time."""
         return isinstance(stored, Expiring) and stored.expires_ms <= self._now()
 
-    def unexpired(self, stored: list[Any] | dict[Any, Any]) -> Any:
-        """A list's elements, or a map's entries, whose TTL has not passed (as stored)."""
-        if isinstance(stored, dict):
-            return {key: value for key, value in stored.items() if not self.expired(value)}
-        return [element for element in stored if not self.expired(element)]
-
     def _now(self) -> int:
         assert self.now is not None, "a TTL'd variable is read or written without a batch time"
         return self.now
 
     def drop_expired(self) -> None:
-        """Remove from the current key's record every value, list element and map entry whose
-        TTL passed (a variable left empty goes too)."""
+        """Remove the current key's values, list elements and map entries whose TTL passed."""
         for name, stored in list(self.record.items()):
-            if name == TIMERS:
-                continue
-            if isinstance(stored, (list, dict)):
-                kept: Any = self.unexpired(stored)
-            elif self.expired(stored):
-                kept = None
-            else:
-                continue
-            if not kept:
+            if name != TIMERS and self.expired(stored):
                 self.write(name, None)
-            elif len(kept) != len(stored):
-                self.write(name, kept)
+        for name in self.entry_variables:
+            for entry, stored in list(self.stored_entries(name).items()):
+                if self.expired(self._element(name, stored)):
+                    self.remove_entry(name, entry)
 
     def earliest_expiry(self) -> int | None:
         """When the current key's first TTL'd value expires (``None``: it holds none)."""
-        stamps = [element.expires_ms for name, stored in self.record.items() if name != TIMERS
-                  for element in (stored.values() if isinstance(stored, dict) else
-                                  stored if isinstance(stored, list) else [stored])
-                  if isinstance(element, Expiring)]
-        return min(stamps, default=None)
+        held = [stored for name, stored in self.record.items() if name != TIMERS]
+        held += [self._element(name, stored) for name in self.entry_variables
+                 for stored in self.stored_entries(name).values()]
+        return min((stored.expires_ms for stored in held if isinstance(stored, Expiring)),
+                   default=None)
 
     def _refused(self, call: str, why: str) -> OperatorError:
         return OperatorError(f"transform_with_state {self.operator!r}: {call}: {why}")
@@ -233,8 +276,8 @@ class HeldValueState(ValueState):
 
 
 class HeldListState(ListState):
-    """pyspark's ``ListState``: a key's list of tuples (absent when empty); with a TTL, each
-    element expires on its own, as in Spark."""
+    """pyspark's ``ListState``: a key's elements in position order, each an entry of the
+    variable (absent when empty); with a TTL, each element expires on its own, as in Spark."""
 
     def __init__(self, handle: ProcessorHandle, name: str, ttl_ms: int | None,
                  schema: StructType | str) -> None:
@@ -245,26 +288,38 @@ class HeldListState(ListState):
         return bool(self._held())
 
     def get(self) -> Iterator[tuple]:
-        return iter([self._handle.live(element) for element in self._held()])
+        return iter([self._handle.live(stored) for _, stored in self._held()])
 
     def put(self, newState: list[tuple]) -> None:
-        self._handle.write(self._name, self._checked(newState) or None)
+        new, old = self._checked(newState), self._held()
+        # without a TTL, elements kept at the list's tail stay where they are (every element
+        # put with a TTL is stamped anew, so all are written)
+        dropped = _dropped_head(old, new) if self._ttl is None else len(old)
+        for position, _ in old[:dropped]:
+            self._handle.remove_entry(self._name, str(position))
+        self._add(new[len(old) - dropped:])
 
     def appendValue(self, newState: tuple) -> None:
         self.appendList([newState])
 
     def appendList(self, newState: list[tuple]) -> None:
-        self._handle.write(self._name, self._held() + self._checked(newState) or None)
+        self._add(self._checked(newState))
 
     def clear(self) -> None:
-        self._handle.write(self._name, None)
+        for entry in list(self._handle.stored_entries(self._name)):
+            self._handle.remove_entry(self._name, entry)
 
-    def _held(self) -> list[Any]:
-        """The stored elements not expired (as stored)."""
-        held = self._handle.record.get(self._name, [])
-        if self._ttl is None and not self._handle.has_ttl:
-            return list(held)
-        return self._handle.unexpired(held)
+    def _add(self, values: list[Any]) -> None:
+        """``values`` (as stored) after the list's last position (expired elements' too)."""
+        last = max(map(int, self._handle.stored_entries(self._name)), default=-1)
+        for position, stored in enumerate(values, last + 1):
+            self._handle.put_entry(self._name, str(position), stored)
+
+    def _held(self) -> list[tuple[int, Any]]:
+        """The positions and stored elements not expired, in position order."""
+        held = sorted((int(entry), stored)
+                      for entry, stored in self._handle.stored_entries(self._name).items())
+        return [(position, stored) for position, stored in held if not self._handle.expired(stored)]
 
     def _checked(self, values: list[tuple]) -> list[Any]:
         return [self._handle.stamped(self._handle.value_of(self._name, self._schema, value),
@@ -272,52 +327,92 @@ class HeldListState(ListState):
 
 
 class HeldMapState(MapState):
-    """pyspark's ``MapState``: a key's dict of user key tuples to value tuples; with a TTL,
-    each entry expires on its own, as in Spark."""
+    """pyspark's ``MapState``: a key's user key tuples to value tuples, an entry of the
+    variable each (keyed by the user key's JSON text, holding the user key and the value),
+    iterated in user key order; with a TTL, each entry expires on its own, as in Spark."""
 
     def __init__(self, handle: ProcessorHandle, name: str, ttl_ms: int | None,
                  key_schema: StructType | str, value_schema: StructType | str) -> None:
         self._handle, self._name, self._ttl = handle, name, ttl_ms
         self._key_schema, self._value_schema = field_names(key_schema), field_names(value_schema)
 
-    def _entries(self) -> dict[tuple, Any]:
-        """The stored entries not expired (values as stored)."""
-        held = self._handle.record.get(self._name, {})
-        if self._ttl is None and not self._handle.has_ttl:
-            return held
-        return self._handle.unexpired(held)
+    def _entries(self) -> list[tuple[tuple, Any]]:
+        """The user keys and stored values not expired, in user key order."""
+        held = [pair for pair in self._handle.stored_entries(self._name).values()
+                if not self._handle.expired(pair[1])]
+        try:
+            return sorted(held, key=lambda pair: pair[0])
+        except TypeError:  # user keys of types that do not compare: by their text
+            return sorted(held, key=lambda pair: _entry_of(pair[0]))
+
+    def _stored(self, key: tuple) -> Any:
+        pair = self._handle.stored_entries(self._name).get(_entry_of(self._key(key)))
+        return None if pair is None or self._handle.expired(pair[1]) else pair[1]
 
     def exists(self) -> bool:
         return bool(self._entries())
 
     def getValue(self, key: tuple) -> tuple | None:
-        return self._handle.live(self._entries().get(self._key(key)))
+        return self._handle.live(self._stored(key))
 
     def containsKey(self, key: tuple) -> bool:
-        return self._key(key) in self._entries()
+        return self._stored(key) is not None
 
     def updateValue(self, key: tuple, value: tuple) -> None:
-        entries = dict(self._entries())
+        user_key = self._key(key)
         checked = self._handle.value_of(self._name, self._value_schema, value)
-        entries[self._key(key)] = self._handle.stamped(checked, self._ttl)
-        self._handle.write(self._name, entries)
+        self._handle.put_entry(self._name, _entry_of(user_key),
+                               (user_key, self._handle.stamped(checked, self._ttl)))
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
-        return iter([(key, self._handle.live(value)) for key, value in self._entries().items()])
+        return iter([(key, self._handle.live(value)) for key, value in self._entries()])
 
     def keys(self) -> Iterator[tuple]:
-        return iter(list(self._entries()))
+        return iter([key for key, _ in self._entries()])
 
     def values(self) -> Iterator[tuple]:
-        return iter([self._handle.live(value) for value in self._entries().values()])
+        return iter([self._handle.live(value) for _, value in self._entries()])
 
     def removeKey(self, key: tuple) -> None:
-        entries = dict(self._entries())
-        if entries.pop(self._key(key), None) is not None:
-            self._handle.write(self._name, entries or None)
+        self._handle.remove_entry(self._name, _entry_of(self._key(key)))
 
     def clear(self) -> None:
-        self._handle.write(self._name, None)
+        for entry in list(self._handle.stored_entries(self._name)):
+            self._handle.remove_entry(self._name, entry)
 
     def _key(self, key: tuple) -> tuple:
         return self._handle.value_of(self._name, self._key_schema, key)
+
+
+#: the kinds of variable kept as entries (a row per list element or map entry)
+ENTRY_KINDS = ("list", "map")
+
+_PICKLED = codec_named("pickle")
+
+
+
+
+def _entry_of(user_key: tuple) -> str:
+    """A map entry's identity: its user key's JSON text, or (for values JSON does not hold,
+    such as timestamps) ``~`` and its pickle."""
+    try:
+        return encode_key(user_key)
+    except (TypeError, ValueError):
+        return "~" + _PICKLED.encode(user_key)
+
+
+def _dropped_head(old: list[tuple[int, Any]], new: list[Any]) -> int:
+    """How many of the ``old`` elements (positions and values) ``new`` drops from the head
+    while keeping the rest as its own head: ``len(old)`` when it keeps none.
+
+    >>> _dropped_head([(0, ("a",)), (1, ("b",)), (2, ("c",))], [("b",), ("c",), ("d",)])
+    1
+    >>> _dropped_head([(0, ("a",))], [("b",)]), _dropped_head([], [("b",)])
+    (1, 0)
+    """
+    values = [stored for _, stored in old]
+    for dropped in range(len(values)):
+        kept = values[dropped:]
+        if kept[0] == (new[0] if new else None) and new[:len(kept)] == kept:
+            return dropped
+    return len(values)

@@ -14,19 +14,22 @@ An initial state (a frame or records with the grouping columns) is handed to
 ``handleInitialState`` per key in the pipeline's first batch, before its input, as Spark does
 in a query's first batch; on the driver only in this release.
 
-What this release stores: one record per key holding every variable (pickled, since a state
-schema may hold any Spark type), rewritten when one of them changes. Timers are kept in the key's
-record too (any number per key) and its earliest in the run's timer queue (``<op>__timers``, as
-a map's), which the runtime reads to run a batch with no input when one falls due; after the
-batch's rows, each timer before the batch's time calls ``handleExpiredTimer``. The batch's time
-is its processing time, or in ``event_time`` mode the watermark it starts with: the largest
-event time (of the column a ``with_watermark`` upstream names) of the batches before, less the
-delay; rows at or below it are dropped as late before any call, as Spark drops them. A
-variable's TTL (processing time) stamps each value with its expiry (:mod:`.processor_handle`);
-a key's earliest expiry is in the timer queue too, so a key nobody writes again is cleaned
-when it passes. ``deleteIfExists`` in ``init`` drops the variable from every key's record
-(which reads the operator's whole state: on the driver only). Not yet here: variables stored
-typed, one row per list element and map entry (docs/plans/stateful-processor.md).
+What is stored: per key, a record of its value variables (pickled, since a state schema may
+hold any Spark type), rewritten when one of them changes; and each list or map variable as a
+state of its own, ``<operator>.<variable>``, of a row per list element or map entry
+(:mod:`.processor_handle`), so an append or an entry's update writes that element or entry
+alone, in the same checkpoint commit. Timers are kept in the key's record too (any number per
+key) and its earliest in the run's timer queue (``<op>__timers``, as a map's), which the
+runtime reads to run a batch with no input when one falls due; after the batch's rows, each
+timer before the batch's time calls ``handleExpiredTimer``. The batch's time is its processing
+time, or in ``event_time`` mode the watermark it starts with: the largest event time (of the
+column a ``with_watermark`` upstream names) of the batches before, less the delay; rows at or
+below it are dropped as late before any call, as Spark drops them. A variable's TTL (processing
+time) stamps each value with its expiry (:mod:`.processor_handle`); a key's earliest expiry is
+in the timer queue too, so a key nobody writes again is cleaned when it passes.
+``deleteIfExists`` in ``init`` drops the variable from every key (which reads the operator's
+whole state: on the driver only). Not yet here: values stored in typed columns from the
+variables' schemas (docs/plans/stateful-processor.md).
 
 As Spark's driver does when it plans the query, :meth:`TransformWithState.of` calls the
 processor's ``init`` once on a copy, with a handle that only records what it declares: a TTL
@@ -37,7 +40,9 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterator
+import re
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +51,8 @@ import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+from state import EntryState
 
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
@@ -84,6 +91,9 @@ class TransformWithState(Operator):
     event_time: str | None = None
     #: the variables ``init`` deletes from every key (``deleteIfExists``)
     deletes: tuple[str, ...] = ()
+    #: the list and map variables ``init`` declares (name, ``"list"`` or ``"map"``), each
+    #: stored as entries of its own state
+    entry_variables: tuple[tuple[str, str], ...] = ()
 
     @property
     def driver_only(self) -> str | None:
@@ -135,13 +145,26 @@ class TransformWithState(Operator):
         return cls(name=name, keys=keys, processor=processor, fields=fields, form=form,
                    time_mode=mode, initial=_initial_rows(where, initial_state, keys),
                    watermark=watermark if mode == "event_time" else None, event_time=event_time,
-                   deletes=tuple(declared.deleted))
+                   deletes=tuple(declared.deleted), entry_variables=tuple(
+                       (name, declared.kind_of(name)) for name in declared.entry_variables))
 
     def declares(self) -> StateDeclaration:
-        declared = StateDeclaration.keyed(self.keys, self.name)
+        entries = tuple((self.variable_state(name), entry_column(self.name, name))
+                        for name, _ in self.entry_variables)
+        declared = replace(StateDeclaration.keyed(self.keys, self.name), entries=entries)
+        declared = replace(declared, names=declared.names + tuple(name for name, _ in entries))
         if self.clock is None:
             return declared
         return replace(declared, names=declared.names + self.clock.names, clock=self.clock)
+
+    def variable_state(self, variable: str) -> str:
+        """The state name a list or map variable's entries are kept under."""
+        return f"{self.name}.{variable}"
+
+    def _entries_of(self, scope: BatchScope) -> Callable[[str], EntryState]:
+        """A list or map variable's entries in this batch's store, by the variable's name."""
+        return lambda variable: scope.store.entries(self.variable_state(variable),
+                                                    entry_column(self.name, variable))
 
     def state_shape(self) -> dict[str, Any]:
         """The processor's class: a checkpoint of another processor's variables is refused.
@@ -158,7 +181,8 @@ class TransformWithState(Operator):
         event = clock if clock is not None and clock.event_time is not None else None
         now = batch_now(clock, scope) if clock is not None else None  # what timers fire before
         processor = copy.deepcopy(self.processor)  # a task's own copy, as Spark ships it
-        handle = ProcessorHandle(self.name, self.time_mode, now=scope.batch_time)
+        handle = ProcessorHandle(self.name, self.time_mode, now=scope.batch_time,
+                                 entries=self._entries_of(scope))
         processor.init(handle)
         if handle.deleted:
             self._delete_everywhere(scope, handle.deleted)
@@ -179,7 +203,13 @@ class TransformWithState(Operator):
         return out
 
     def _delete_everywhere(self, scope: BatchScope, names: list[str]) -> None:
-        """Drop variables ``names`` from every key's record (a key left with nothing goes)."""
+        """Drop variables ``names`` from every key (a key left with nothing goes)."""
+        entries = self._entries_of(scope)
+        for name in names:  # a list's or map's entries (none for a value variable)
+            variable = entries(name)
+            for key in variable.load_all():
+                for entry in list(variable.entries(key)):
+                    variable.remove(key, entry)
         state = scope.store.operator(self.name, None, self.codec)
         keys = state.held_keys()
         holding = [(key, record) for key, record in zip(keys, state.get_values(keys))
@@ -205,9 +235,11 @@ class TransformWithState(Operator):
         grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first
         stored_keys = [self.state_key(values) for values in grouping]
         records = state.get_values(stored_keys)
+        for variable in handle.entry_variables:  # the batch's keys' entries, in one read each
+            self._entries_of(scope)(variable).load(stored_keys)
         outputs: list[pd.DataFrame] = []
         for values, key, record in zip(grouping, stored_keys, records):
-            handle.turn_to(record or {})
+            handle.turn_to(record or {}, key)
             where = f"transform_with_state {self.name!r}, key {values!r}"
             handler = "handleInitialState"
             try:
@@ -241,7 +273,7 @@ class TransformWithState(Operator):
             values = key if isinstance(key, tuple) else (key,)
             where = f"transform_with_state {self.name!r}, key {values!r}"
             [record] = state.get_values([key])
-            handle.turn_to(record or {})
+            handle.turn_to(record or {}, key)
             for at in [at for at in handle.timers() if now is not None and at < now]:
                 handle.deleteTimer(at)
                 try:
@@ -261,14 +293,13 @@ class TransformWithState(Operator):
         """The key's record as the handle left it, and in the queue its earliest timer or TTL
         expiry (one ms early: the queue fires what is strictly before the batch's time, and a
         value expires in the batch at its expiry)."""
-        if not handle.changed:
-            return
-        state = scope.store.operator(self.name, None, self.codec)
-        if handle.record:
-            state.set_values([key], [handle.record])
-        else:
-            state.delete_many([key])
-        if self.clock is not None:
+        if handle.changed:
+            state = scope.store.operator(self.name, None, self.codec)
+            if handle.record:
+                state.set_values([key], [handle.record])
+            else:
+                state.delete_many([key])
+        if self.clock is not None and (handle.changed or handle.entries_changed):
             queue = timers_of(self.clock, scope.store)
             expiry = handle.earliest_expiry() if handle.has_ttl else None
             deadlines = [*handle.timers()[:1], *([expiry - 1] if expiry is not None else [])]
@@ -371,3 +402,19 @@ def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame
         raise PipelineDefinitionError(f"{where}: the initial state lacks the grouping column(s) "
                                       f"{missing}; it has {list(rows.columns)}")
     return rows
+
+
+def entry_column(operator: str, variable: str) -> str:
+    """The column a list or map variable's entries are told apart by: ``k__<operator>__<variable>``,
+    the names' characters other than letters, digits and ``_`` replaced, and then the CRC-32 of
+    both names added, so that no two variables share one.
+
+    >>> entry_column("sessions", "last10"), entry_column("s", "a b")
+    ('k__sessions__last10', 'k__s__a_b_6a741ce3')
+    """
+    stem = f"{operator}__{variable}"
+    plain = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+    if plain != stem:
+        plain += f"_{zlib.crc32(stem.encode()):08x}"
+    return f"k__{plain}"
+

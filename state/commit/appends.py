@@ -57,12 +57,14 @@ def append(changed: ChangedState, commit: StateCommit) -> Outcome | None:
     ``commit.txn``; ``None``: Spark committed, and whether the commit is ours is read back
     from the log."""
     if isinstance(changed, StateRows):
-        return _append_typed(changed, commit) if changed.typed else _append_rows(changed, commit)
+        return _append_typed(changed, commit) if changed.tables else _append_rows(changed, commit)
     if isinstance(changed, SparkStateRows):
+        frame = changed.frame
         commit.by_spark(
-            changed.frame.withColumn("checkpoint_id", F.lit(commit.checkpoint.checkpoint_id))
-            .select(*STATE_SCHEMA.names)
-            .unionByName(tables.to_frame(commit.spark, commit.record, STATE_SCHEMA)))
+            frame.withColumn("checkpoint_id", F.lit(commit.checkpoint.checkpoint_id))
+            .select(*STATE_SCHEMA.names, *key_columns(frame.columns), *value_columns(frame.columns))
+            .unionByName(tables.to_frame(commit.spark, commit.record, STATE_SCHEMA),
+                         allowMissingColumns=True))
         return None
     return _append_files(changed, commit)
 
@@ -84,10 +86,10 @@ def _append_typed(changed: StateRows, commit: StateCommit) -> Outcome | None:
     untyped = pa.Table.from_pandas(_with_record(changed, commit)[STATE_SCHEMA.names],
                                    schema=STATE_ARROW, preserve_index=False)
     stamped = [typed.append_column("checkpoint_id", pa.array(
-        [commit.checkpoint.checkpoint_id] * typed.num_rows, pa.int64())) for typed in changed.typed]
+        [commit.checkpoint.checkpoint_id] * typed.num_rows, pa.int64())) for typed in changed.tables]
     rows = pa.concat_tables([untyped, *stamped], promote_options="default")
     done = None
-    if widen_state_table(commit.path, [field for typed in changed.typed for field in typed.schema
+    if widen_state_table(commit.path, [field for typed in changed.tables for field in typed.schema
                                        if field.name.startswith((KEY_PREFIX, VALUE_PREFIX))]):
         fault_point("state_columns_added")
         done = direct.append(rows, commit.path, txn=commit.txn, user_metadata=commit.stamp,
@@ -181,15 +183,16 @@ def _state_file(path: str, rows: pa.Table, operator: str) -> str:
 def write_typed_state_files(path: str, typed: tuple[pa.Table, ...], checkpoint_id: int) -> list[str]:
     """:func:`write_state_files` of typed states' changed rows (``operator``, the state's
     ``k__``/``v__`` columns, ``deleted``, ``key_group``: one table per state): each a data file
-    with ``_state``'s columns and its own, ``key`` and ``value`` null."""
+    with ``_state``'s columns and its own, ``key`` and ``value`` null (an entry state's: theirs)."""
     actions = []
     for rows in typed:
         if not rows.num_rows:
             continue
         nulls = pa.nulls(rows.num_rows, pa.string())
         own = [name for name in rows.column_names if name.startswith((KEY_PREFIX, VALUE_PREFIX))]
-        files_rows = pa.table({
-            "key": nulls, "value": nulls, "deleted": rows["deleted"],
+        files_rows = pa.table({  # an entry state's rows keep their key and value texts
+            "key": rows["key"] if "key" in rows.column_names else nulls,
+            "value": rows["value"] if "value" in rows.column_names else nulls, "deleted": rows["deleted"],
             "checkpoint_id": pa.array([checkpoint_id] * rows.num_rows, pa.int64()),
             "key_group": rows["key_group"].cast(pa.int32()), **{name: rows[name] for name in own}})
         actions.append(_state_file(path, files_rows, rows["operator"][0].as_py()))

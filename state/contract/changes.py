@@ -23,18 +23,27 @@ from pyspark.sql import DataFrame
 @dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class StateRows:
     """``operator, key, value, deleted`` as pandas: the driver's store, a migration, an
-    import; and ``typed``, the typed states' changes as Arrow (``operator``, their ``k__`` and
-    ``v__`` columns, ``deleted``, ``key_group``). Appended by this process where delta-rs can
-    (:mod:`state.lake.direct`), else by Spark."""
+    import; ``typed``, the typed states' changes as Arrow (``operator``, their ``k__`` and
+    ``v__`` columns, ``deleted``, ``key_group``); and ``entries``, the changed entries of states
+    of many rows per key as Arrow (``operator``, ``key``, the state's entry column ``k__…``,
+    ``value``, ``deleted``, ``key_group``: :class:`~state.run.entries.EntryState`). Appended by
+    this process where delta-rs can (:mod:`state.lake.direct`), else by Spark."""
 
     rows: pd.DataFrame
     typed: tuple[pa.Table, ...] = ()
+    entries: tuple[pa.Table, ...] = ()
+
+    @property
+    def tables(self) -> tuple[pa.Table, ...]:
+        """The changes held as Arrow, typed states' and entries', each with its own columns."""
+        return self.typed + self.entries
 
 
 @dataclass(frozen=True, eq=False)  # holds a frame: compared by identity
 class SparkStateRows:
-    """``_state``'s columns but the checkpoint id, key groups included, as a Spark DataFrame:
-    what executors changed (distributed mode). Appended by Spark."""
+    """``_state``'s columns but the checkpoint id, key groups included (and an entry state's
+    entry column), as a Spark DataFrame: what executors changed (distributed mode). Appended
+    by Spark."""
 
     frame: DataFrame
 
@@ -48,6 +57,20 @@ class WrittenState:
 
     checkpoint_id: int
     actions: tuple[str, ...] = ()
+
+
+#: The columns of an entry state's changed rows besides its entry column
+ENTRY_ROW_COLUMNS = ("operator", "key", "value", "deleted", "key_group")
+
+
+def entry_column(entries: pa.Table) -> str:
+    """The entry column of an entry state's changed rows (one of :attr:`StateRows.entries`).
+
+    >>> entry_column(pa.table({"operator": ["o.v"], "key": ["1"], "k__o__v": ["0"]}))
+    'k__o__v'
+    """
+    [column] = [name for name in entries.column_names if name not in ENTRY_ROW_COLUMNS]
+    return column
 
 
 #: What a checkpoint commits: one of the three forms

@@ -3,6 +3,8 @@ to, for reads delta-rs does not serve and for readers outside a run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,17 +25,27 @@ def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as
 
 
 def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[str],
-                  as_of: int | None, keys: DataFrame | None = None) -> DataFrame:
+                  as_of: int | None, keys: DataFrame | None = None,
+                  entries: Mapping[str, str] | None = None) -> DataFrame:
     """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of`` (only
     those of ``keys``, a frame of encoded ``key``s, when given), as a lazy Spark DataFrame:
-    executors read it, the driver never does. Empty before the first checkpoint."""
+    executors read it, the driver never does. Empty before the first checkpoint. With
+    ``entries`` (the entry column of each state of many rows per key among ``operators``), an
+    ``entry`` column too: an entry state's row's entry, else null."""
+    columns = "operator string, key string, value string" + (", entry string" if entries else "")
     if as_of is None or not tables.exists(spark, layout.state):
-        return spark.createDataFrame([], "operator string, key string, value string")
+        return spark.createDataFrame([], columns)
     rows = (tables.read(spark, layout.state)
             .where(F.col("operator").isin(operators) & (F.col("checkpoint_id") <= as_of)))
     if keys is not None:  # before the latest-per-key aggregation, which then sees only these
         rows = rows.join(keys, "key", "left_semi")
-    return latest_per_key(rows).where(~F.col("deleted")).select("operator", "key", "value")
+    latest = latest_per_key(rows).where(~F.col("deleted"))
+    if not entries:
+        return latest.select("operator", "key", "value")
+    stored = [F.when(F.col("operator") == name, F.col(column)) for name, column in entries.items()
+              if column in latest.columns]
+    entry = F.coalesce(*stored) if stored else F.lit(None).cast("string")
+    return latest.select("operator", "key", "value", entry.alias("entry"))
 
 
 def latest_per_key(rows: DataFrame) -> DataFrame:

@@ -161,6 +161,54 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
     return Found.every(latest.filter(pc.invert(latest["deleted"])).select(names))
 
 
+
+def stored_entries(path: str, operator: str, as_of: int, keys: pa.Array | None, groups: int,
+                   entry_column: str, within: tuple[int, int] | None = None) -> pa.Table | None:
+    """``key``, ``entry_column`` and ``value`` (encoded) of each live entry of ``operator``, a
+    state of many rows per key told apart by ``entry_column`` (a list's elements, a map's
+    entries: :class:`~state.run.entries.EntryState`), of the encoded ``keys`` (every key's,
+    when ``None``) as of checkpoint ``as_of``: the newest row per key and entry, tombstones
+    dropped, in no particular order. Files are chosen as :func:`stored_values` chooses them
+    (a key's entries are all of its key's group). ``None`` when delta-rs cannot read the table.
+
+    >>> import tempfile
+    >>> from deltalake import write_deltalake
+    >>> path, group = tempfile.mkdtemp(), int(key_groups(['"a"'], 256)[0])
+    >>> write_deltalake(path, pa.table({  # entry 1 set at 1 and changed at 2; entry 2 removed at 2
+    ...     "operator": ["tops"] * 4, "key": ['"a"'] * 4, "k__tops": ["1", "2", "1", "2"],
+    ...     "value": ["x", "y", "z", None], "deleted": [False, False, False, True],
+    ...     "checkpoint_id": [1, 1, 2, 2], "key_group": pa.array([group] * 4, pa.int32())}),
+    ...     partition_by=["operator"])
+    >>> [sorted(stored_entries(path, "tops", as_of, pa.array(['"a"']), 256, "k__tops")["value"]
+    ...         .to_pylist()) for as_of in (1, 2)]
+    [['x', 'y'], ['z']]
+    """
+    types = column_types(path)
+    files = delta_io.file_statistics(path)
+    if files is None:
+        return None
+    names = ["key", entry_column, "value"]
+    if entry_column not in types:  # its column comes before its first row: none stored
+        return _no_rows(names, {name: pa.string() for name in names})
+    hashed = partial(_encoded_groups, groups=groups)
+    needed = _groups_to_read(keys, within, hashed)
+    chosen = _files_to_read(files, operator, (0, as_of), needed)
+    grouped = "key_group" in types
+    columns = [*names, "deleted", "checkpoint_id"] + (["key_group"] if grouped else [])
+    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator),
+                                    where=_of_groups(needed, groups) if grouped else None)
+    if not chosen or rows.num_rows == 0:
+        return _no_rows(names, {name: pa.string() for name in names})
+    keep = (rows["checkpoint_id"].to_numpy() <= as_of) & _valid(rows[entry_column])
+    if within is not None:  # a file of a range of groups may hold a few groups beyond it
+        keep &= _in_groups(rows, within, "key", hashed)
+    if keys is not None:
+        keep &= np.asarray(pc.is_in(rows["key"], value_set=keys).to_numpy(zero_copy_only=False), bool)
+    identity = pc.binary_join_element_wise(rows["key"], rows[entry_column], "\x00")
+    codes = pc.fill_null(pc.dictionary_encode(identity).combine_chunks().indices, -1).to_numpy()
+    latest = _newest_where(rows, keep, codes)
+    return latest.filter(pc.invert(latest["deleted"])).select(names)
+
 def column_types(path: str) -> dict[str, pa.DataType]:
     """The Arrow type of each column of the table of a plain type, by its log (no file read);
     none when there is no table or delta-rs does not serve its path."""

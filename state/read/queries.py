@@ -96,8 +96,12 @@ def _decoded_state(latest: DataFrame, codec: str, operator: str) -> pd.DataFrame
 
 
 def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
-               as_of: int | None = None, codec: str = "json") -> pd.DataFrame:
-    """``key, value, checkpoint_id`` of every key of ``operator`` as of checkpoint ``as_of``.
+               as_of: int | None = None, codec: str = "json",
+               entry_column: str | None = None) -> pd.DataFrame:
+    """``key, value, checkpoint_id`` of every key of ``operator`` as of checkpoint ``as_of``;
+    for a state of many rows per key told apart by ``entry_column``
+    (:class:`~state.run.entries.EntryState`), ``key, entry, value, checkpoint_id`` of every
+    entry.
 
     ``as_of`` may be any retained checkpoint (default: the latest); older checkpoints are read
     through Delta time travel, so they stay readable after compaction until vacuum.
@@ -105,7 +109,24 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     changelog, upto = changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(~F.col("deleted"))
+    if entry_column is not None:
+        return _entries(latest, codec, operator, entry_column)
     return _decoded_state(latest, codec, operator).drop(columns="deleted")
+
+
+def _entries(latest: DataFrame, codec: str, operator: str, column: str) -> pd.DataFrame:
+    """An entry state's latest rows decoded, by key and then entry (a list's positions in
+    order)."""
+    if column not in latest.columns:  # no entry was ever committed
+        return pd.DataFrame(columns=["key", "entry", "value", "checkpoint_id"])
+    rows = latest.where(F.col(column).isNotNull()).select(
+        "key", F.col(column).alias("entry"), "value", "checkpoint_id").toPandas()
+    position = pd.to_numeric(rows["entry"], errors="coerce")  # a list's; none for a map's entries
+    rows = (rows.assign(position=position).sort_values(["key", "position", "entry"], kind="stable")
+            .reset_index(drop=True))
+    decoded = _decoded(rows, codec, operator)  # sorted by key again, stably: entries in order
+    decoded.insert(1, "entry", rows["entry"].to_numpy())
+    return decoded.drop(columns="deleted", errors="ignore")
 
 
 def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, after: int,

@@ -24,6 +24,7 @@ from ..read.found import Found
 from ..read.latest import latest_per_key, latest_values
 from .columns import ColumnValues
 from .encodings import Encoding, JsonEncoding, TypedEncoding, TypedLoader
+from .entries import EntryState
 from .held import Loader, ValuesNeedObjects
 from .objects import ObjectValues
 from .timers import Timers, timer_state
@@ -186,15 +187,17 @@ class StateStore:
         self._as_of = as_of
         self._key_groups = key_groups
         self._given: dict[str, dict[str, str]] | None = None
+        self._given_entries: dict[str, pd.DataFrame] = {}
         self._files: tuple[str, tuple[int, int]] | None = None
         self._operators: dict[str, OperatorState] = {}
+        self._entries: dict[str, EntryState] = {}
         self._timers: dict[str, Timers] = {}
 
     @classmethod
     def of_rows(cls, rows: pd.DataFrame) -> StateStore:
-        """A store over stored values handed in (``operator, key, value`` rows, encoded), as an
-        executor task gets them with its rows: nothing is read from tables, and there is no
-        Spark session.
+        """A store over stored values handed in (``operator, key, value`` rows, encoded; and
+        an entry state's with its ``entry``), as an executor task gets them with its rows:
+        nothing is read from tables, and there is no Spark session.
 
         >>> store = StateStore.of_rows(pd.DataFrame(
         ...     {"operator": ["sum"], "key": ['"a"'], "value": ["3"]}))
@@ -202,8 +205,11 @@ class StateStore:
         [3, 0]
         """
         store = cls(None, None, None)
+        entries = rows["entry"].notna() if "entry" in rows.columns else pd.Series(False, rows.index)
         store._given = {str(name): dict(zip(part["key"], part["value"]))
-                        for name, part in rows.groupby("operator", sort=False)}
+                        for name, part in rows[~entries].groupby("operator", sort=False)}
+        store._given_entries = {str(name): part[["key", "entry", "value"]]
+                                for name, part in rows[entries].groupby("operator", sort=False)}
         return store
 
     @classmethod
@@ -242,6 +248,19 @@ class StateStore:
             self._operators[name] = OperatorState(name, initial, encoding, columns)
         return self._operators[name]
 
+    def entries(self, name: str, column: str, codec: str = "pickle") -> EntryState:
+        """The state ``name`` of many rows per key (a list's elements, a map's entries),
+        told apart by ``column`` (see :mod:`state.run.entries`); created on first use."""
+        if name not in self._entries:
+            loader = None
+            if self._given is not None:
+                loader = partial(self._given_entry_values, column=column)
+            elif self._as_of is not None:
+                read = self._file_entries if self._files is not None else self._load_entries
+                loader = partial(read, column=column)
+            self._entries[name] = EntryState(name, column, loader, self._key_groups, codec)
+        return self._entries[name]
+
     def _json(self, name: str, codec: str) -> JsonEncoding:
         loader: Loader | None = None  # no checkpoint: nothing stored
         if self._given is not None:
@@ -279,6 +298,8 @@ class StateStore:
         """Every operator's :meth:`OperatorState.encode_changes`."""
         for op in self._operators.values():
             op.encode_changes()
+        for entries in self._entries.values():
+            entries.encode_changes()
 
     def changed_rows(self) -> pd.DataFrame:
         """Every untyped operator's changed rows (``operator, key, value, deleted``); a typed
@@ -291,16 +312,21 @@ class StateStore:
         frames = [part for part in parts if isinstance(part, pd.DataFrame)]
         rows = (pd.concat(frames, ignore_index=True) if frames
                 else pd.DataFrame(columns=["operator", "key", "value", "deleted"]))
-        return StateRows(rows, tuple(part for part in parts if isinstance(part, pa.Table)))
+        return StateRows(rows, tuple(part for part in parts if isinstance(part, pa.Table)),
+                         tuple(entries.changed_rows() for entries in self._entries.values()
+                               if entries.changed_keys))
 
     def mark_checkpointed(self) -> None:
         for op in self._operators.values():
             op.mark_checkpointed()
+        for entries in self._entries.values():
+            entries.mark_checkpointed()
 
     def keys_held(self) -> dict[str, int]:
         """Per state name, the keys holding a value in memory now (see
         :attr:`OperatorState.keys_held`): what a run's metrics report of its state's size."""
-        return {name: op.keys_held for name, op in self._operators.items()}
+        held = {name: op.keys_held for name, op in self._operators.items()}
+        return held | {name: entries.keys_held for name, entries in self._entries.items()}
 
     def take_changes(self) -> StateRows:
         """The changes for a checkpoint; the store then counts changes anew, as after
@@ -347,6 +373,39 @@ class StateStore:
                              "left_semi")
         return Found.placed(keys, latest_per_key(rows).where(~F.col("deleted"))
                             .select(key_column, *value_columns).toArrow(), key_column)
+
+    def _given_entry_values(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+        given = self._given_entries.get(operator, pd.DataFrame(columns=["key", "entry", "value"]))
+        if keys is not None:
+            given = given[given["key"].isin(keys.to_pylist())]
+        return pa.table({"key": pa.array(given["key"].tolist(), pa.string()),
+                         column: pa.array(given["entry"].tolist(), pa.string()),
+                         "value": pa.array(given["value"].tolist(), pa.string())})
+
+    def _file_entries(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+        assert self._files is not None and self._as_of is not None
+        path, within = self._files
+        found = lookup.stored_entries(path, operator, self._as_of, keys, self._key_groups, column,
+                                      within)
+        if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
+            raise StateError(f"{path}: the entries of state {operator!r} cannot be read without "
+                             "Spark (deletion vectors or column mapping?)")
+        return found
+
+    def _load_entries(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+        assert self._as_of is not None and self._spark is not None and self._layout is not None
+        found = lookup.stored_entries(self._layout.state, operator, self._as_of, keys,
+                                      self._key_groups, column)
+        if found is not None:
+            return found
+        rows = (tables.read(self._spark, self._layout.state)
+                .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= self._as_of)))
+        if column not in rows.columns:  # no entry was ever committed
+            return pa.table({name: pa.array([], pa.string()) for name in ["key", column, "value"]})
+        rows = rows.where(F.col(column).isNotNull())
+        if keys is not None:
+            rows = rows.join(self._spark.createDataFrame(pa.table({"key": keys})), "key", "left_semi")
+        return latest_per_key(rows).where(~F.col("deleted")).select("key", column, "value").toArrow()
 
     def _load(self, operator: str, keys: pa.Array | None) -> Found:
         # operator() hands out this loader only with a checkpoint (and a session)

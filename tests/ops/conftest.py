@@ -48,6 +48,12 @@ def event_time_oracle(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def entries_oracle(spark, tmp_path_factory):
+    return _crash_free(spark, cp.build_processor_entries(),
+                       str(tmp_path_factory.mktemp("entries_oracle")))
+
+
+@pytest.fixture(scope="session")
 def published(spark, tmp_path_factory):
     """``published(pipeline, warehouse)``: ``warehouse`` holds the pipeline's whole input, as
     :func:`publish_all` leaves it. Published once per pipeline into a template warehouse and

@@ -161,7 +161,8 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
             if due is not None:
                 batch_keys = batch_keys.unionByName(due).distinct()
             groups = key_group_column(F.col("key"), task.key_groups)
-            state = (stored_values(spark, layout, stage.names, as_of, batch_keys)
+            entries = {name: column for op in stage.operators for name, column in op.declares().entries}
+            state = (stored_values(spark, layout, stage.names, as_of, batch_keys, entries)
                      .withColumn(BUCKET_COLUMN, task.bucket(groups)))
     # repartitioned by hand: see partition_tags
     rows, state = (frame.repartition(task.buckets, BUCKET_COLUMN) for frame in (rows, state))

@@ -124,6 +124,12 @@ class DistributedMode:
                                   "or timers in this release: run in driver mode")
             prepare_table(run.layout)
         elif as_of is None or not delta_io.serves(run.layout.state):
+            if as_of is not None and any(op.declares().entries for stage in stages
+                                         for op in stage.operators):
+                raise ConfigError(f"pipeline {run.pipeline.name!r}: state of many rows per key "
+                                  "(a StatefulProcessor's ListState or MapState) is read on "
+                                  f"executors from _state's files, and delta-rs does not read "
+                                  f"{run.layout.state}: run in driver mode")
             return None
         writes = writes_state_files(stages) and takes_state_files(run.layout)
         return StateFiles(run.layout.state, as_of, delta_io.storage_environment(run.layout.state),
@@ -167,5 +173,6 @@ class DistributedMode:
         run.hooks.ctx.batch_id = plan.batch_id
         checkpoint = run.new_checkpoint(run.hooks.call("on_checkpoint"), {}, output.wake_at)
         committing = time.perf_counter()
-        run.setup.checkpoints.commit_changes(checkpoint, output.changed_state(run.spark))
+        entries = dict(entry for op in run.pipeline.stream.operators for entry in op.declares().entries)
+        run.setup.checkpoints.commit_changes(checkpoint, output.changed_state(run.spark, entries))
         return checkpoint, time.perf_counter() - committing

@@ -13,6 +13,7 @@ from state import (
     StateStore,
     delta_io,
     encode_key,
+    entry_column,
     key_groups,
     write_state_files,
     write_typed_state_files,
@@ -148,10 +149,12 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
         out = _ordered(frame, rows[ORDER_COLUMN], bucket)
         changes = store.changes()
         changed = _changed_state(changes.rows, task, bucket)
-        _check_typed_owned(changes.typed, task, bucket)
+        _check_typed_owned(changes.tables, task, bucket)
         if task.writes_state:
-            changed = _written(changed, changes.typed, task)
-        elif changes.typed:  # the driver sends typed state only to tasks that write files
+            changed = _written(changed, changes.tables, task)
+        else:  # an entry state's rows go back through Spark, beside the others
+            changed = pd.concat([changed, *map(_entry_rows, changes.entries)], ignore_index=True)
+        if changes.typed and not task.writes_state:  # typed state goes only to tasks writing files
             raise RuntimeError(f"typed state {[t['operator'][0].as_py() for t in changes.typed]} "
                                "changed in a task that does not write _state's files")
         cells = _cells(out)
@@ -217,6 +220,14 @@ def _check_typed_owned(typed: tuple[pa.Table, ...], task: TaskSpec, bucket: int 
             keys = rows.column(1).filter(pa.array(elsewhere)).slice(0, 3).to_pylist()
             raise RuntimeError(f"typed state keys {keys} do not belong to bucket {bucket}, whose "
                                "rows changed them")
+
+
+def _entry_rows(entries: pa.Table) -> pd.DataFrame:
+    """An entry state's changed rows as result rows: its entry column as ``entry`` (the
+    driver puts it back, see :meth:`~.output.StageOutput.changed_state`)."""
+    column = entry_column(entries)
+    return entries.rename_columns(["entry" if name == column else name
+                                   for name in entries.column_names]).to_pandas().assign(kind="state")
 
 
 def _written(changed: pd.DataFrame, typed: tuple[pa.Table, ...], task: TaskSpec) -> pd.DataFrame:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     StructType,
 )
@@ -39,16 +40,22 @@ class StageOutput:
     persisted: list[DataFrame] = field(default_factory=list)
     wake_at: int | None = None  # when a batch with no input would next fire a timer
 
-    def changed_state(self, spark: SparkSession) -> ChangedState:
+    def changed_state(self, spark: SparkSession, entries: dict[str, str]) -> ChangedState:
         """Every stage's changed state rows: ``_state``'s columns but the checkpoint id, or
-        the files the tasks wrote of them."""
+        the files the tasks wrote of them. ``entries``: the entry column of each state of
+        many rows per key, where its rows' ``entry`` goes."""
         if self.state_files is not None:
             if self.state_files.checkpoint_id is None or self.state:  # see writes_state_files
                 raise RuntimeError("a batch's changed state is both in files and in rows")
             return WrittenState(self.state_files.checkpoint_id, tuple(self.written))
         columns = StructType([f for f in STATE_SCHEMA if f.name != "checkpoint_id"])
-        return SparkStateRows(reduce(DataFrame.unionByName, self.state,
-                                     spark.createDataFrame([], columns)))
+        rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), self.state,
+                      spark.createDataFrame([], columns))
+        if "entry" in rows.columns:
+            for name, column in entries.items():
+                rows = rows.withColumn(column, F.when(F.col("operator") == name, F.col("entry")))
+            rows = rows.drop("entry")
+        return SparkStateRows(rows)
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame``, persisted until :meth:`release` (it is read more than once)."""

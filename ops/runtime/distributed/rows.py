@@ -33,7 +33,9 @@ STATE_FIELDS = [StructField("operator", StringType(), True),
                 StructField("key", StringType(), True),
                 StructField("value", StringType(), True),
                 StructField("deleted", BooleanType(), True),
-                StructField("key_group", IntegerType(), True)]
+                StructField("key_group", IntegerType(), True),
+                # an entry state's row: its entry (stored in the state's entry column)
+                StructField("entry", StringType(), True)]
 STATE_COLUMNS = [f.name for f in STATE_FIELDS]
 
 STAGE_SCHEMA = StructType([

@@ -232,12 +232,51 @@ def build_processor_event_time_distributed():
     return build_processor_event_time("crashy_processor_event_time_distributed", "distributed")
 
 
+class RecentAndSeen(StatefulProcessor):
+    """A key's last three ``x`` in a ``ListState`` (each row's ``put`` drops the head and adds
+    one: only those two entries are written) and a count per ``x % 3`` in a ``MapState`` (one
+    entry updated per row); ``total``: the sum of the last three after the row."""
+
+    def init(self, handle):
+        self.recent = handle.getListState("recent", "x long")
+        self.seen = handle.getMapState("seen", "rem long", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        frame = pd.concat(list(rows), ignore_index=True)
+        recent, totals = [x for (x,) in self.recent.get()], []
+        for x in frame["x"].tolist():
+            recent = (recent + [x])[-3:]
+            self.recent.put([(value,) for value in recent])
+            remainder = (x % 3,)
+            self.seen.updateValue(remainder, ((self.seen.getValue(remainder) or (0,))[0] + 1,))
+            totals.append(sum(recent))
+        yield frame.assign(total=totals)
+
+
+def build_processor_entries(name: str = "crashy_processor_entries", mode: str = "driver"):
+    """:class:`RecentAndSeen`: its list and map kept as a row per element and entry,
+    checkpointing every two batches (on executors: every batch)."""
+    return ((sp.read.from_callback("events", key="k", schema=SCHEMA, max_versions=1)
+             .group_by("k").transform_with_state(RecentAndSeen(), "k long, x long, total long",
+                                                 name="running_sum")
+             .write.to_delta("out"))
+            .named(name).checkpoint_every(batches=2).with_mode(mode))
+
+
+def build_processor_entries_distributed():
+    """:func:`build_processor_entries` on executors: each task reads its keys' entries from
+    ``_state``'s files and writes what it changed as files of its own."""
+    return build_processor_entries("crashy_processor_entries_distributed", "distributed")
+
+
 BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distributed,
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
             "typed": build_typed, "typed_distributed": build_typed_distributed,
             "processor": build_processor, "processor_initial": build_processor_initial,
             "processor_event_time": build_processor_event_time,
-            "processor_event_time_distributed": build_processor_event_time_distributed}
+            "processor_event_time_distributed": build_processor_event_time_distributed,
+            "processor_entries": build_processor_entries,
+            "processor_entries_distributed": build_processor_entries_distributed}
 
 
 # Six publishes -> six batches of two keys each.
@@ -247,7 +286,8 @@ INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b + 
 # The distributed variants take the first two: each of their batches is a few Spark jobs. The
 # event-time one takes all six, which its timers need to fire.
 DISTRIBUTED_INPUT = INPUT[:2]
-WHOLE_INPUT_ON_EXECUTORS = {"crashy_processor_event_time_distributed"}
+WHOLE_INPUT_ON_EXECUTORS = {"crashy_processor_event_time_distributed",
+                            "crashy_processor_entries_distributed"}
 
 
 def publish_all(spark, pipeline, warehouse):
@@ -267,6 +307,10 @@ def outcome(spark, pipeline, warehouse):
         "state": sorted(zip(state["key"], state["value"])),
         "batch": last.batch_id,
     }
+    for op in pipeline.stream.operators:  # a list's or map's rows, one per element or entry
+        for name, _ in op.declares().entries:
+            entries = sp.read_state(spark, pipeline, name, warehouse=warehouse)
+            result[name] = sorted(zip(entries["key"], entries["entry"], entries["value"]))
     if "rows_seen" in last.tracked:
         rows_seen.restore(last.tracked["rows_seen"])
         result["tracked"] = rows_seen.value

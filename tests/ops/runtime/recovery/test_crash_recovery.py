@@ -261,6 +261,57 @@ def test_event_time_on_executors_crash_then_recover_matches_the_driver(
     assert without_row_ids(outcome(spark, pipeline, warehouse)) == without_row_ids(event_time_oracle)
 
 
+# A list and a map kept as a row per element and entry (state "running_sum.recent" and
+# "running_sum.seen"): the first checkpoint adds their entry columns in a commit of its own;
+# killed between the two, with a batch's output written, and before a later checkpoint.
+ENTRY_STEPS = ["state_columns_added:1", "after_sink_write:3", "before_checkpoint_commit:2"]
+
+
+def test_entries_oracle_is_the_last_three_and_the_counts(entries_oracle):
+    """The crash-free run against a brute force: each key's last three ``x`` and its counts
+    per ``x % 3`` over all the input, and each row's total the sum of its last three."""
+    by_key: dict[int, list[int]] = {}
+    for batch in cp.INPUT:
+        for row in batch:
+            by_key.setdefault(row["k"], []).append(row["x"])
+    # a list's positions only grow: each row's put drops one element and adds one
+    assert entries_oracle["running_sum.recent"] == sorted(
+        (k, str(at), (x,)) for k, xs in by_key.items() for at, x in enumerate(xs) if at >= len(xs) - 3)
+    counts = {(k, x % 3): 0 for k, xs in by_key.items() for x in xs}
+    for k, xs in by_key.items():
+        for x in xs:
+            counts[k, x % 3] += 1
+    assert sorted((key, value) for key, _, value in entries_oracle["running_sum.seen"]) == \
+        sorted((k, ((rem,), (n,))) for (k, rem), n in counts.items())
+    totals = {(row[0], row[1]): row[2] for row in entries_oracle["sink"]}
+    for k, xs in by_key.items():
+        assert [totals[k, x] for x in xs] == [sum(xs[max(0, i - 2):i + 1]) for i in range(len(xs))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", ENTRY_STEPS)
+def test_entries_crash_then_recover_matches_oracle(spark, warehouse, crash_child, entries_oracle,
+                                                   published, crash_at):
+    _crash_and_recover(spark, warehouse, crash_child, published, "processor_entries", crash_at,
+                       entries_oracle, batches=6)
+
+
+@pytest.mark.slow
+def test_entries_on_executors_crash_then_recover_match_the_driver(
+        spark, warehouse, crash_child, entries_oracle, published):
+    """On executors, killed with a checkpoint's files (its tasks' entries) written and not
+    committed: recovery leaves what the driver does without a crash (row ids aside)."""
+    pipeline = cp.build_processor_entries_distributed()
+    published(pipeline, warehouse)
+    crashed = crash_child("before_checkpoint_commit:3", pipeline="processor_entries_distributed")
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+    assert pipeline.run_once(spark, warehouse).last_batch_id == 6
+
+    def without_row_ids(found):
+        return {**found, "sink": sorted(row[:4] for row in found["sink"])}
+    assert without_row_ids(outcome(spark, pipeline, warehouse)) == without_row_ids(entries_oracle)
+
+
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
 # commit of its own, then appends its rows; killed between the two, and before a later
 # checkpoint's commit (a kill after a commit is the same for every storage: the tests above).
