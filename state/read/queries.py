@@ -119,7 +119,7 @@ def _entries(latest: DataFrame, codec: str, operator: str, column: str) -> pd.Da
     order)."""
     if column not in latest.columns:  # no entry was ever committed
         return pd.DataFrame(columns=["key", "entry", "value", "checkpoint_id"])
-    rows = latest.where(F.col(column).isNotNull()).select(
+    rows: pd.DataFrame = latest.where(F.col(column).isNotNull()).select(
         "key", F.col(column).alias("entry"), "value", "checkpoint_id").toPandas()
     position = pd.to_numeric(rows["entry"], errors="coerce")  # a list's; none for a map's entries
     rows = (rows.assign(position=position).sort_values(["key", "position", "entry"], kind="stable")
