@@ -94,6 +94,11 @@ class InferredState:
     origin: str
 
 
+#: The column of the rows a keyed operator adds to its input (:meth:`Operator.added_rows`): each
+#: added row's record, pickled; null on the input's own rows
+ADDED_ROW = "__added_row"
+
+
 class Operator(ABC):
     """One step of a pipeline.
 
@@ -136,6 +141,13 @@ class Operator(ABC):
     def driver_only(self) -> str | None:
         """Why it cannot run on executors, other than :attr:`needs_spark` (distributed mode
         refuses it, naming this); ``None``: it can."""
+        return None
+
+    def added_rows(self, batch_id: int) -> pd.DataFrame | None:
+        """Rows a keyed operator adds to its input in batch ``batch_id`` (with its key columns,
+        so that on executors each reaches the task of its key, and the rest of each row in the
+        :data:`ADDED_ROW` column), such as a StatefulProcessor's initial state in the
+        pipeline's first batch; ``None``: none (the default)."""
         return None
 
     def state_shape(self) -> dict[str, Any]:

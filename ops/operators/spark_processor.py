@@ -12,7 +12,8 @@ like every state here.
 
 An initial state (a frame or records with the grouping columns) is handed to
 ``handleInitialState`` per key in the pipeline's first batch, before its input, as Spark does
-in a query's first batch; on the driver only in this release.
+in a query's first batch; on executors its rows join that batch's input, each routed to its
+key's task (:meth:`TransformWithState.added_rows`).
 
 What is stored: per key, a record of its value variables (pickled, since a state schema may
 hold any Spark type), rewritten when one of them changes; and each list or map variable as a
@@ -52,17 +53,19 @@ from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from state import EntryState
+from state import EntryState, codec_named
 
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
-from .base import Operator, StateDeclaration, TimerDeclaration
+from .base import ADDED_ROW, Operator, StateDeclaration, TimerDeclaration
 from .processor_handle import ProcessorHandle
 from .processor_schema import check_columns, conformed, output_fields
 from .timing import KeyClock, batch_now, timers_of, watermark_after
 
 log = logging.getLogger(__name__)
+
+_PICKLED = codec_named("pickle")
 
 #: Spark's spellings of the time modes, and this API's
 TIME_MODES = {"none": "none", "processingtime": "processing_time", "processing_time": "processing_time",
@@ -97,11 +100,9 @@ class TransformWithState(Operator):
 
     @property
     def driver_only(self) -> str | None:
-        # an executor task sees only its keys' rows and state: a key of the initial state with
-        # no input in the first batch would reach no task, and a sweep of every key needs them
-        # all (a key with only a due timer is handed to its task by the runtime, as a map's)
-        if self.initial is not None:
-            return "applies an initial state"
+        # an executor task sees only its keys' rows and state, and a sweep of every key needs
+        # them all (a key with only a due timer, or only an initial state, is handed to its
+        # task by the runtime)
         if self.deletes:
             return f"deletes state variables of every key (deleteIfExists{self.deletes})"
         return None
@@ -148,6 +149,15 @@ class TransformWithState(Operator):
                    deletes=tuple(declared.deleted), entry_variables=tuple(
                        (name, declared.kind_of(name)) for name in declared.entry_variables))
 
+    def added_rows(self, batch_id: int) -> pd.DataFrame | None:
+        """The initial state's rows in the pipeline's first batch (batches are numbered from 1;
+        again on a replay of it: nothing of it was checkpointed then), so that on executors each
+        key's reach its task as its input does."""
+        if self.initial is None or batch_id != 1:
+            return None
+        records = [_PICKLED.encode(record) for record in self.initial.to_dict("records")]
+        return self.initial[list(self.keys)].assign(**{ADDED_ROW: records})
+
     def declares(self) -> StateDeclaration:
         entries = tuple((self.variable_state(name), entry_column(self.name, name))
                         for name, _ in self.entry_variables)
@@ -177,6 +187,7 @@ class TransformWithState(Operator):
         if missing and not frame.empty:  # a batch with no input may come with no columns
             raise OperatorError(f"transform_with_state {self.name!r}: no column(s) {missing} to "
                                 f"group by in the batch's rows {list(frame.columns)}")
+        frame, starting = self._initial_state(scope, frame)
         clock = self.clock
         event = clock if clock is not None and clock.event_time is not None else None
         now = batch_now(clock, scope) if clock is not None else None  # what timers fire before
@@ -189,7 +200,7 @@ class TransformWithState(Operator):
         try:
             on_time = KeyClock(event, scope).on_time(frame) if event is not None else frame
             timer_values = self._timer_values(scope, now)
-            outputs = self._each_key(scope, processor, handle, on_time, timer_values)
+            outputs = self._each_key(scope, processor, handle, on_time, starting, timer_values)
             if clock is not None:  # after the input, as Spark: a key's input may move them
                 outputs += self._fire_timers(scope, processor, handle, now, timer_values)
         finally:
@@ -224,12 +235,22 @@ class TransformWithState(Operator):
         log.info("transform_with_state %r batch %d: deleteIfExists%s dropped from %d key(s)",
                  self.name, scope.batch_id, tuple(names), len(holding))
 
+    def _initial_state(self, scope: BatchScope, frame: pd.DataFrame
+                       ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """The batch's input and initial state: on executors, the initial state's rows the
+        runtime added to the input (:meth:`added_rows`: its column is on every task's rows
+        then, null on the input's); on the driver, the operator's own."""
+        if ADDED_ROW in frame.columns:
+            added = frame[ADDED_ROW].notna()
+            initial = pd.DataFrame([_PICKLED.decode(text) for text in frame.loc[added, ADDED_ROW]],
+                                   columns=self.initial.columns if self.initial is not None else None)
+            return frame.loc[~added].drop(columns=ADDED_ROW), initial
+        return frame, self.initial if scope.batch_id == 1 else None
+
     def _each_key(self, scope: BatchScope, processor: StatefulProcessor, handle: ProcessorHandle,
-                  frame: pd.DataFrame, timer_values: TimerValues) -> list[pd.DataFrame]:
+                  frame: pd.DataFrame, initial: pd.DataFrame | None,
+                  timer_values: TimerValues) -> list[pd.DataFrame]:
         state = scope.store.operator(self.name, None, self.codec)
-        # the pipeline's first batch (batches are numbered from 1) applies the initial state,
-        # again on a replay of it: nothing of it was checkpointed then
-        initial = self.initial if self.initial is not None and scope.batch_id == 1 else None
         keyed = _by_key(frame, self.keys)
         starting = _by_key(initial, self.keys) if initial is not None else {}
         grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -143,6 +144,7 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
         state = (stored_values(spark, layout, stage.names, as_of).unionByName(present)
                  .withColumn(BUCKET_COLUMN, F.lit(_WHOLE_STREAM)))
     else:
+        rows = _with_added_rows(spark, rows, task)
         if task.state_files is not None and due is None and not stage.clocked:
             # each task reads its groups' state itself: one shuffle, of the rows only
             rows = _tagged(rows, task).repartition(task.buckets, BUCKET_COLUMN)  # see partition_tags
@@ -169,6 +171,19 @@ def _stage_frame(spark: SparkSession, layout: PipelineLayout, as_of: int | None,
     return (rows.groupBy(BUCKET_COLUMN).cogroup(state.groupBy(BUCKET_COLUMN))
             .applyInPandas(lambda group, part, held: bucket_task(task, group, part, held),
                            STAGE_SCHEMA))
+
+
+def _with_added_rows(spark: SparkSession, rows: DataFrame, task: TaskSpec) -> DataFrame:
+    """``rows`` and the rows the stage's keyed operator adds to its input in this batch (see
+    :meth:`Operator.added_rows`), numbered before the input's so they come first."""
+    added = task.stage.operators[0].added_rows(task.batch_id)
+    if added is None:
+        return rows
+    added = added.assign(**{ORDER_COLUMN: -1 - np.arange(len(added))[::-1]})
+    types = {name: rows.schema[name].dataType for name in added.columns if name in rows.columns}
+    frame = spark.createDataFrame(added).select(
+        *(F.col(name).cast(types[name]) if name in types else F.col(name) for name in added.columns))
+    return rows.unionByName(frame, allowMissingColumns=True)
 
 
 def _tagged(rows: DataFrame, task: TaskSpec) -> DataFrame:

@@ -13,7 +13,6 @@ from pyspark.sql.streaming import StatefulProcessor
 import ops as sp
 from ops.errors import OperatorError, PipelineDefinitionError
 from ops.testing import ManualClock, run_records
-from state import ConfigError
 from tests.helpers import sink_rows
 from tests.tws.cases import BATCHES, CASES, LastThree, RunningCount
 from tests.tws.spark_reference import EXPECTED
@@ -59,8 +58,6 @@ def test_a_spark_processor_gives_spark_s_rows_across_a_restart(spark, warehouse,
     """Batch by batch where the batches have rows: Spark numbers a batch run only to move
     the watermark (its no-data batch) as it numbers the others; here such a batch is run when
     a timer falls due, numbered as the rest, so the empty batches differ."""
-    if mode == "distributed" and case.initial_state:
-        pytest.skip("an initial state runs on the driver only: refused, as a test shows")
     expected = [batch for batch in json.loads((EXPECTED / f"{case.name}.json").read_text())[
         "batches"] if batch["rows"]]
     columns = list(expected[0]["rows"][0])
@@ -148,12 +145,19 @@ def test_what_does_not_run_yet_is_refused_when_the_pipeline_is_defined(arguments
         grouped.transform_with_state(LastThree, "k string")
 
 
-def test_an_initial_state_in_distributed_mode_is_refused_before_any_batch(spark, warehouse):
+@pytest.mark.slow
+def test_an_initial_state_s_key_without_input_reaches_its_task_once(spark, warehouse):
+    """On executors the initial state's rows join the first batch's input, each routed to its
+    key's task: a key with no input gets its handleInitialState too, and a replay of the first
+    batch (its checkpoint lost) applies it again from the start, not on top."""
     case = next(case for case in CASES if case.initial_state)
     built = pipeline(case, mode="distributed")
     built.publish(spark, BATCHES[0], warehouse)
-    with pytest.raises(ConfigError, match="applies an initial state, which runs on the driver only"):
-        built.run_once(spark, warehouse)
+    built.run_once(spark, warehouse)
+    stored = sp.read_state(spark, built, case.processor.__name__, warehouse=warehouse)
+    held = dict(zip(stored["key"], stored["value"]))
+    assert held["z"] == {"count": (5,)}  # z: only in the initial state
+    assert held["a"]["count"][0] > 10  # a: its initial 10 and its rows
 
 
 class QuietAfterAMinute(StatefulProcessor):

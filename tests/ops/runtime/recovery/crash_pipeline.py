@@ -168,7 +168,7 @@ class RunningSumFrom(RunningSum):
 INITIAL_TOTALS = [{"k": 7, "total": 100}, {"k": 99, "total": 5}]
 
 
-def build_processor(name: str = "crashy_processor", initial: bool = False):
+def build_processor(name: str = "crashy_processor", initial: bool = False, mode: str = "driver"):
     """:class:`RunningSum` by ``transform_with_state``, checkpointing every two batches as
     the vectorized sum does (its state waits in memory between them); ``initial``: from
     :data:`INITIAL_TOTALS`, applied in the first batch."""
@@ -178,11 +178,17 @@ def build_processor(name: str = "crashy_processor", initial: bool = False):
                                                  name="running_sum",
                                                  initial_state=INITIAL_TOTALS if initial else None)
              .write.to_delta("out"))
-            .named(name).checkpoint_every(batches=2))
+            .named(name).checkpoint_every(batches=2).with_mode(mode))
 
 
 def build_processor_initial():
     return build_processor("crashy_processor_initial", initial=True)
+
+
+def build_processor_initial_distributed():
+    """:func:`build_processor_initial` on executors: the initial state's rows join the first
+    batch's input, each routed to its key's task."""
+    return build_processor("crashy_processor_initial_distributed", initial=True, mode="distributed")
 
 
 class SumUntilQuiet(StatefulProcessor):
@@ -273,6 +279,7 @@ BUILDERS = {"hooked": build, "plain": build_plain, "distributed": build_distribu
             "vectorized": build_vectorized, "vectorized_distributed": build_vectorized_distributed,
             "typed": build_typed, "typed_distributed": build_typed_distributed,
             "processor": build_processor, "processor_initial": build_processor_initial,
+            "processor_initial_distributed": build_processor_initial_distributed,
             "processor_event_time": build_processor_event_time,
             "processor_event_time_distributed": build_processor_event_time_distributed,
             "processor_entries": build_processor_entries,
@@ -287,6 +294,7 @@ INPUT = [[{"k": b % 3, "x": b * 10 + i} for i in range(3)] + [{"k": 7, "x": b + 
 # event-time one takes all six, which its timers need to fire.
 DISTRIBUTED_INPUT = INPUT[:2]
 WHOLE_INPUT_ON_EXECUTORS = {"crashy_processor_event_time_distributed",
+                            "crashy_processor_initial_distributed",
                             "crashy_processor_entries_distributed"}
 
 

@@ -64,6 +64,15 @@ def test_typed_state_on_executors_crash_on_s3_then_recover_matches_the_local_ora
                              "before_checkpoint_commit:2", distributed_oracle, batches=2)
 
 
+@pytest.mark.slow
+def test_list_and_map_entries_crash_on_s3_then_recover_match_the_local_oracle(
+        spark, s3_warehouse, crash_child, entries_oracle):
+    """A StatefulProcessor's list and map, a row per element and entry, on S3: killed after the
+    first checkpoint added their entry columns and before it appended its rows."""
+    _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, "processor_entries",
+                             "state_columns_added:1", entries_oracle, batches=6)
+
+
 def _crash_on_s3_and_recover(spark, s3_warehouse, crash_child, variant, crash_at, oracle, batches):
     """Kill a child running the ``variant`` pipeline on S3 at ``crash_at``; recover in a fresh
     run, here in-process; what it leaves must be the local oracle's."""
