@@ -40,7 +40,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import StateStore, decode_key, entry_column
+from state import Expiring, StateStore, decode_key, value_json
 from state.faults import InjectedCrash, crash_at
 from state.lake import tables
 
@@ -49,9 +49,8 @@ from .clock import SYSTEM_CLOCK, Clock
 from .context import BatchScope
 from .errors import PipelineDefinitionError
 from .operating.inspection import read_state
-from .operators.processor_handle import TIMERS, Expiring
+from .operators.processor_handle import TIMERS, VALUE_ENTRY, user_key
 from .operators.spark_processor import TransformWithState
-from .operators.spark_processor import entry_column as variable_column
 from .operators.timing import timers_of
 from .pipeline import Pipeline
 from .runtime import DEAD_LETTER_SCHEMA, RunReport
@@ -255,10 +254,12 @@ class ProcessorTester:
         output = self._operator.apply(scope, frame)
         store.encode_changes()
         changes = store.changes()
+        declared = dict(self._operator.declares().entries)
         changed = [changes.rows[["operator", "key", "value", "deleted"]].assign(entry=None), *(
-            rows.rename_columns(["entry" if name == entry_column(rows) else name
-                                 for name in rows.column_names]).to_pandas()
-            for rows in changes.entries)]
+            pd.DataFrame({"operator": rows["operator"].to_pylist(), "key": rows["key"].to_pylist(),
+                          "entry": rows[columns.entry].to_pylist(),
+                          "value": value_json(rows, columns), "deleted": rows["deleted"].to_pylist()})
+            for rows in changes.entries if (columns := declared[rows["operator"][0].as_py()]))]
         for part in changed:
             for name, key, value, deleted, entry in part[
                     ["operator", "key", "value", "deleted", "entry"]].itertuples(index=False):
@@ -285,16 +286,17 @@ class ProcessorTester:
         held: dict[Any, dict[str, Any]] = {key: {name: _live(value) for name, value in
                                                   (record or {}).items() if name != TIMERS}
                                             for key, record in zip(keys, records)}
-        for variable, kind in operator.entry_variables:
-            entries = store.entries(operator.variable_state(variable),
-                                    variable_column(operator.name, variable))
+        for variable, kind, columns in operator.variables:
+            entries = store.entries(operator.variable_state(variable), columns)
             for key in keys:
                 stored = entries.entries(key)
                 if stored and kind == "list":  # positions: numbers, in order
                     held[key][variable] = [_live(stored[entry]) for entry in sorted(stored, key=int)]
+                elif stored and kind == "map":
+                    held[key][variable] = {user_key(entry): _live(value)
+                                           for entry, value in sorted(stored.items())}
                 elif stored:
-                    held[key][variable] = {user_key: _live(value) for user_key, value in
-                                           sorted(stored.values(), key=lambda pair: repr(pair[0]))}
+                    held[key][variable] = _live(stored[VALUE_ENTRY])
         return {key: variables for key, variables in held.items() if variables}
 
     def _store(self) -> StateStore:

@@ -15,8 +15,9 @@ from .commit.hooks import HookContext, Hooks
 from .commit.log import CheckpointLog, checkpointed_offsets, wake_time
 from .commit.plans import BatchPlan, BatchPlans
 from .commit.record import Checkpoint, new_checkpoint, next_checkpoint_id
-from .contract.changes import ChangedState, SparkStateRows, StateRows, WrittenState, entry_column
+from .contract.changes import ChangedState, SparkStateRows, StateRows, WrittenState
 from .contract.codecs import codec_named, decode_key, encode_key
+from .contract.entries import EntryColumns, value_columns_from_json, value_json
 from .contract.keygroups import DEFAULT_KEY_GROUPS, check_key_groups, key_group, key_group_column, key_groups
 from .contract.schema import CHECKPOINT_OPERATOR, STATE_SCHEMA
 from .contract.types import StateType, StateTypes
@@ -37,7 +38,7 @@ from .faults import fault_point
 from .layout import PipelineLayout, check_name, default_warehouses, resolve_warehouse, warehouse_from_env
 from .read.latest import latest_per_key, stored_values
 from .read.queries import changed_keys, read_state
-from .run.entries import EntryState
+from .run.entries import EntryState, Expiring
 from .run.store import OperatorState, StateStore
 from .run.timers import WATERMARK, Timers, expiry_state, timer_state
 from .run.tracking import Tracked, restore_all, save_all, track
@@ -48,14 +49,15 @@ __all__ = [
     "PipelineChangedError", "StateError", "StorageError", "StreamError",
     "PipelineLayout", "check_name", "default_warehouses", "resolve_warehouse", "warehouse_from_env",
     # what a run holds
-    "EntryState", "OperatorState", "StateStore", "StateType", "StateTypes", "declared_state_type",
+    "EntryState", "Expiring", "OperatorState", "StateStore", "StateType", "StateTypes", "declared_state_type",
     "infer_state_type",
     "Timers", "WATERMARK", "expiry_state", "timer_state",
     "Tracked", "restore_all", "save_all", "track", "fault_point",
     # what a checkpoint commits, and what a run hands it
     "Checkpoint", "CheckpointLog", "new_checkpoint", "next_checkpoint_id", "checkpointed_offsets",
     "wake_time", "BatchPlan", "BatchPlans", "GlobalTable", "global_table", "HookContext", "Hooks",
-    "ChangedState", "SparkStateRows", "StateRows", "WrittenState", "entry_column",
+    "ChangedState", "SparkStateRows", "StateRows", "WrittenState", "EntryColumns",
+    "value_columns_from_json", "value_json",
     # an executor's side of a checkpoint: the files it writes for the driver to commit
     "takes_state_files", "widen_state_table", "write_state_files", "write_typed_state_files",
     # the rows' vocabulary: keys, their groups, the table's schema

@@ -126,10 +126,11 @@ def check_spark_processors(spark, namespace: dict, folder: Path) -> None:
     latest = namespace["latest"]
     assert latest.read_sink(spark, "latest")[["sensor", "n", "last"]].values.tolist() == \
         [["s1", 2, 2.5], ["s2", 1, 4.0], ["s1", 3, 3.0]]
-    stored = sp.read_state(spark, latest, "LastTwo")
-    assert dict(zip(stored["key"], stored["value"]))["s1"] == {"count": (3,)}
+    stored = sp.read_state(spark, latest, "LastTwo.count")
+    assert dict(zip(stored["key"], stored["value"]))["s1"] == (3,)
     recent = sp.read_state(spark, latest, "LastTwo.recent")
     assert recent[recent["key"] == "s1"]["value"].tolist() == [(2.5,), (3.0,)]
+    assert namespace["recent"] == [('"s1"', 2.5), ('"s1"', 3.0), ('"s2"', 4.0)]  # by SQL
     assert namespace["tester"].state()["s1"] == {"count": (3,), "recent": [(2.5,), (3.0,)]}
     # the event-time session: u1's fired once the watermark passed its timer, u2's is open
     ended = namespace["sessions"].read_sink(spark, "sessions")

@@ -57,7 +57,7 @@ def read_state(spark: SparkSession, pipeline: Pipeline, operator: str, as_of: in
     entries = {name: column for op in pipeline.stream.operators
                for name, column in op.declares().entries}
     return state.read_state(spark, pipeline.layout(warehouse), operator, as_of,
-                            codec=_codec(pipeline, operator), entry_column=entries.get(operator))
+                            codec=_codec(pipeline, operator), entries=entries.get(operator))
 
 
 def changed_keys(spark: SparkSession, pipeline: Pipeline, operator: str, after: int,

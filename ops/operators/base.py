@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from state import Hooks, StateType, expiry_state, timer_state
+from state import EntryColumns, Hooks, StateType, expiry_state, timer_state
 
 from ..context import BatchScope
 
@@ -59,7 +59,7 @@ class StateDeclaration:
     how to keep them (event-time operators), else as one task. ``clock``: the operator's
     timers and TTL, whose deadlines are kept under more of its ``names``. ``entries``: those of
     its ``names`` that hold many rows per key (a list's elements, a map's entries:
-    ``scope.store.entries(name, column)``), each with its entry column.
+    ``scope.store.entries(name, columns)``), each with its columns.
 
     >>> StateDeclaration.keyed(("user",), "clicks").kind.value
     'keyed'
@@ -70,7 +70,7 @@ class StateDeclaration:
     names: tuple[str, ...] = ()
     shared: tuple[str, ...] = ()
     clock: TimerDeclaration | None = None
-    entries: tuple[tuple[str, str], ...] = ()
+    entries: tuple[tuple[str, EntryColumns], ...] = ()
 
     @classmethod
     def stateless(cls) -> StateDeclaration:

@@ -4,30 +4,32 @@ pyspark's own classes, answered from the operator's managed state.
 
 A processor declares its variables once per batch, in ``init``; the operator then turns the
 handle to each key in turn (:meth:`ProcessorHandle.turn_to`), so a variable always reads and
-writes the key whose rows are being handled, as Spark's do. A value variable is kept in the
-key's record (a dict of each value variable's tuple, and the key's timers). A list's elements
-and a map's entries are each an entry of the variable's own state of many rows per key
-(``store.entries``): a list element's entry is its position (growing: an append adds
-positions, a ``put`` that drops the head and adds at the tail, as a "last N" does, removes the
-dropped ones and adds the new), a map entry's is its user key's JSON text, holding the user key
-and the value; so a checkpoint writes the entries that changed, not the list or map.
-A variable declared with ``ttlDurationMs`` (processing-time mode, as in Spark) stores each value,
-list element and map entry as an :class:`Expiring` stamped with the batch's time plus the TTL at
-its write: from the first batch at or after that time it reads as absent, and it is removed
-when the key is next written or its earliest expiry wakes it (:meth:`ProcessorHandle.
-drop_expired`).
+writes the key whose rows are being handled, as Spark's do. Each variable is a state of many
+rows per key of its own (``store.entries``, a row per entry, its value in columns typed from
+the variable's schema): a value variable's one entry is ``""``; a list element's is its
+position (growing: an append adds positions, a ``put`` that drops the head and adds at the
+tail, as a "last N" does, removes the dropped ones and adds the new); a map entry's is its
+user key's JSON text. So a checkpoint writes the entries that changed, not the list or map. The
+key's record holds its timers. A variable declared with ``ttlDurationMs`` (processing-time
+mode, as in Spark) stores each value, list element and map entry as an
+:class:`~state.Expiring` stamped with the batch's time plus the TTL at its write: from the
+first batch at or after that time it reads as absent, and it is removed when the key is next
+written or its earliest expiry wakes it (:meth:`ProcessorHandle.drop_expired`).
 
->>> handle = ProcessorHandle("counts")
+>>> from state import EntryColumns, StateStore
+>>> store = StateStore(None, None, None)
+>>> handle = ProcessorHandle("counts", entries=lambda name: store.entries(
+...     f"counts.{name}", EntryColumns(f"k__counts__{name}")))
 >>> count = handle.getValueState("count", "n long")
->>> handle.turn_to({})
->>> count.exists(), count.update((3,)), count.get(), handle.record
-(False, None, (3,), {'count': (3,)})
+>>> handle.turn_to({}, "a")
+>>> count.exists(), count.update((3,)), count.get(), dict(handle.stored_entries("count"))
+(False, None, (3,), {'': (3,)})
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.streaming.stateful_processor import (
@@ -38,7 +40,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import StructType
 
-from state import EntryState, codec_named, encode_key
+from state import EntryState, Expiring, codec_named, encode_key
 
 from ..errors import OperatorError
 from .aggregates import to_python
@@ -50,23 +52,15 @@ Record = dict[str, Any]
 TIMERS = "__timers__"
 
 
-@dataclass(frozen=True)
-class Expiring:
-    """A value of a variable with a TTL and the processing time it expires at (epoch ms)."""
-
-    value: Any
-    expires_ms: int
-
-
 class ProcessorHandle(StatefulProcessorHandle):
-    """pyspark's handle, over the record of the key being handled. Variables are declared in
+    """pyspark's handle, over the state of the key being handled. Variables are declared in
     ``init`` only (as Spark requires); a second declaration of a name must be of the same kind."""
 
     def __init__(self, operator: str, time_mode: str = "none", now: int | None = None,
                  entries: Callable[[str], EntryState] | None = None) -> None:
         # no API client: nothing goes over a socket
         self.operator = operator
-        #: a list or map variable's entries, by its name (``None``: declaring only)
+        #: a variable's entries, by its name (``None``: declaring only)
         self._entries = entries
         self.key: Any = None  # the key being handled
         self.entries_changed = False
@@ -76,38 +70,43 @@ class ProcessorHandle(StatefulProcessorHandle):
         self.record: Record = {}
         self.changed = False
         self._kinds: dict[str, str] = {}
+        #: each variable's value schema (a map's value's), and whether it has a TTL
+        self.schemas: dict[str, StructType | str] = {}
+        self.ttls: dict[str, bool] = {}
         self._declaring = True
         self.deleted: list[str] = []  # deleteIfExists in init: dropped from every key's record
 
     def turn_to(self, record: Record, key: Any = None) -> None:
-        """From now on the variables read and write the state of ``key``: its value variables
-        in ``record`` (``{}`` for a key holding nothing); declaring is over."""
+        """From now on the variables read and write the state of ``key``, whose record (its
+        timers) is ``record`` (``{}`` for a key holding nothing); declaring is over."""
         self._declaring = False
         # a copy: the store's own value changes only when the operator sets the new record
         self.record, self.changed = dict(record), False
         self.key, self.entries_changed = key, False
-        for name in self.entry_variables:
-            if name in self.record:  # a checkpoint from before entries: its list or map moves
+        for name in self.variables:
+            if name in self.record:  # a checkpoint from before entries: the variable moves
                 self._adopt(name, self.record.pop(name))
                 self.changed = True
 
-    def _adopt(self, name: str, held: list[Any] | dict[tuple, Any]) -> None:
-        """A list or map the key's record held (as releases before entries stored them) made
-        the variable's entries."""
-        if isinstance(held, dict):
+    def _adopt(self, name: str, held: Any) -> None:
+        """A variable the key's record held (as releases before entries stored it) made the
+        variable's entries."""
+        if self._kinds[name] == "map":
             for user_key, stored in held.items():
-                self.put_entry(name, _entry_of(user_key), (user_key, stored))
-        else:
+                self.put_entry(name, _entry_of(user_key), stored)
+        elif self._kinds[name] == "list":
             for position, stored in enumerate(held):
                 self.put_entry(name, str(position), stored)
+        else:
+            self.put_entry(name, VALUE_ENTRY, held)
 
     @property
-    def entry_variables(self) -> list[str]:
-        """The declared list and map variables (kept as entries)."""
-        return [name for name, kind in self._kinds.items() if kind in ENTRY_KINDS]
+    def variables(self) -> list[str]:
+        """The declared variables."""
+        return list(self._kinds)
 
     def stored_entries(self, name: str) -> Mapping[str, Any]:
-        """The current key's entries of list or map variable ``name`` (as stored)."""
+        """The current key's entries of variable ``name`` (as stored)."""
         return self._entry_state(name).entries(self.key)
 
     def put_entry(self, name: str, entry: str, stored: Any) -> None:
@@ -122,27 +121,23 @@ class ProcessorHandle(StatefulProcessorHandle):
         """What variable ``name`` was declared as: ``"value"``, ``"list"`` or ``"map"``."""
         return self._kinds[name]
 
-    def _element(self, name: str, stored: Any) -> Any:
-        """A list element, or a map entry's value (an entry holds its user key too), as stored."""
-        return stored[1] if self._kinds[name] == "map" else stored
-
     def _entry_state(self, name: str) -> EntryState:
         assert self._entries is not None, "a variable is used while the processor is declaring"
         return self._entries(name)
 
     def getValueState(self, stateName: str, schema: StructType | str,
                       ttlDurationMs: int | None = None) -> ValueState:
-        return HeldValueState(self, self._declared(stateName, "value", ttlDurationMs),
+        return HeldValueState(self, self._declared(stateName, "value", ttlDurationMs, schema),
                               ttlDurationMs, schema)
 
     def getListState(self, stateName: str, schema: StructType | str,
                      ttlDurationMs: int | None = None) -> ListState:
-        return HeldListState(self, self._declared(stateName, "list", ttlDurationMs),
+        return HeldListState(self, self._declared(stateName, "list", ttlDurationMs, schema),
                              ttlDurationMs, schema)
 
     def getMapState(self, stateName: str, userKeySchema: StructType | str,
                     valueSchema: StructType | str, ttlDurationMs: int | None = None) -> MapState:
-        name = self._declared(stateName, "map", ttlDurationMs)
+        name = self._declared(stateName, "map", ttlDurationMs, valueSchema)
         return HeldMapState(self, name, ttlDurationMs, userKeySchema, valueSchema)
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
@@ -173,7 +168,8 @@ class ProcessorHandle(StatefulProcessorHandle):
                                 "init(): delete it before declaring it again")
         self.deleted.append(stateName)
 
-    def _declared(self, name: str, kind: str, ttl_ms: int | None) -> str:
+    def _declared(self, name: str, kind: str, ttl_ms: int | None,
+                  schema: StructType | str) -> str:
         if name.startswith("__"):
             raise self._refused(f"get{kind.title()}State({name!r})", "names starting with '__' "
                                 "are lakestream's own")
@@ -185,6 +181,7 @@ class ProcessorHandle(StatefulProcessorHandle):
         if self._kinds.setdefault(name, kind) != kind:
             raise self._refused(f"get{kind.title()}State({name!r})",
                                 f"{name!r} is declared as a {self._kinds[name]} state already")
+        self.schemas[name], self.ttls[name] = schema, ttl_ms is not None
         return name
 
     def _check_ttl(self, call: str, ttl_ms: Any) -> None:
@@ -216,27 +213,23 @@ class ProcessorHandle(StatefulProcessorHandle):
 
     def drop_expired(self) -> None:
         """Remove the current key's values, list elements and map entries whose TTL passed."""
-        for name, stored in list(self.record.items()):
-            if name != TIMERS and self.expired(stored):
-                self.write(name, None)
-        for name in self.entry_variables:
-            for entry, stored in list(self.stored_entries(name).items()):
-                if self.expired(self._element(name, stored)):
-                    self.remove_entry(name, entry)
+        for name in self.variables:
+            if self.ttls[name]:
+                for entry, stored in list(self.stored_entries(name).items()):
+                    if self.expired(stored):
+                        self.remove_entry(name, entry)
 
     def earliest_expiry(self) -> int | None:
         """When the current key's first TTL'd value expires (``None``: it holds none)."""
-        held = [stored for name, stored in self.record.items() if name != TIMERS]
-        held += [self._element(name, stored) for name in self.entry_variables
-                 for stored in self.stored_entries(name).values()]
-        return min((stored.expires_ms for stored in held if isinstance(stored, Expiring)),
-                   default=None)
+        return min((stored.expires_ms for name in self.variables if self.ttls[name]
+                    for stored in self.stored_entries(name).values()
+                    if isinstance(stored, Expiring)), default=None)
 
     def _refused(self, call: str, why: str) -> OperatorError:
         return OperatorError(f"transform_with_state {self.operator!r}: {call}: {why}")
 
     def write(self, name: str, value: Any) -> None:
-        """Set variable ``name`` of the current key (``None``: it holds nothing)."""
+        """Set ``name`` in the current key's record (its timers; ``None``: unset)."""
         if value is None:
             self.changed |= self.record.pop(name, None) is not None
         else:
@@ -265,14 +258,15 @@ class HeldValueState(ValueState):
         return self.get() is not None
 
     def get(self) -> tuple | None:
-        return self._handle.live(self._handle.record.get(self._name))
+        return self._handle.live(self._handle.stored_entries(self._name).get(VALUE_ENTRY))
 
     def update(self, newValue: tuple) -> None:
         value = self._handle.value_of(self._name, self._schema, newValue)
-        self._handle.write(self._name, self._handle.stamped(value, self._ttl))
+        self._handle.put_entry(self._name, VALUE_ENTRY, self._handle.stamped(value, self._ttl))
 
     def clear(self) -> None:
-        self._handle.write(self._name, None)
+        if VALUE_ENTRY in self._handle.stored_entries(self._name):
+            self._handle.remove_entry(self._name, VALUE_ENTRY)
 
 
 class HeldListState(ListState):
@@ -328,8 +322,8 @@ class HeldListState(ListState):
 
 class HeldMapState(MapState):
     """pyspark's ``MapState``: a key's user key tuples to value tuples, an entry of the
-    variable each (keyed by the user key's JSON text, holding the user key and the value),
-    iterated in user key order; with a TTL, each entry expires on its own, as in Spark."""
+    variable each (keyed by the user key's JSON text), iterated in user key order; with a TTL,
+    each entry expires on its own, as in Spark."""
 
     def __init__(self, handle: ProcessorHandle, name: str, ttl_ms: int | None,
                  key_schema: StructType | str, value_schema: StructType | str) -> None:
@@ -338,16 +332,17 @@ class HeldMapState(MapState):
 
     def _entries(self) -> list[tuple[tuple, Any]]:
         """The user keys and stored values not expired, in user key order."""
-        held = [pair for pair in self._handle.stored_entries(self._name).values()
-                if not self._handle.expired(pair[1])]
+        held = [(user_key(entry), stored)
+                for entry, stored in self._handle.stored_entries(self._name).items()
+                if not self._handle.expired(stored)]
         try:
             return sorted(held, key=lambda pair: pair[0])
         except TypeError:  # user keys of types that do not compare: by their text
             return sorted(held, key=lambda pair: _entry_of(pair[0]))
 
     def _stored(self, key: tuple) -> Any:
-        pair = self._handle.stored_entries(self._name).get(_entry_of(self._key(key)))
-        return None if pair is None or self._handle.expired(pair[1]) else pair[1]
+        stored = self._handle.stored_entries(self._name).get(_entry_of(self._key(key)))
+        return None if stored is None or self._handle.expired(stored) else stored
 
     def exists(self) -> bool:
         return bool(self._entries())
@@ -359,10 +354,9 @@ class HeldMapState(MapState):
         return self._stored(key) is not None
 
     def updateValue(self, key: tuple, value: tuple) -> None:
-        user_key = self._key(key)
         checked = self._handle.value_of(self._name, self._value_schema, value)
-        self._handle.put_entry(self._name, _entry_of(user_key),
-                               (user_key, self._handle.stamped(checked, self._ttl)))
+        self._handle.put_entry(self._name, _entry_of(self._key(key)),
+                               self._handle.stamped(checked, self._ttl))
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
         return iter([(key, self._handle.live(value)) for key, value in self._entries()])
@@ -374,7 +368,9 @@ class HeldMapState(MapState):
         return iter([self._handle.live(value) for _, value in self._entries()])
 
     def removeKey(self, key: tuple) -> None:
-        self._handle.remove_entry(self._name, _entry_of(self._key(key)))
+        entry = _entry_of(self._key(key))
+        if entry in self._handle.stored_entries(self._name):
+            self._handle.remove_entry(self._name, entry)
 
     def clear(self) -> None:
         for entry in list(self._handle.stored_entries(self._name)):
@@ -384,8 +380,8 @@ class HeldMapState(MapState):
         return self._handle.value_of(self._name, self._key_schema, key)
 
 
-#: the kinds of variable kept as entries (a row per list element or map entry)
-ENTRY_KINDS = ("list", "map")
+#: a value variable's one entry
+VALUE_ENTRY = ""
 
 _PICKLED = codec_named("pickle")
 
@@ -399,6 +395,14 @@ def _entry_of(user_key: tuple) -> str:
         return encode_key(user_key)
     except (TypeError, ValueError):
         return "~" + _PICKLED.encode(user_key)
+
+
+def user_key(entry: str) -> tuple:
+    """The user key whose entry is ``entry`` (:func:`_entry_of`'s inverse)."""
+    if entry.startswith("~"):
+        return _PICKLED.decode(entry[1:])
+    decoded = json.loads(entry)
+    return tuple(decoded) if isinstance(decoded, list) else (decoded,)
 
 
 def _dropped_head(old: list[tuple[int, Any]], new: list[Any]) -> int:

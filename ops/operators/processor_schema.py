@@ -10,11 +10,16 @@ schema a processor's frames are put in.
 
 from __future__ import annotations
 
+import re
+import zlib
 from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql.types import StructType
+
+from state import EntryColumns
 
 from ..errors import OperatorError, PipelineDefinitionError
 
@@ -39,6 +44,40 @@ def output_fields(schema: StructType | str) -> tuple[tuple[str, str], ...]:
     if not isinstance(schema, str) or not schema.strip():
         raise PipelineDefinitionError(f"a schema is a DDL string or a StructType, got {schema!r}")
     return tuple(_field(part, schema) for part in _top_level(schema))
+
+
+#: the Arrow type of a state value's field of a Spark type a plain column holds (and JSON
+#: carries, for an executor's rows through Spark)
+_COLUMN_TYPES = {"string": pa.string(), "long": pa.int64(), "bigint": pa.int64(),
+                 "int": pa.int32(), "integer": pa.int32(), "short": pa.int16(),
+                 "smallint": pa.int16(), "byte": pa.int8(), "tinyint": pa.int8(),
+                 "double": pa.float64(), "float": pa.float32(), "real": pa.float32(),
+                 "boolean": pa.bool_(), "date": pa.date32(),
+                 "timestamp": pa.timestamp("us", tz="UTC")}
+
+
+def variable_columns(operator: str, variable: str, schema: StructType | str,
+                     ttl: bool) -> EntryColumns:
+    """Where a StatefulProcessor variable's entries are stored: the entry column
+    (:func:`entry_column`), and a typed column per field of its value schema
+    (``v__<operator>__<variable>__<field>``, and ``…___expires`` with a TTL), or, when a field is
+    of a type no plain column holds (arrays, maps, structs, decimals, binary), the pickled value.
+
+    >>> variable_columns("tops", "best", "x double, at timestamp", ttl=False).value_columns
+    ['v__tops__best__x', 'v__tops__best__at']
+    >>> variable_columns("tops", "tags", "t array<string>", ttl=True).value_columns
+    ['value']
+    """
+    entry = entry_column(operator, variable)
+    stem = entry.removeprefix("k__")
+    fields = output_fields(schema)
+    columns = [f"v__{stem}__{re.sub(r'[^A-Za-z0-9_]', '_', name)}" for name, _ in fields]
+    expiry = f"v__{stem}___expires"
+    if (any(kind not in _COLUMN_TYPES for _, kind in fields) or len(set(columns)) < len(columns)
+            or expiry in columns):
+        return EntryColumns(entry)
+    typed = tuple((name, column, _COLUMN_TYPES[kind]) for (name, kind), column in zip(fields, columns))
+    return EntryColumns(entry, typed, expiry if ttl else None)
 
 
 def field_names(schema: StructType | str) -> tuple[str, ...]:
@@ -114,3 +153,19 @@ def _field(part: str, ddl: str) -> tuple[str, str]:
     if not name or not kind:
         raise PipelineDefinitionError(f"schema {ddl!r}: {part!r} is not 'name type'")
     return name, kind
+
+
+def entry_column(operator: str, variable: str) -> str:
+    """The column a variable's entries are told apart by: ``k__<operator>__<variable>``,
+    the names' characters other than letters, digits and ``_`` replaced, and then the CRC-32 of
+    both names added, so that no two variables share one.
+
+    >>> entry_column("sessions", "last10"), entry_column("s", "a b")
+    ('k__sessions__last10', 'k__s__a_b_6a741ce3')
+    """
+    stem = f"{operator}__{variable}"
+    plain = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+    if plain != stem:
+        plain += f"_{zlib.crc32(stem.encode()):08x}"
+    return f"k__{plain}"
+

@@ -15,22 +15,20 @@ An initial state (a frame or records with the grouping columns) is handed to
 in a query's first batch; on executors its rows join that batch's input, each routed to its
 key's task (:meth:`TransformWithState.added_rows`).
 
-What is stored: per key, a record of its value variables (pickled, since a state schema may
-hold any Spark type), rewritten when one of them changes; and each list or map variable as a
-state of its own, ``<operator>.<variable>``, of a row per list element or map entry
-(:mod:`.processor_handle`), so an append or an entry's update writes that element or entry
-alone, in the same checkpoint commit. Timers are kept in the key's record too (any number per
-key) and its earliest in the run's timer queue (``<op>__timers``, as a map's), which the
-runtime reads to run a batch with no input when one falls due; after the batch's rows, each
-timer before the batch's time calls ``handleExpiredTimer``. The batch's time is its processing
-time, or in ``event_time`` mode the watermark it starts with: the largest event time (of the
-column a ``with_watermark`` upstream names) of the batches before, less the delay; rows at or
-below it are dropped as late before any call, as Spark drops them. A variable's TTL (processing
-time) stamps each value with its expiry (:mod:`.processor_handle`); a key's earliest expiry is
-in the timer queue too, so a key nobody writes again is cleaned when it passes.
-``deleteIfExists`` in ``init`` drops the variable from every key (which reads the operator's
-whole state: on the driver only). Not yet here: values stored in typed columns from the
-variables' schemas (docs/plans/stateful-processor.md).
+What is stored: each variable as a state of its own, ``<operator>.<variable>``, of a row per
+value, list element or map entry (:mod:`.processor_handle`), its value in columns typed from the
+variable's schema (:func:`.processor_schema.variable_columns`), so an append or an entry's
+update writes that element or entry alone, in the same checkpoint commit. Timers are kept in
+the key's record (any number per key) and its earliest in the run's timer queue
+(``<op>__timers``, as a map's), which the runtime reads to run a batch with no input when one
+falls due; after the batch's rows, each timer before the batch's time calls
+``handleExpiredTimer``. The batch's time is its processing time, or in ``event_time`` mode the
+watermark it starts with: the largest event time (of the column a ``with_watermark`` upstream
+names) of the batches before, less the delay; rows at or below it are dropped as late before
+any call, as Spark drops them. A variable's TTL (processing time) stamps each value with its
+expiry (:mod:`.processor_handle`); a key's earliest expiry is in the timer queue too, so a key
+nobody writes again is cleaned when it passes. ``deleteIfExists`` in ``init`` drops the
+variable from every key (which reads the operator's whole state: on the driver only).
 
 As Spark's driver does when it plans the query, :meth:`TransformWithState.of` calls the
 processor's ``init`` once on a copy, with a handle that only records what it declares: a TTL
@@ -41,8 +39,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,14 +49,14 @@ from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
-from state import EntryState, codec_named
+from state import EntryColumns, EntryState, codec_named
 
 from ..context import BatchScope
 from ..errors import OperatorError, PipelineDefinitionError
 from .aggregates import to_python
 from .base import ADDED_ROW, Operator, StateDeclaration, TimerDeclaration
 from .processor_handle import ProcessorHandle
-from .processor_schema import check_columns, conformed, output_fields
+from .processor_schema import check_columns, conformed, entry_column, output_fields, variable_columns
 from .timing import KeyClock, batch_now, timers_of, watermark_after
 
 log = logging.getLogger(__name__)
@@ -94,9 +90,9 @@ class TransformWithState(Operator):
     event_time: str | None = None
     #: the variables ``init`` deletes from every key (``deleteIfExists``)
     deletes: tuple[str, ...] = ()
-    #: the list and map variables ``init`` declares (name, ``"list"`` or ``"map"``), each
-    #: stored as entries of its own state
-    entry_variables: tuple[tuple[str, str], ...] = ()
+    #: the variables ``init`` declares: name, kind (``"value"``, ``"list"``, ``"map"``) and
+    #: the columns of the state of its own its entries are kept in
+    variables: tuple[tuple[str, str, EntryColumns], ...] = ()
 
     @property
     def driver_only(self) -> str | None:
@@ -146,8 +142,11 @@ class TransformWithState(Operator):
         return cls(name=name, keys=keys, processor=processor, fields=fields, form=form,
                    time_mode=mode, initial=_initial_rows(where, initial_state, keys),
                    watermark=watermark if mode == "event_time" else None, event_time=event_time,
-                   deletes=tuple(declared.deleted), entry_variables=tuple(
-                       (name, declared.kind_of(name)) for name in declared.entry_variables))
+                   deletes=tuple(declared.deleted), variables=tuple(
+                       (variable, declared.kind_of(variable),
+                        variable_columns(name, variable, declared.schemas[variable],
+                                         declared.ttls[variable]))
+                       for variable in declared.variables))
 
     def added_rows(self, batch_id: int) -> pd.DataFrame | None:
         """The initial state's rows in the pipeline's first batch (batches are numbered from 1;
@@ -159,8 +158,7 @@ class TransformWithState(Operator):
         return self.initial[list(self.keys)].assign(**{ADDED_ROW: records})
 
     def declares(self) -> StateDeclaration:
-        entries = tuple((self.variable_state(name), entry_column(self.name, name))
-                        for name, _ in self.entry_variables)
+        entries = tuple((self.variable_state(name), columns) for name, _, columns in self.variables)
         declared = replace(StateDeclaration.keyed(self.keys, self.name), entries=entries)
         declared = replace(declared, names=declared.names + tuple(name for name, _ in entries))
         if self.clock is None:
@@ -172,9 +170,14 @@ class TransformWithState(Operator):
         return f"{self.name}.{variable}"
 
     def _entries_of(self, scope: BatchScope) -> Callable[[str], EntryState]:
-        """A list or map variable's entries in this batch's store, by the variable's name."""
-        return lambda variable: scope.store.entries(self.variable_state(variable),
-                                                    entry_column(self.name, variable))
+        """A variable's entries in this batch's store, by the variable's name (one ``init``
+        declares, or one it deletes)."""
+        declared = {name: columns for name, _, columns in self.variables}
+
+        def entries(variable: str) -> EntryState:
+            columns = declared.get(variable, EntryColumns(entry_column(self.name, variable)))
+            return scope.store.entries(self.variable_state(variable), columns)
+        return entries
 
     def state_shape(self) -> dict[str, Any]:
         """The processor's class: a checkpoint of another processor's variables is refused.
@@ -216,7 +219,7 @@ class TransformWithState(Operator):
     def _delete_everywhere(self, scope: BatchScope, names: list[str]) -> None:
         """Drop variables ``names`` from every key (a key left with nothing goes)."""
         entries = self._entries_of(scope)
-        for name in names:  # a list's or map's entries (none for a value variable)
+        for name in names:
             variable = entries(name)
             for key in variable.load_all():
                 for entry in list(variable.entries(key)):
@@ -256,7 +259,7 @@ class TransformWithState(Operator):
         grouping = list(dict.fromkeys([*starting, *keyed]))  # Spark: initial state first
         stored_keys = [self.state_key(values) for values in grouping]
         records = state.get_values(stored_keys)
-        for variable in handle.entry_variables:  # the batch's keys' entries, in one read each
+        for variable in handle.variables:  # the batch's keys' entries, in one read each
             self._entries_of(scope)(variable).load(stored_keys)
         outputs: list[pd.DataFrame] = []
         for values, key, record in zip(grouping, stored_keys, records):
@@ -423,19 +426,4 @@ def _initial_rows(where: str, given: Any, keys: tuple[str, ...]) -> pd.DataFrame
         raise PipelineDefinitionError(f"{where}: the initial state lacks the grouping column(s) "
                                       f"{missing}; it has {list(rows.columns)}")
     return rows
-
-
-def entry_column(operator: str, variable: str) -> str:
-    """The column a list or map variable's entries are told apart by: ``k__<operator>__<variable>``,
-    the names' characters other than letters, digits and ``_`` replaced, and then the CRC-32 of
-    both names added, so that no two variables share one.
-
-    >>> entry_column("sessions", "last10"), entry_column("s", "a b")
-    ('k__sessions__last10', 'k__s__a_b_6a741ce3')
-    """
-    stem = f"{operator}__{variable}"
-    plain = re.sub(r"[^A-Za-z0-9_]", "_", stem)
-    if plain != stem:
-        plain += f"_{zlib.crc32(stem.encode()):08x}"
-    return f"k__{plain}"
 

@@ -59,19 +59,5 @@ class WrittenState:
     actions: tuple[str, ...] = ()
 
 
-#: The columns of an entry state's changed rows besides its entry column
-ENTRY_ROW_COLUMNS = ("operator", "key", "value", "deleted", "key_group")
-
-
-def entry_column(entries: pa.Table) -> str:
-    """The entry column of an entry state's changed rows (one of :attr:`StateRows.entries`).
-
-    >>> entry_column(pa.table({"operator": ["o.v"], "key": ["1"], "k__o__v": ["0"]}))
-    'k__o__v'
-    """
-    [column] = [name for name in entries.column_names if name not in ENTRY_ROW_COLUMNS]
-    return column
-
-
 #: What a checkpoint commits: one of the three forms
 ChangedState: TypeAlias = StateRows | SparkStateRows | WrittenState

@@ -9,6 +9,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ..contract.entries import EntryColumns, value_json_column
 from ..contract.types import key_columns, value_columns
 from ..lake import tables
 from ..layout import PipelineLayout
@@ -26,15 +27,16 @@ def latest_values(spark: SparkSession, layout: PipelineLayout, operator: str, as
 
 def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[str],
                   as_of: int | None, keys: DataFrame | None = None,
-                  entries: Mapping[str, str] | None = None) -> DataFrame:
+                  entries: Mapping[str, EntryColumns] | None = None) -> DataFrame:
     """The stored ``operator, key, value`` of ``operators`` as of checkpoint ``as_of`` (only
     those of ``keys``, a frame of encoded ``key``s, when given), as a lazy Spark DataFrame:
     executors read it, the driver never does. Empty before the first checkpoint. With
-    ``entries`` (the entry column of each state of many rows per key among ``operators``), an
-    ``entry`` column too: an entry state's row's entry, else null."""
-    columns = "operator string, key string, value string" + (", entry string" if entries else "")
+    ``entries`` (the columns of each state of many rows per key among ``operators``), an
+    ``entry`` column too: an entry state's row's entry (its typed value in ``value`` as the
+    JSON of its fields: :func:`~state.contract.entries.value_json`), else null."""
+    schema = "operator string, key string, value string" + (", entry string" if entries else "")
     if as_of is None or not tables.exists(spark, layout.state):
-        return spark.createDataFrame([], columns)
+        return spark.createDataFrame([], schema)
     rows = (tables.read(spark, layout.state)
             .where(F.col("operator").isin(operators) & (F.col("checkpoint_id") <= as_of)))
     if keys is not None:  # before the latest-per-key aggregation, which then sees only these
@@ -42,10 +44,14 @@ def stored_values(spark: SparkSession, layout: PipelineLayout, operators: list[s
     latest = latest_per_key(rows).where(~F.col("deleted"))
     if not entries:
         return latest.select("operator", "key", "value")
-    stored = [F.when(F.col("operator") == name, F.col(column)) for name, column in entries.items()
-              if column in latest.columns]
-    entry = F.coalesce(*stored) if stored else F.lit(None).cast("string")
-    return latest.select("operator", "key", "value", entry.alias("entry"))
+    present = {name: columns for name, columns in entries.items()
+               if {columns.entry, *columns.value_columns} <= set(latest.columns)}
+    entry, value = F.lit(None).cast("string"), F.col("value")
+    for name, columns in present.items():
+        mine = F.col("operator") == name
+        entry = F.when(mine, F.col(columns.entry)).otherwise(entry)
+        value = F.when(mine, value_json_column(columns)).otherwise(value)
+    return latest.select("operator", "key", value.alias("value"), entry.alias("entry"))
 
 
 def latest_per_key(rows: DataFrame) -> DataFrame:

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from .. import delta_io
 from ..contract.codecs import encoded_integers
+from ..contract.entries import EntryColumns
 from ..contract.keygroups import key_groups, typed_key_groups
 from ..lake import tables
 from .found import Found, key_positions
@@ -163,11 +164,11 @@ def stored_typed_values(path: str, operator: str, as_of: int, keys: pa.Array | N
 
 
 def stored_entries(path: str, operator: str, as_of: int, keys: pa.Array | None, groups: int,
-                   entry_column: str, within: tuple[int, int] | None = None) -> pa.Table | None:
-    """``key``, ``entry_column`` and ``value`` (encoded) of each live entry of ``operator``, a
-    state of many rows per key told apart by ``entry_column`` (a list's elements, a map's
-    entries: :class:`~state.run.entries.EntryState`), of the encoded ``keys`` (every key's,
-    when ``None``) as of checkpoint ``as_of``: the newest row per key and entry, tombstones
+                   columns: EntryColumns, within: tuple[int, int] | None = None) -> pa.Table | None:
+    """``key``, the entry column and the value columns (``columns``) of each live entry of
+    ``operator``, a state of many rows per key (a list's elements, a map's entries:
+    :class:`~state.run.entries.EntryState`), of the encoded ``keys`` (every key's, when
+    ``None``) as of checkpoint ``as_of``: the newest row per key and entry, tombstones
     dropped, in no particular order. Files are chosen as :func:`stored_values` chooses them
     (a key's entries are all of its key's group). ``None`` when delta-rs cannot read the table.
 
@@ -179,26 +180,28 @@ def stored_entries(path: str, operator: str, as_of: int, keys: pa.Array | None, 
     ...     "value": ["x", "y", "z", None], "deleted": [False, False, False, True],
     ...     "checkpoint_id": [1, 1, 2, 2], "key_group": pa.array([group] * 4, pa.int32())}),
     ...     partition_by=["operator"])
-    >>> [sorted(stored_entries(path, "tops", as_of, pa.array(['"a"']), 256, "k__tops")["value"]
-    ...         .to_pylist()) for as_of in (1, 2)]
+    >>> [sorted(stored_entries(path, "tops", as_of, pa.array(['"a"']), 256,
+    ...                        EntryColumns("k__tops"))["value"].to_pylist()) for as_of in (1, 2)]
     [['x', 'y'], ['z']]
     """
     types = column_types(path)
     files = delta_io.file_statistics(path)
     if files is None:
         return None
-    names = ["key", entry_column, "value"]
-    if entry_column not in types:  # its column comes before its first row: none stored
-        return _no_rows(names, {name: pa.string() for name in names})
+    entry_column = columns.entry
+    names = ["key", entry_column, *columns.value_columns]
+    empty = _no_rows(names, {"key": pa.string(), entry_column: pa.string(), **columns.arrow_types()})
+    if entry_column not in types:  # its columns come before its first row: none stored
+        return empty
     hashed = partial(_encoded_groups, groups=groups)
     needed = _groups_to_read(keys, within, hashed)
     chosen = _files_to_read(files, operator, (0, as_of), needed)
     grouped = "key_group" in types
-    columns = [*names, "deleted", "checkpoint_id"] + (["key_group"] if grouped else [])
-    rows = delta_io.read_data_files(path, chosen, columns, partition=("operator", operator),
+    read = [*names, "deleted", "checkpoint_id"] + (["key_group"] if grouped else [])
+    rows = delta_io.read_data_files(path, chosen, read, partition=("operator", operator),
                                     where=_of_groups(needed, groups) if grouped else None)
     if not chosen or rows.num_rows == 0:
-        return _no_rows(names, {name: pa.string() for name in names})
+        return empty
     keep = (rows["checkpoint_id"].to_numpy() <= as_of) & _valid(rows[entry_column])
     if within is not None:  # a file of a range of groups may hold a few groups beyond it
         keep &= _in_groups(rows, within, "key", hashed)

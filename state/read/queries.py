@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from ..commit.log import CheckpointLog
 from ..contract.codecs import codec_named, decode_key, decode_value
+from ..contract.entries import EntryColumns
 from ..contract.types import KEY_PREFIX, VALUE_PREFIX
 from ..errors import StateError
 from ..lake import tables
@@ -97,11 +98,11 @@ def _decoded_state(latest: DataFrame, codec: str, operator: str) -> pd.DataFrame
 
 def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
                as_of: int | None = None, codec: str = "json",
-               entry_column: str | None = None) -> pd.DataFrame:
+               entries: EntryColumns | None = None) -> pd.DataFrame:
     """``key, value, checkpoint_id`` of every key of ``operator`` as of checkpoint ``as_of``;
-    for a state of many rows per key told apart by ``entry_column``
+    for a state of many rows per key kept in ``entries``' columns
     (:class:`~state.run.entries.EntryState`), ``key, entry, value, checkpoint_id`` of every
-    entry.
+    entry (a typed value as the tuple of its fields; a TTL's stamp aside).
 
     ``as_of`` may be any retained checkpoint (default: the latest); older checkpoints are read
     through Delta time travel, so they stay readable after compaction until vacuum.
@@ -109,24 +110,36 @@ def read_state(spark: SparkSession, layout: PipelineLayout, operator: str,
     changelog, upto = changelog_as_of(spark, layout, as_of)
     rows = changelog.where((F.col("operator") == operator) & (F.col("checkpoint_id") <= upto))
     latest = latest_per_key(rows).where(~F.col("deleted"))
-    if entry_column is not None:
-        return _entries(latest, codec, operator, entry_column)
+    if entries is not None:
+        return _entries(latest, codec, operator, entries)
     return _decoded_state(latest, codec, operator).drop(columns="deleted")
 
 
-def _entries(latest: DataFrame, codec: str, operator: str, column: str) -> pd.DataFrame:
+def _entries(latest: DataFrame, codec: str, operator: str, columns: EntryColumns) -> pd.DataFrame:
     """An entry state's latest rows decoded, by key and then entry (a list's positions in
-    order)."""
-    if column not in latest.columns:  # no entry was ever committed
+    order): a typed value as the tuple of its fields (through Arrow: times stay UTC)."""
+    if columns.entry not in latest.columns:  # no entry was ever committed
         return pd.DataFrame(columns=["key", "entry", "value", "checkpoint_id"])
-    rows: pd.DataFrame = latest.where(F.col(column).isNotNull()).select(
-        "key", F.col(column).alias("entry"), "value", "checkpoint_id").toPandas()
-    position = pd.to_numeric(rows["entry"], errors="coerce")  # a list's; none for a map's entries
-    rows = (rows.assign(position=position).sort_values(["key", "position", "entry"], kind="stable")
-            .reset_index(drop=True))
-    decoded = _decoded(rows, codec, operator)  # sorted by key again, stably: entries in order
-    decoded.insert(1, "entry", rows["entry"].to_numpy())
-    return decoded.drop(columns="deleted", errors="ignore")
+    values = [column for _, column, _ in columns.fields] or ["value"]
+    stored = latest.where(F.col(columns.entry).isNotNull()).select(
+        "key", F.col(columns.entry).alias("entry"), *values, "checkpoint_id").toArrow()
+    position = pd.to_numeric(pd.Series(stored["entry"].to_pylist(), dtype=object),
+                             errors="coerce")  # a list's; none for a map's entries
+    rows = pd.DataFrame({"key": stored["key"].to_pylist(), "entry": stored["entry"].to_pylist(),
+                         "position": position, "checkpoint_id": stored["checkpoint_id"].to_pylist()})
+    if columns.fields:
+        decoded_values = list(zip(*(stored[column].to_pylist() for column in values)))
+    else:
+        decoded_values = stored["value"].to_pylist()
+    rows["stored"] = decoded_values
+    rows = rows.sort_values(["key", "position", "entry"], kind="stable").reset_index(drop=True)
+    keys = [decode_key(key) for key in rows["key"]]
+    if not columns.fields:
+        chosen = codec_named(codec)
+        rows["stored"] = [decode_value(chosen, text, operator=operator, key=key)
+                          for key, text in zip(keys, rows["stored"])]
+    return pd.DataFrame({"key": keys, "entry": rows["entry"].tolist(), "value": rows["stored"].tolist(),
+                         "checkpoint_id": rows["checkpoint_id"].tolist()})
 
 
 def changed_keys(spark: SparkSession, layout: PipelineLayout, operator: str, after: int,

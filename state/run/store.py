@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from ..contract.changes import StateRows
 from ..contract.codecs import codec_named, encode_value
+from ..contract.entries import EntryColumns, from_value_json
 from ..contract.keygroups import DEFAULT_KEY_GROUPS
 from ..contract.types import KEY_PREFIX, StateType, StateTypes
 from ..errors import StateError
@@ -248,17 +249,17 @@ class StateStore:
             self._operators[name] = OperatorState(name, initial, encoding, columns)
         return self._operators[name]
 
-    def entries(self, name: str, column: str, codec: str = "pickle") -> EntryState:
-        """The state ``name`` of many rows per key (a list's elements, a map's entries),
-        told apart by ``column`` (see :mod:`state.run.entries`); created on first use."""
+    def entries(self, name: str, columns: EntryColumns, codec: str = "pickle") -> EntryState:
+        """The state ``name`` of many rows per key (a list's elements, a map's entries), kept
+        in ``columns`` (see :mod:`state.run.entries`); created on first use."""
         if name not in self._entries:
             loader = None
             if self._given is not None:
-                loader = partial(self._given_entry_values, column=column)
+                loader = partial(self._given_entry_values, columns=columns)
             elif self._as_of is not None:
                 read = self._file_entries if self._files is not None else self._load_entries
-                loader = partial(read, column=column)
-            self._entries[name] = EntryState(name, column, loader, self._key_groups, codec)
+                loader = partial(read, columns=columns)
+            self._entries[name] = EntryState(name, columns, loader, self._key_groups, codec)
         return self._entries[name]
 
     def _json(self, name: str, codec: str) -> JsonEncoding:
@@ -374,38 +375,45 @@ class StateStore:
         return Found.placed(keys, latest_per_key(rows).where(~F.col("deleted"))
                             .select(key_column, *value_columns).toArrow(), key_column)
 
-    def _given_entry_values(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+    def _given_entry_values(self, operator: str, keys: pa.Array | None,
+                            columns: EntryColumns) -> pa.Table:
+        """The handed-in entries of ``keys``: a typed value comes as the JSON of its fields
+        (see :func:`~state.contract.entries.value_json`)."""
         given = self._given_entries.get(operator, pd.DataFrame(columns=["key", "entry", "value"]))
         if keys is not None:
             given = given[given["key"].isin(keys.to_pylist())]
         return pa.table({"key": pa.array(given["key"].tolist(), pa.string()),
-                         column: pa.array(given["entry"].tolist(), pa.string()),
-                         "value": pa.array(given["value"].tolist(), pa.string())})
+                         columns.entry: pa.array(given["entry"].tolist(), pa.string()),
+                         **from_value_json(given["value"].tolist(), columns)})
 
-    def _file_entries(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+    def _file_entries(self, operator: str, keys: pa.Array | None,
+                      columns: EntryColumns) -> pa.Table:
         assert self._files is not None and self._as_of is not None
         path, within = self._files
-        found = lookup.stored_entries(path, operator, self._as_of, keys, self._key_groups, column,
-                                      within)
+        found = lookup.stored_entries(path, operator, self._as_of, keys, self._key_groups,
+                                      columns, within)
         if found is None:  # the driver hands out of_files stores only for tables delta-rs reads
             raise StateError(f"{path}: the entries of state {operator!r} cannot be read without "
                              "Spark (deletion vectors or column mapping?)")
         return found
 
-    def _load_entries(self, operator: str, keys: pa.Array | None, column: str) -> pa.Table:
+    def _load_entries(self, operator: str, keys: pa.Array | None,
+                      columns: EntryColumns) -> pa.Table:
         assert self._as_of is not None and self._spark is not None and self._layout is not None
         found = lookup.stored_entries(self._layout.state, operator, self._as_of, keys,
-                                      self._key_groups, column)
+                                      self._key_groups, columns)
         if found is not None:
             return found
         rows = (tables.read(self._spark, self._layout.state)
                 .where((F.col("operator") == operator) & (F.col("checkpoint_id") <= self._as_of)))
-        if column not in rows.columns:  # no entry was ever committed
-            return pa.table({name: pa.array([], pa.string()) for name in ["key", column, "value"]})
-        rows = rows.where(F.col(column).isNotNull())
+        names = ["key", columns.entry, *columns.value_columns]
+        if columns.entry not in rows.columns:  # no entry was ever committed
+            types = {"key": pa.string(), columns.entry: pa.string(), **columns.arrow_types()}
+            return pa.table({name: pa.array([], types[name]) for name in names})
+        rows = rows.where(F.col(columns.entry).isNotNull())
         if keys is not None:
             rows = rows.join(self._spark.createDataFrame(pa.table({"key": keys})), "key", "left_semi")
-        return latest_per_key(rows).where(~F.col("deleted")).select("key", column, "value").toArrow()
+        return latest_per_key(rows).where(~F.col("deleted")).select(*names).toArrow()
 
     def _load(self, operator: str, keys: pa.Array | None) -> Found:
         # operator() hands out this loader only with a checkpoint (and a session)

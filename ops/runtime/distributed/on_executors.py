@@ -10,11 +10,12 @@ import pandas as pd
 import pyarrow as pa
 
 from state import (
+    EntryColumns,
     StateStore,
     delta_io,
     encode_key,
-    entry_column,
     key_groups,
+    value_json,
     write_state_files,
     write_typed_state_files,
 )
@@ -153,7 +154,9 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
         if task.writes_state:
             changed = _written(changed, changes.tables, task)
         else:  # an entry state's rows go back through Spark, beside the others
-            changed = pd.concat([changed, *map(_entry_rows, changes.entries)], ignore_index=True)
+            declared = dict(task.stage.operators[0].declares().entries)
+            changed = pd.concat([changed, *(_entry_rows(rows, declared[rows["operator"][0].as_py()])
+                                            for rows in changes.entries)], ignore_index=True)
         if changes.typed and not task.writes_state:  # typed state goes only to tasks writing files
             raise RuntimeError(f"typed state {[t['operator'][0].as_py() for t in changes.typed]} "
                                "changed in a task that does not write _state's files")
@@ -222,12 +225,14 @@ def _check_typed_owned(typed: tuple[pa.Table, ...], task: TaskSpec, bucket: int 
                                "rows changed them")
 
 
-def _entry_rows(entries: pa.Table) -> pd.DataFrame:
-    """An entry state's changed rows as result rows: its entry column as ``entry`` (the
-    driver puts it back, see :meth:`~.output.StageOutput.changed_state`)."""
-    column = entry_column(entries)
-    return entries.rename_columns(["entry" if name == column else name
-                                   for name in entries.column_names]).to_pandas().assign(kind="state")
+def _entry_rows(entries: pa.Table, columns: EntryColumns) -> pd.DataFrame:
+    """An entry state's changed rows as result rows: its entry column as ``entry``, a typed
+    value as the JSON of its fields in ``value`` (the driver puts both back in their columns:
+    :meth:`~.output.StageOutput.changed_state`)."""
+    return pd.DataFrame({"kind": "state", "operator": entries["operator"].to_pylist(),
+                         "key": entries["key"].to_pylist(), "entry": entries[columns.entry].to_pylist(),
+                         "value": value_json(entries, columns), "deleted": entries["deleted"].to_pylist(),
+                         "key_group": entries["key_group"].to_pylist()})
 
 
 def _written(changed: pd.DataFrame, typed: tuple[pa.Table, ...], task: TaskSpec) -> pd.DataFrame:

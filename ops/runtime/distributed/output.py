@@ -15,8 +15,10 @@ from pyspark.sql.types import (
 from state import (
     STATE_SCHEMA,
     ChangedState,
+    EntryColumns,
     SparkStateRows,
     WrittenState,
+    value_columns_from_json,
 )
 
 from .tasks import StateFiles
@@ -40,10 +42,10 @@ class StageOutput:
     persisted: list[DataFrame] = field(default_factory=list)
     wake_at: int | None = None  # when a batch with no input would next fire a timer
 
-    def changed_state(self, spark: SparkSession, entries: dict[str, str]) -> ChangedState:
+    def changed_state(self, spark: SparkSession, entries: dict[str, EntryColumns]) -> ChangedState:
         """Every stage's changed state rows: ``_state``'s columns but the checkpoint id, or
-        the files the tasks wrote of them. ``entries``: the entry column of each state of
-        many rows per key, where its rows' ``entry`` goes."""
+        the files the tasks wrote of them. ``entries``: the columns of each state of many rows
+        per key, where its rows' ``entry`` and (a typed value's JSON) ``value`` go."""
         if self.state_files is not None:
             if self.state_files.checkpoint_id is None or self.state:  # see writes_state_files
                 raise RuntimeError("a batch's changed state is both in files and in rows")
@@ -52,9 +54,7 @@ class StageOutput:
         rows = reduce(partial(DataFrame.unionByName, allowMissingColumns=True), self.state,
                       spark.createDataFrame([], columns))
         if "entry" in rows.columns:
-            for name, column in entries.items():
-                rows = rows.withColumn(column, F.when(F.col("operator") == name, F.col("entry")))
-            rows = rows.drop("entry")
+            rows = _entries_in_their_columns(rows, entries)
         return SparkStateRows(rows)
 
     def keep(self, frame: DataFrame) -> DataFrame:
@@ -66,3 +66,17 @@ class StageOutput:
         for frame in self.persisted:
             frame.unpersist()
 
+
+def _entries_in_their_columns(rows: DataFrame, entries: dict[str, EntryColumns]) -> DataFrame:
+    """``rows`` with each entry state's ``entry`` in its entry column and its typed value
+    (JSON in ``value``) in its value columns; ``value`` left to untyped states' rows."""
+    typed = [name for name, columns in entries.items() if columns.fields]
+    for name, columns in entries.items():
+        mine = F.col("operator") == name
+        rows = rows.withColumn(columns.entry, F.when(mine, F.col("entry")))
+        if columns.fields:
+            for column, parsed in value_columns_from_json(columns).items():
+                rows = rows.withColumn(column, F.when(mine, parsed))
+    if typed:
+        rows = rows.withColumn("value", F.when(~F.col("operator").isin(typed), F.col("value")))
+    return rows.drop("entry")
