@@ -116,7 +116,7 @@ def test_a_table_created_by_its_first_append(spark, tmp_path):
 
 WRITER = """
 import sys, pandas as pd
-from state import direct
+from state.lake import direct
 path, app = sys.argv[1], sys.argv[2]
 for n in range(25):
     assert direct.append(pd.DataFrame({"k": [n], "name": [app], "x": [1.0], "op": ["w"]}), path,

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 WRITER = textwrap.dedent("""
     import sys
     import pandas as pd
-    from state import direct
+    from state.lake import direct
 
     path, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for i in range(count):

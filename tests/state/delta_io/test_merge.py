@@ -13,7 +13,8 @@ from tests.state.delta_io.racing import racing
 _UPSERTER = textwrap.dedent("""
     import sys
     import pandas as pd
-    from state import delta_io, direct
+    from state import delta_io
+    from state.lake import direct
 
     path, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     how = delta_io.Upsert(("k",), version="v", change="c")

@@ -229,13 +229,9 @@ def test_initial_state_on_executors_crash_then_recover_applies_it_once(
     """On executors, killed before the first checkpoint's commit: the first batch runs again,
     its initial state's rows with it, and what recovery leaves is the driver's crash-free run
     (row ids aside)."""
-    pipeline = cp.build_processor_initial_distributed()
-    published(pipeline, warehouse)
-    crashed = crash_child("before_checkpoint_commit:1", pipeline="processor_initial_distributed")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
-    assert pipeline.run_once(spark, warehouse).last_batch_id == 6
-
-    assert _without_row_ids(outcome(spark, pipeline, warehouse)) == _without_row_ids(initial_oracle)
+    _on_executors_matches_the_driver(spark, warehouse, crash_child, published,
+                                     "processor_initial_distributed", "before_checkpoint_commit:1",
+                                     initial_oracle, batches=6)
 
 
 # Event time: timers kept in the key's record and the operator's queue, the watermark in the
@@ -265,14 +261,9 @@ def test_event_time_on_executors_crash_then_recover_matches_the_driver(
     """Killed with the batch that fires timers on executors written, its checkpoint not; what
     recovery leaves is what the driver does without a crash: the same rows in the same
     batches, the same state (a row's ``_row`` id on executors is numbered by its task)."""
-    pipeline = cp.build_processor_event_time_distributed()
-    published(pipeline, warehouse)
-    crashed = crash_child("after_sink_write:4", pipeline="processor_event_time_distributed")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
-
-    assert pipeline.run_once(spark, warehouse).last_batch_id == 7
-
-    assert _without_row_ids(outcome(spark, pipeline, warehouse)) == _without_row_ids(event_time_oracle)
+    _on_executors_matches_the_driver(spark, warehouse, crash_child, published,
+                                     "processor_event_time_distributed", "after_sink_write:4",
+                                     event_time_oracle, batches=7)
 
 
 # A list and a map kept as a row per element and entry (state "running_sum.recent" and
@@ -316,13 +307,9 @@ def test_entries_on_executors_crash_then_recover_match_the_driver(
         spark, warehouse, crash_child, entries_oracle, published):
     """On executors, killed with a checkpoint's files (its tasks' entries) written and not
     committed: recovery leaves what the driver does without a crash (row ids aside)."""
-    pipeline = cp.build_processor_entries_distributed()
-    published(pipeline, warehouse)
-    crashed = crash_child("before_checkpoint_commit:3", pipeline="processor_entries_distributed")
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
-    assert pipeline.run_once(spark, warehouse).last_batch_id == 6
-
-    assert _without_row_ids(outcome(spark, pipeline, warehouse)) == _without_row_ids(entries_oracle)
+    _on_executors_matches_the_driver(spark, warehouse, crash_child, published,
+                                     "processor_entries_distributed", "before_checkpoint_commit:3",
+                                     entries_oracle, batches=6)
 
 
 # Typed storage (state_type=int): the first checkpoint adds the state's columns to `_state` in a
@@ -386,7 +373,17 @@ def test_typed_state_on_executors_crash_then_recover_matches_oracle(
     _assert_stored_typed(state)
 
 
-def _without_row_ids(found):
-    """An outcome with its sink rows compared as a set, their ``_row`` ids aside (on executors
-    a row's id is numbered by its task)."""
-    return {**found, "sink": sorted(row[:4] for row in found["sink"])}
+def _on_executors_matches_the_driver(spark, warehouse, crash_child, published, variant, crash_at,
+                                     oracle, batches):
+    """Kill a child running the ``variant`` pipeline on executors at ``crash_at``, recover
+    here: what it leaves is the driver's crash-free run, the sink's rows compared as a set,
+    their ``_row`` ids aside (on executors a row's id is numbered by its task)."""
+    pipeline = cp.BUILDERS[variant]()
+    published(pipeline, warehouse)
+    crashed = crash_child(crash_at, pipeline=variant)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr[-3000:]
+    assert pipeline.run_once(spark, warehouse).last_batch_id == batches
+
+    def without_row_ids(found):
+        return {**found, "sink": sorted(row[:4] for row in found["sink"])}
+    assert without_row_ids(outcome(spark, pipeline, warehouse)) == without_row_ids(oracle)
