@@ -60,8 +60,9 @@ class ProcessorHandle(StatefulProcessorHandle):
                  entries: Callable[[str], EntryState] | None = None) -> None:
         # no API client: nothing goes over a socket
         self.operator = operator
-        #: a variable's entries, by its name (``None``: declaring only)
+        #: a variable's entries, by its name (``None``: declaring only), and those asked for
         self._entries = entries
+        self._entry_states: dict[str, EntryState] = {}
         self.key: Any = None  # the key being handled
         self.entries_changed = False
         self._time_mode = time_mode
@@ -122,8 +123,11 @@ class ProcessorHandle(StatefulProcessorHandle):
         return self._kinds[name]
 
     def _entry_state(self, name: str) -> EntryState:
-        assert self._entries is not None, "a variable is used while the processor is declaring"
-        return self._entries(name)
+        held = self._entry_states.get(name)
+        if held is None:
+            assert self._entries is not None, "a variable is used while the processor is declaring"
+            held = self._entry_states[name] = self._entries(name)
+        return held
 
     def getValueState(self, stateName: str, schema: StructType | str,
                       ttlDurationMs: int | None = None) -> ValueState:

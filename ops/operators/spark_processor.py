@@ -160,7 +160,9 @@ class TransformWithState(Operator):
     def declares(self) -> StateDeclaration:
         entries = tuple((self.variable_state(name), columns) for name, _, columns in self.variables)
         declared = replace(StateDeclaration.keyed(self.keys, self.name), entries=entries)
-        declared = replace(declared, names=declared.names + tuple(name for name, _ in entries))
+        # a variable init deletes is still this operator's state (it empties it): kept by name
+        deleted = tuple(self.variable_state(name) for name in self.deletes)
+        declared = replace(declared, names=declared.names + tuple(name for name, _ in entries) + deleted)
         if self.clock is None:
             return declared
         return replace(declared, names=declared.names + self.clock.names, clock=self.clock)
@@ -175,7 +177,7 @@ class TransformWithState(Operator):
         declared = {name: columns for name, _, columns in self.variables}
 
         def entries(variable: str) -> EntryState:
-            columns = declared.get(variable, EntryColumns(entry_column(self.name, variable)))
+            columns = declared.get(variable) or EntryColumns(entry_column(self.name, variable))
             return scope.store.entries(self.variable_state(variable), columns)
         return entries
 

@@ -117,17 +117,20 @@ class EntryState:
     def entries(self, key: Hashable) -> Mapping[str, Any]:
         """The entries of ``key`` (read now if not held), a view: change them with :meth:`put`
         and :meth:`remove`."""
-        self.load([key])
+        if key not in self._held:
+            self.load([key])
         return MappingProxyType(self._held[key])
 
     def put(self, key: Hashable, entry: str, value: Any) -> None:
-        self.load([key])
+        if key not in self._held:
+            self.load([key])
         self._held[key][entry] = value
         self._changes[(key, entry)] = value
         self._encoded = None
 
     def remove(self, key: Hashable, entry: str) -> None:
-        self.load([key])
+        if key not in self._held:
+            self.load([key])
         if self._held[key].pop(entry, _REMOVED) is not _REMOVED:
             self._changes[(key, entry)] = _REMOVED
             self._encoded = None

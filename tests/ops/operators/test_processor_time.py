@@ -10,7 +10,9 @@ from pyspark.sql.streaming import StatefulProcessor
 
 import ops as sp
 from ops.errors import OperatorError
+from ops.operators.processor_schema import variable_columns
 from ops.testing import ManualClock, run_records
+from state.read.queries import read_state
 
 SCHEMA = {"k": "string", "page": "string", "ts": "timestamp"}
 
@@ -70,7 +72,8 @@ def test_each_value_element_and_entry_expires_on_its_own_and_leaves_storage(spar
     woken = run_records(built, spark=spark, warehouse=warehouse, clock=clock)
     assert woken.reports[-1].batches, "no batch ran for the key's expired values"
     assert {batch.mode for report in woken.reports for batch in report.batches} == {run}
-    assert woken.state["pages"]["value"].tolist() == [{"count": (4,)}]
+    assert woken.state["pages.count"]["value"].tolist() == [(4,)]  # the one without a TTL
+    assert all(woken.state[f"pages.{name}"].empty for name in ("last", "seen", "visits"))
     assert woken.state["pages__timers"].empty  # nothing left to wake it for
 
 
@@ -168,11 +171,15 @@ def test_delete_if_exists_drops_the_variable_from_every_key(spark, tmp_path):
     warehouse = str(tmp_path)
     rows = [{"k": k, "page": "home"} for k in "abc"]
     first = run_records(_versioned(False), rows, spark=spark, warehouse=warehouse)
-    assert sorted(first.state["visits"]["key"]) == ["a", "b", "c"]
+    assert sorted(first.state["visits.old"]["key"]) == ["a", "b", "c"]
     second = run_records(_versioned(True), [{"k": "a", "page": "cart"}], spark=spark,
                          warehouse=warehouse)  # only a has rows: b and c are swept too
-    held = dict(zip(second.state["visits"]["key"], second.state["visits"]["value"]))
-    assert held == {"a": {"count": (2,)}, "b": {"count": (1,)}}  # c held only "old": gone
+    held = dict(zip(second.state["visits.count"]["key"], second.state["visits.count"]["value"]))
+    assert held == {"a": (2,), "b": (1,)}
+    layout = _versioned(True).layout(warehouse)
+    old = read_state(spark, layout, "visits.old",
+                     entries=variable_columns("visits", "old", "page string", ttl=False))
+    assert old.empty  # every key's "old" is gone
 
 
 def test_delete_if_exists_outside_init_or_on_executors_is_refused(spark, tmp_path):
