@@ -1,5 +1,9 @@
-"""The columns of a state of many rows per key (a list's elements, a map's entries: see
-:mod:`state.run.entries`): where its rows keep the entry and the value."""
+"""The columns of a state of many rows per key (a value's one entry, a list's elements, a map's
+entries: see :mod:`state.run.entries`): where its rows keep the entry and the value
+(:class:`EntryColumns`), and how a typed value travels as text where a row has only ``value``
+(an executor's rows handed in or back through Spark): the JSON of its fields, which Python
+(:func:`value_json`, :func:`from_value_json`) and Spark (:func:`value_json_column`,
+:func:`value_columns_from_json`) write and read alike."""
 
 from __future__ import annotations
 
