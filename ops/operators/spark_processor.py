@@ -204,7 +204,7 @@ class TransformWithState(Operator):
             self._delete_everywhere(scope, handle.deleted)
         try:
             on_time = KeyClock(event, scope).on_time(frame) if event is not None else frame
-            timer_values = self._timer_values(scope, now)
+            timer_values = _timer_values(self.time_mode, scope.batch_time, now)
             outputs = self._each_key(scope, processor, handle, on_time, starting, timer_values)
             if clock is not None:  # after the input, as Spark: a key's input may move them
                 outputs += self._fire_timers(scope, processor, handle, now, timer_values)
@@ -334,15 +334,6 @@ class TransformWithState(Operator):
             else:
                 queue.clear(key)
 
-    def _timer_values(self, scope: BatchScope, now: int | None) -> TimerValues:
-        """The batch's time as Spark gives it: its processing time with timers, and in event
-        time the watermark it started with, ``now`` (0 before any event, as Spark's first)."""
-        if self.clock is None:
-            return TimerValues()
-        if self.watermark is None:
-            return TimerValues(currentProcessingTimeInMs=scope.batch_time)
-        return TimerValues(scope.batch_time, now or 0)
-
     def _start(self, processor: StatefulProcessor, values: tuple, rows: pd.DataFrame,
                timer_values: TimerValues) -> None:
         """``handleInitialState`` for a key: its rows in one frame, or once per ``Row``."""
@@ -376,6 +367,16 @@ class TransformWithState(Operator):
             check_columns(frame, self.fields, where)
         return frames
 
+
+
+def _timer_values(time_mode: str, batch_time: int, now: int | None) -> TimerValues:
+    """The batch's time as Spark gives it: its processing time with timers, and in event time
+    the watermark it started with, ``now`` (0 before any event, as Spark's first)."""
+    if time_mode == "none":
+        return TimerValues()
+    if time_mode == "processing_time":
+        return TimerValues(currentProcessingTimeInMs=batch_time)
+    return TimerValues(batch_time, now or 0)
 
 def _by_key(frame: pd.DataFrame, keys: tuple[str, ...]) -> dict[tuple, pd.DataFrame]:
     """``frame``'s rows per key (a tuple of Python values), keys in the order first met, each
