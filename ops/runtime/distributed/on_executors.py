@@ -154,9 +154,7 @@ def _run(task: TaskSpec, rows: pd.DataFrame, store: StateStore, bucket: int | No
         if task.writes_state:
             changed = _written(changed, changes.tables, task)
         else:  # an entry state's rows go back through Spark, beside the others
-            declared = dict(task.stage.operators[0].declares().entries)
-            changed = pd.concat([changed, *(_entry_rows(rows, declared[rows["operator"][0].as_py()])
-                                            for rows in changes.entries)], ignore_index=True)
+            changed = _with_entry_rows(changed, changes.entries, task)
         if changes.typed and not task.writes_state:  # typed state goes only to tasks writing files
             raise RuntimeError(f"typed state {[t['operator'][0].as_py() for t in changes.typed]} "
                                "changed in a task that does not write _state's files")
@@ -223,6 +221,17 @@ def _check_typed_owned(typed: tuple[pa.Table, ...], task: TaskSpec, bucket: int 
             keys = rows.column(1).filter(pa.array(elsewhere)).slice(0, 3).to_pylist()
             raise RuntimeError(f"typed state keys {keys} do not belong to bucket {bucket}, whose "
                                "rows changed them")
+
+
+def _with_entry_rows(changed: pd.DataFrame, entries: tuple[pa.Table, ...], task: TaskSpec
+                     ) -> pd.DataFrame:
+    """``changed`` and the stage's entry states' changed rows (a stage without an operator
+    holding entries, or none at all, changes none)."""
+    if not entries:
+        return changed
+    declared = {name: columns for op in task.stage.operators for name, columns in op.declares().entries}
+    return pd.concat([changed, *(_entry_rows(rows, declared[rows["operator"][0].as_py()])
+                                 for rows in entries)], ignore_index=True)
 
 
 def _entry_rows(entries: pa.Table, columns: EntryColumns) -> pd.DataFrame:
