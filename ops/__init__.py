@@ -94,6 +94,7 @@ from .operators import (
     collect_list,
     collect_set,
     count,
+    count_distinct,
     hopping,
     latest_by_offset,
     max_,
@@ -144,8 +145,8 @@ __all__ = [
     "Pipeline", "CheckpointPolicy", "Tracked", "track", "Hooks", "HookContext", "GlobalTable",
     "global_table",
     # aggregates and windows
-    "Agg", "aggregate", "avg", "collect_list", "collect_set", "count", "latest_by_offset", "max_",
-    "min_", "sum_",
+    "Agg", "aggregate", "avg", "collect_list", "collect_set", "count", "count_distinct",
+    "latest_by_offset", "max_", "min_", "sum_",
     "Window", "Session", "hopping", "session", "tumbling",
     # SQL
     "Catalog", "TableQuery", "compile_query", "declare", "query", "register", "sql",

@@ -263,7 +263,7 @@ class Stream:
         :meth:`Agg.typed`), unless an operator before may have changed them (any but a filter):
         then their values decide."""
         unchanged = all(isinstance(op, Filter) for op in self.operators)
-        declared = dict(self.source.schema.fields) if unchanged else {}
+        declared = self.source.kinds() if unchanged else {}
         return tuple((name, agg.typed(declared)) for name, agg in aggs.items())
 
     @property

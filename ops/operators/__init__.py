@@ -16,6 +16,7 @@ from .aggregates import (
     collect_list,
     collect_set,
     count,
+    count_distinct,
     latest_by_offset,
     max_,
     min_,
@@ -41,6 +42,6 @@ __all__ = [
     "InferredState", "StateDeclaration", "StateKind", "StreamStreamJoin", "TableJoin", "TableOperator",
     "TableProjection", "TableTableJoin", "TimerDeclaration", "TransformWithState", "Window",
     "WindowAggregate",
-    "aggregate", "avg", "collect_list", "collect_set", "count", "hopping", "latest_by_offset",
-    "last_watermark", "max_", "min_", "session", "sum_", "tumbling",
+    "aggregate", "avg", "collect_list", "collect_set", "count", "count_distinct", "hopping",
+    "latest_by_offset", "last_watermark", "max_", "min_", "session", "sum_", "tumbling",
 ]

@@ -8,7 +8,7 @@ Nulls are ignored by every aggregate (SQL and ksqlDB semantics) but ``collect_li
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,25 +65,27 @@ class Agg:
         if self.kind == "sum":
             return values.sum(min_count=1)
         if self.kind in ("min", "max"):
-            return getattr(values, self.kind)()
+            return _instants_as_numbers(getattr(values, self.kind)())
         if self.kind == "avg":
             return pd.Series(list(zip(values.sum(min_count=1), values.count())),
                              index=values.count().index)
-        if self.kind == "latest":
-            return values.last()  # pandas' last() skips nulls: the latest non-null by offset
+        if self.kind == "latest":  # pandas' last() skips nulls: the latest non-null by offset
+            return _instants_as_numbers(values.last())
         if self.kind == "latest_nulls":
-            return values.last(skipna=False)
+            return _instants_as_numbers(values.last(skipna=False))
         if self.kind == "collect_list":
             return values.agg(_plain_list)
         if self.kind == "collect_set":
             return values.agg(lambda s: _distinct(_plain_list(s)))
+        if self.kind == "count_distinct":
+            return values.agg(lambda s: _distinct(_instant_as_number(v) for v in s.dropna()))
         # user aggregate: the group's values (in order), folded into the accumulator in combine
         return values.agg(lambda s: [to_python(v) for v in s])
 
     def record_partial(self, value: Any, missing: bool, sign: int = 1) -> Any:
         """What one record contributes, in the shape of a batch partial (``missing``: its
         value is null; ``sign`` -1: a table's row taken back, see :meth:`signed_partial`)."""
-        value = None if missing else to_python(value)
+        value = None if missing else _instant_as_number(to_python(value))
         if self.kind == "count":
             return 0 if missing else sign
         if self.kind == "avg":
@@ -92,6 +94,8 @@ class Agg:
             return [value] if sign > 0 else ListChanges([(value, sign)])
         if self.kind == "collect_set":
             return [value]
+        if self.kind == "count_distinct":
+            return [] if missing else [value]
         if self.kind == "udf":
             return [value]
         if self.kind == "sum" and not missing:
@@ -122,9 +126,9 @@ class Agg:
 
     def combine(self, acc: Any, part: Any) -> Any:
         """Fold one key's batch partial into its accumulator (``None`` before the first row)."""
-        part = to_python(part)
+        part = _instant_as_number(to_python(part))
         kind = self.kind
-        if kind in ("collect_list", "collect_set"):
+        if kind in ("collect_list", "collect_set", "count_distinct"):
             return _collected(kind, list(acc or []), [] if is_missing(part) else part)
         if kind == "count":
             return (acc or 0) + int(part)
@@ -157,9 +161,13 @@ class Agg:
         """The aggregate's value for an accumulator."""
         if self.kind == "count":
             return acc or 0
+        if self.kind == "count_distinct":
+            return len(acc or [])
         if self.kind == "avg":
             total, count = acc or (None, 0)
             return self.empty if not count or total is None else total / count
+        if isinstance(acc, int) and self.dtype is not None and self.dtype.startswith("datetime64"):
+            return pd.Timestamp(acc, tz="UTC")  # an instant kept as its nanoseconds
         return acc
 
 
@@ -225,9 +233,38 @@ def collect_set(column: str) -> Agg:
     return Agg("collect_set", column)
 
 
+def count_distinct(column: str) -> Agg:
+    """The number of distinct non-null values of ``column`` (SQL's ``COUNT(DISTINCT column)``:
+    a stream only). Its state holds the distinct values seen, so it grows with them.
+
+    >>> agg = count_distinct("bidder")
+    >>> acc = agg.combine(agg.combine(None, [1, 2]), [2, 3])
+    >>> agg.result(acc)
+    3
+    """
+    return Agg("count_distinct", column)
+
+
 class ListChanges(list):
     """A table's ``(value, sign)`` rows for ``collect_list``, in order: +1 appends the value,
     -1 removes its last occurrence (ksqlDB's ``undo``)."""
+
+
+def _instant_as_number(value: Any) -> Any:
+    """A timestamp as its nanoseconds since the epoch (UTC), which keep their order and are
+    JSON in the accumulator (:meth:`Agg.result` makes a timestamp of them again when the
+    column's type is declared); anything else as it is."""
+    if isinstance(value, pd.Timestamp):
+        return (value if value.tzinfo is not None else value.tz_localize("UTC")).value
+    return value
+
+
+def _instants_as_numbers(partial: pd.Series) -> pd.Series:
+    """A partial of timestamps as nanoseconds (see :func:`_instant_as_number`), null kept."""
+    if not pd.api.types.is_datetime64_any_dtype(partial.dtype):
+        return partial
+    numbers = pd.Series(pd.array(partial.array.asi8, dtype="Int64"), index=partial.index)
+    return numbers.mask(partial.isna())
 
 
 def _plain_list(values: pd.Series) -> list[Any]:
@@ -235,14 +272,14 @@ def _plain_list(values: pd.Series) -> list[Any]:
     return [None if is_missing(value) else to_python(value) for value in values]
 
 
-def _distinct(values: list[Any]) -> list[Any]:
+def _distinct(values: Iterable[Any]) -> list[Any]:
     return list(dict.fromkeys(values))  # hashable scalars; first seen first
 
 
 def _collected(kind: str, acc: list[Any], part: list[Any]) -> list[Any]:
     """``acc`` after ``part``: appended (or, for a set, the values not in it yet); a table's
     :class:`ListChanges` applied in order."""
-    if kind == "collect_set":
+    if kind in ("collect_set", "count_distinct"):
         return _distinct(acc + part)
     if not isinstance(part, ListChanges):
         return acc + part

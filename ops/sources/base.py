@@ -94,6 +94,11 @@ class Source(ABC):
         declared = dict.fromkeys([*self.schema.fields, *self.schema.key_fields])
         return tuple(declared) or None
 
+    def kinds(self) -> dict[str, str]:
+        """Column -> declared kind (``long``, ``timestamp``…) of its rows, where known before it
+        runs: the schema's fields (a Delta table's source adds the table's own types)."""
+        return dict(self.schema.fields)
+
     @abstractmethod
     def setup(self, ctx: RunContext) -> None:
         """Create what the source needs (idempotent)."""

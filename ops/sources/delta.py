@@ -56,6 +56,10 @@ class DeltaTableSource(Source):
         """The table's columns as of its latest commit, when delta-rs serves it and it exists."""
         return tables.columns(self.path)
 
+    def kinds(self) -> dict[str, str]:
+        """The table's column types as of its latest commit (delta-rs), the schema's over them."""
+        return {**(tables.kinds(self.path) or {}), **self.schema.fields}
+
     def setup(self, ctx: RunContext) -> None:
         if not tables.exists(ctx.spark, self.path):
             raise BadRecordError(f"source {self.name!r}: no Delta table at {self.path}")

@@ -315,8 +315,11 @@ def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> a
     """The :class:`Agg` for one aggregate call; an argument that is an expression becomes a
     column computed before the aggregation."""
     if isinstance(call.this, exp.Distinct):
-        raise parsed.error(call, "SELECT", f"{snippet(call)}: DISTINCT inside an aggregate is "
-                           "not supported")
+        distinct = call.this.expressions
+        if not isinstance(call, exp.Count) or len(distinct) != 1:
+            raise parsed.error(call, "SELECT", f"{snippet(call)}: DISTINCT inside an aggregate "
+                               "is supported in COUNT(DISTINCT column) only")
+        return aggregates.count_distinct(_argument(distinct[0], found))
     if isinstance(call, exp.Count):
         if call.expressions:
             raise parsed.error(call, "SELECT", f"{snippet(call)}: COUNT takes one argument, or "

@@ -10,7 +10,9 @@ Where ksqlDB's rules differ from DuckDB's, the rewrite follows ksqlDB:
 
 - ``/`` between integers is integer division truncated toward zero (Java's), between decimals
   or doubles the usual division; a division by zero is null;
-- ``CONCAT`` skips null arguments (``CONCAT(NULL, 'a')`` is ``'a'``), as ksqlDB's does.
+- ``CONCAT`` skips null arguments (``CONCAT(NULL, 'a')`` is ``'a'``), as ksqlDB's does;
+- ``REGEXP_EXTRACT(text, pattern, group)``'s third argument is the capture group, and a text
+  the pattern does not match gives null (DuckDB's gives ``''``).
 """
 
 from __future__ import annotations
@@ -123,6 +125,15 @@ def _to_duckdb(node: exp.Expression) -> exp.Expression:
         return exp.IntDiv(this=node.this, expression=node.expression)
     if isinstance(node, exp.Concat):
         return exp.Anonymous(this="concat", expressions=node.expressions)
+    if isinstance(node, exp.RegexpExtract):
+        # ksqlDB's third argument is the capture group (the parser reads it as a position),
+        # and no match is null where DuckDB gives ''
+        text, pattern = node.this, node.expression
+        group = node.args.get("position") or node.args.get("group")
+        extract = exp.Anonymous(this="regexp_extract",
+                                expressions=[text, pattern, *([group] if group else [])])
+        matches = exp.Anonymous(this="regexp_matches", expressions=[text.copy(), pattern.copy()])
+        return exp.Case(ifs=[exp.If(this=matches, true=extract)])
     return node
 
 

@@ -90,7 +90,7 @@ class _Named:
         if self.table is not None:
             return dict(self.table.kinds)
         assert self.stream is not None
-        return dict(self.stream.source.schema.fields) if columns_kept(self.stream) else {}
+        return self.stream.source.kinds() if columns_kept(self.stream) else {}
 
 
 def read_from(parsed: Statement, warehouse: str | None, *catalogs: Catalog) -> Input:

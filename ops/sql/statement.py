@@ -34,7 +34,8 @@ class Statement:
 
 
 def parse(statement: str) -> Statement:
-    """The statement read with sqlglot, ksqlDB's own clauses set aside (see ``clauses``)."""
+    """The statement read with sqlglot, ksqlDB's own clauses set aside (see ``clauses``), and
+    each aggregate's ``FILTER (WHERE …)`` made a condition on its argument."""
     body, clauses = split_clauses(statement)
     words = [t for t in Tokenizer().tokenize(body)][:3]
     kind = words[1].text.upper() if len(words) > 1 and words[0].text.upper() == "CREATE" else ""
@@ -56,8 +57,41 @@ def parse(statement: str) -> Statement:
         raise located(statement, prop, "WITH", f"unsupported property {snippet(prop)}: the "
                       "result is the Delta table named after CREATE, under the warehouse")
     name = create.this.name if isinstance(create.this, exp.Table) else create.this.this.name
-    return Statement(statement, kind, name, create.expression, clauses.window,
-                     clauses.emit or "CHANGES", clauses.within)
+    select = create.expression.transform(lambda node: _filter_as_condition(statement, node))
+    assert isinstance(select, exp.Select)  # a FILTER is rewritten inside it, never the root
+    return Statement(statement, kind, name, select, clauses.window, clauses.emit or "CHANGES",
+                     clauses.within)
+
+
+#: The aggregates an ``agg(x) FILTER (WHERE c)`` rewrites to ``agg(CASE WHEN c THEN x END)``:
+#: those that skip nulls, so the rows ``c`` leaves out count for nothing.
+_FILTERABLE = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
+
+
+def _filter_as_condition(text: str, node: exp.Expression) -> exp.Expression:
+    """``agg(x) FILTER (WHERE c)`` (SQL:2003, Flink, Spark) as ``agg(CASE WHEN c THEN x END)``
+    (``COUNT(*)``'s ``x`` is ``1``; ``COUNT(DISTINCT x)``'s the distinct ``x``); any other
+    node as it is."""
+    if not isinstance(node, exp.Filter):
+        return node
+    call, where = node.this, node.expression
+    if not isinstance(call, _FILTERABLE):
+        raise located(text, node, "SELECT", f"{snippet(node)}: FILTER (WHERE …) applies to "
+                      "COUNT, SUM, MIN, MAX or AVG")
+    condition = where.this if isinstance(where, exp.Where) else where
+
+    def kept(value: exp.Expression) -> exp.Expression:
+        return exp.Case(ifs=[exp.If(this=condition.copy(), true=value)])
+
+    call = call.copy()
+    argument = call.this
+    if isinstance(argument, exp.Distinct):
+        argument.set("expressions", [kept(e) for e in argument.expressions])
+    elif argument is None or isinstance(argument, (exp.Star, exp.Literal)):
+        call.set("this", kept(exp.Literal.number(1)))
+    else:
+        call.set("this", kept(argument))
+    return call
 
 
 def syntax_error(text: str, exc: ParseError) -> SqlError:

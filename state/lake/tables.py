@@ -317,3 +317,25 @@ def columns(path: str) -> tuple[str, ...] | None:
     delta-rs (no Spark); ``None`` when there is no such table or delta-rs does not serve it."""
     schema = delta_io.schema_json(path)
     return None if schema is None else tuple(field["name"] for field in schema["fields"])
+
+
+#: Delta's primitive types as the kinds a :class:`~ops.sources.records.RecordSchema` declares.
+_KIND_OF_DELTA_TYPE = {"long": "long", "integer": "long", "short": "long", "byte": "long",
+                       "double": "double", "float": "double", "string": "string",
+                       "boolean": "boolean", "timestamp": "timestamp", "timestamp_ntz": "timestamp"}
+
+
+def kinds(path: str) -> dict[str, str] | None:
+    """Column -> kind (``long``, ``double``, ``string``, ``boolean``, ``timestamp``) of the Delta
+    table at ``path`` as of its latest commit, for the columns of those types (a decimal is a
+    ``double``; nested and binary columns are left out); ``None`` as :func:`columns`."""
+    schema = delta_io.schema_json(path)
+    if schema is None:
+        return None
+    found: dict[str, str] = {}
+    for field in schema["fields"]:
+        kind = field["type"] if isinstance(field["type"], str) else None
+        kind = "double" if kind and kind.startswith("decimal") else _KIND_OF_DELTA_TYPE.get(kind or "")
+        if kind is not None:
+            found[field["name"]] = kind
+    return found

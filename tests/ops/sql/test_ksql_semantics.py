@@ -130,6 +130,48 @@ def test_scalar_functions_and_operators():
         ("2", "single", None, "UP", "up", "Up-gift", "p", 2, "gift", 0, 3.0, None, None, 0.75)]
 
 
+def test_regexp_extract_takes_ksqldbs_capture_group_and_is_null_without_a_match():
+    run = Run(sp.sql("CREATE STREAM parts AS SELECT id, REGEXP_EXTRACT(note, '(\\w+)-(\\d+)', 2) "
+                     "AS num, REGEXP_EXTRACT(note, '[a-z]+') AS word FROM orders",
+                     streams={"orders": orders()}, catalog=sp.Catalog()))
+    out = run.feed({"ID": "1", "NOTE": "box-42 left"}, {"ID": "2", "NOTE": "42"},
+                   {"ID": "3", "NOTE": None})
+    assert values(out, "ID", "num", "word") == [("1", "42", "box"), ("2", None, None),
+                                                ("3", None, None)]
+
+
+def test_min_max_latest_of_a_timestamp_are_timestamps_across_a_restart():
+    run = table("CREATE TABLE t AS SELECT title, MIN(at) AS first, MAX(at) AS last, "
+                "LATEST_BY_OFFSET(at) AS latest FROM orders GROUP BY title",
+                schema={**ORDERS, "AT": "timestamp"})
+    t = [pd.Timestamp(f"2026-01-01 00:00:0{s}", tz="UTC") for s in range(4)]
+    assert values(run.feed({"TITLE": "A", "AT": t[2]}, {"TITLE": "A", "AT": t[1]}),
+                  "first", "last", "latest") == [(t[1], t[2], t[1])]
+    run.restart()
+    out = run.feed({"TITLE": "A", "AT": t[3]}, {"TITLE": "A", "AT": t[0]}, {"TITLE": "A", "AT": None})
+    assert values(out, "first", "last", "latest") == [(t[0], t[3], t[0])]
+    assert str(out["first"].dtype) == "datetime64[ns, UTC]"
+
+
+def test_aggregate_filter_and_count_distinct_across_a_restart():
+    run = table("CREATE TABLE t AS SELECT title, COUNT(*) FILTER (WHERE price < 10) AS cheap, "
+                "SUM(qty) FILTER (WHERE price >= 10) AS dear_qty, COUNT(DISTINCT id) AS ids, "
+                "COUNT(DISTINCT note) FILTER (WHERE qty > 1) AS notes FROM orders GROUP BY title")
+    out = run.feed({"TITLE": "A", "ID": "1", "PRICE": 5.0, "QTY": 2, "NOTE": "x"},
+                   {"TITLE": "A", "ID": "1", "PRICE": 50.0, "QTY": 3, "NOTE": "y"},
+                   {"TITLE": "A", "ID": "2", "PRICE": None, "QTY": 1, "NOTE": "z"})
+    assert values(out, "cheap", "dear_qty", "ids", "notes") == [(1, 3, 2, 2)]
+    run.restart()
+    out = run.feed({"TITLE": "A", "ID": "3", "PRICE": 1.0, "QTY": 5, "NOTE": "x"},
+                   {"TITLE": "A", "ID": None, "PRICE": 10.0, "QTY": 4, "NOTE": None})
+    assert values(out, "cheap", "dear_qty", "ids", "notes") == [(2, 7, 3, 2)]
+
+
+def test_count_distinct_is_refused_over_a_table_which_it_cannot_take_back():
+    with pytest.raises(SqlError, match=r"COUNT\(DISTINCT .* cannot aggregate a TABLE"):
+        users_table("CREATE TABLE t AS SELECT region, COUNT(DISTINCT score) FROM users GROUP BY region")
+
+
 def test_create_stream_projects_and_filters_every_row():
     pipeline = sp.sql("CREATE STREAM big_orders AS SELECT id, price * qty AS total FROM orders "
                       "WHERE price * qty > 10 EMIT CHANGES;",
@@ -233,7 +275,10 @@ def test_a_window_without_grace_period_gets_ksqldb_default_of_24_hours():
     ("CREATE TABLE t AS SELECT title, MAX(qty, price) FROM orders GROUP BY title",
      r"SELECT: .*MAX takes one argument \(line 1, column 33\)"),
     ("CREATE TABLE t AS SELECT title, SUM(DISTINCT qty) FROM orders GROUP BY title",
-     r"SELECT: .*DISTINCT inside an aggregate is not supported"),
+     r"SELECT: .*DISTINCT inside an aggregate is supported in COUNT\(DISTINCT column\) only"),
+    ("CREATE TABLE t AS SELECT title, COLLECT_LIST(qty) FILTER (WHERE qty > 1) FROM orders "
+     "GROUP BY title", r"SELECT: .*FILTER \(WHERE …\) applies to COUNT, SUM, MIN, MAX or AVG "
+     r"\(line 1, column 33\)"),
     ("CREATE TABLE t AS SELECT title, SUM(qty) OVER () FROM orders GROUP BY title",
      r"SELECT: .*OVER \(…\) is not supported"),
     ("CREATE TABLE t AS WITH x AS (SELECT 1) SELECT title, COUNT(*) FROM orders GROUP BY title",
