@@ -98,7 +98,9 @@ from .operators import (
     hopping,
     latest_by_offset,
     max_,
+    max_by,
     min_,
+    min_by,
     session,
     sum_,
     tumbling,
@@ -146,7 +148,7 @@ __all__ = [
     "global_table",
     # aggregates and windows
     "Agg", "aggregate", "avg", "collect_list", "collect_set", "count", "count_distinct",
-    "latest_by_offset", "max_", "min_", "sum_",
+    "latest_by_offset", "max_", "max_by", "min_", "min_by", "sum_",
     "Window", "Session", "hopping", "session", "tumbling",
     # SQL
     "Catalog", "TableQuery", "compile_query", "declare", "query", "register", "sql",

@@ -33,11 +33,13 @@ class Readers:
 
     @staticmethod
     def from_delta(path: str, key: str | tuple[str, ...] | None = None, *, name: str = "delta",
-                   order_by: tuple[str, ...] = (), max_versions: int | None = None) -> Stream:
+                   order_by: tuple[str, ...] = (), max_versions: int | None = None,
+                   schema: Mapping[str, str] | None = None) -> Stream:
         """A stream of the rows appended to the Delta table at ``path`` (change data feed on),
         in the table's order (commit, the order it added its files, place in the file), or by
-        version then ``order_by`` when given."""
-        source = DeltaTableSource(name=name, path=path, schema=RecordSchema({}, key),
+        version then ``order_by`` when given. Its columns' types are the table's; ``schema``
+        (column -> ``long``, ``timestamp``…) declares them before the table exists."""
+        source = DeltaTableSource(name=name, path=path, schema=RecordSchema(dict(schema or {}), key),
                                   order_by=tuple(order_by), max_versions=max_versions)
         return Stream(source=source)
 

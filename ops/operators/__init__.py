@@ -19,7 +19,9 @@ from .aggregates import (
     count_distinct,
     latest_by_offset,
     max_,
+    max_by,
     min_,
+    min_by,
     sum_,
 )
 from .base import InferredState, Operator, StateDeclaration, StateKind, TableOperator, TimerDeclaration
@@ -43,5 +45,6 @@ __all__ = [
     "TableProjection", "TableTableJoin", "TimerDeclaration", "TransformWithState", "Window",
     "WindowAggregate",
     "aggregate", "avg", "collect_list", "collect_set", "count", "count_distinct", "hopping",
-    "latest_by_offset", "last_watermark", "max_", "min_", "session", "sum_", "tumbling",
+    "latest_by_offset", "last_watermark", "max_", "max_by", "min_", "min_by", "session", "sum_",
+    "tumbling",
 ]

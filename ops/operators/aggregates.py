@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ class Agg:
     dtype: str | None = None
     #: ``avg``'s result over no values (none yet, only nulls, or all taken back)
     empty: float | None = None
+    #: ``max_by``/``min_by``: the column whose greatest (least) value picks the row
+    by: str | None = None
 
     @property
     def spec(self) -> str:
@@ -39,7 +42,24 @@ class Agg:
         >>> sum_("x").spec, count().spec
         ('sum(x)', 'count(*)')
         """
-        return f"{self.kind}({self.column or '*'})"
+        return f"{self.kind}({self.column or '*'}{f', {self.by}' if self.by else ''})"
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The columns it reads (none for ``count()``)."""
+        return tuple(c for c in (self.column, self.by) if c)
+
+    def row_values(self, frame: pd.DataFrame) -> list[Any] | None:
+        """What each row gives :meth:`record_partial`, in order: its value (``max_by``: the pair
+        ``(by, value)``); ``None`` for ``count()``, which reads no column."""
+        if self.by is not None:
+            return list(zip(frame[self.by].tolist(), frame[self.column].tolist()))
+        return frame[self.column].tolist() if self.column else None
+
+    def is_null(self, value: Any) -> bool:
+        """Whether a row's value (see :meth:`row_values`) counts as null: ``max_by``'s when its
+        ``by`` is."""
+        return is_missing(value[0] if self.by is not None else value)
 
     def typed(self, field_types: Mapping[str, str]) -> Agg:
         """This aggregate with the dtype of its results fixed by its input column's declared
@@ -79,6 +99,9 @@ class Agg:
             return values.agg(lambda s: _distinct(_plain_list(s)))
         if self.kind == "count_distinct":
             return values.agg(lambda s: _distinct(_instant_as_number(v) for v in s.dropna()))
+        if self.by is not None:
+            return _row_picked(groups, self.by, self.column or "", "max" if self.kind == "max_by"
+                               else "min")
         # user aggregate: the group's values (in order), folded into the accumulator in combine
         return values.agg(lambda s: [to_python(v) for v in s])
 
@@ -96,6 +119,8 @@ class Agg:
             return [value]
         if self.kind == "count_distinct":
             return [] if missing else [value]
+        if self.by is not None:
+            return None if missing else [_instant_as_number(to_python(v)) for v in value]
         if self.kind == "udf":
             return [value]
         if self.kind == "sum" and not missing:
@@ -145,6 +170,11 @@ class Agg:
             return self.fn(copy.deepcopy(self.initial) if acc is None else acc, pd.Series(part))
         if kind == "latest_nulls":
             return None if is_missing(part) else part
+        if self.by is not None:  # [by, value] pairs: a tie keeps the row seen first
+            if is_missing(part) or acc is None:
+                return acc if is_missing(part) else list(part)
+            later_wins = part[0] > acc[0] if kind == "max_by" else part[0] < acc[0]
+            return list(part) if later_wins else acc
         if is_missing(part):
             return acc
         if acc is None:
@@ -166,6 +196,8 @@ class Agg:
         if self.kind == "avg":
             total, count = acc or (None, 0)
             return self.empty if not count or total is None else total / count
+        if self.by is not None:
+            acc = None if acc is None else acc[1]
         if isinstance(acc, int) and self.dtype is not None and self.dtype.startswith("datetime64"):
             return pd.Timestamp(acc, tz="UTC")  # an instant kept as its nanoseconds
         return acc
@@ -173,7 +205,8 @@ class Agg:
 
 #: The aggregates that can take a row back, so they may aggregate a table (ksqlDB's rule).
 UNDOABLE = frozenset({"count", "sum", "avg", "collect_list"})
-_TYPED_KINDS = frozenset({"sum", "min", "max", "latest", "latest_nulls"})  # results of the input's type
+#: The aggregates whose results are of their input column's type.
+_TYPED_KINDS = frozenset({"sum", "min", "max", "latest", "latest_nulls", "max_by", "min_by"})
 #: The nullable pandas dtype of each declared kind: a column keeps its type with nulls in it.
 NULLABLE_DTYPES = {"long": "Int64", "double": "Float64", "string": "string", "boolean": "boolean",
                   "timestamp": "datetime64[ns, UTC]"}
@@ -185,10 +218,13 @@ def is_missing(value: Any) -> bool:
 
 
 def to_python(value: Any) -> Any:
-    """numpy scalars become Python ones and pandas' ``NA`` (nullable columns) ``None``, so
+    """numpy scalars become Python ones, pandas' ``NA`` (nullable columns) ``None`` and a
+    decimal (SQL's ``qty * 1.0``) a float, as its column's ``double`` type says, so
     accumulators stay JSON-encodable."""
     if value is pd.NA:
         return None
+    if isinstance(value, Decimal):
+        return float(value)
     return value.item() if isinstance(value, np.generic) else value
 
 
@@ -233,6 +269,22 @@ def collect_set(column: str) -> Agg:
     return Agg("collect_set", column)
 
 
+def max_by(column: str, by: str) -> Agg:
+    """``column`` of the row whose ``by`` is the greatest (Spark's ``max_by``, DuckDB's
+    ``arg_max``): the first such row on a tie, rows with a null ``by`` skipped; a stream only.
+
+    >>> agg = max_by("bidder", "price")
+    >>> agg.result(agg.combine(agg.combine(None, [5, "ann"]), [9, "bob"]))
+    'bob'
+    """
+    return Agg("max_by", column, by=by)
+
+
+def min_by(column: str, by: str) -> Agg:
+    """``column`` of the row whose ``by`` is the least (see :func:`max_by`)."""
+    return Agg("min_by", column, by=by)
+
+
 def count_distinct(column: str) -> Agg:
     """The number of distinct non-null values of ``column`` (SQL's ``COUNT(DISTINCT column)``:
     a stream only). Its state holds the distinct values seen, so it grows with them.
@@ -265,6 +317,21 @@ def _instants_as_numbers(partial: pd.Series) -> pd.Series:
         return partial
     numbers = pd.Series(pd.array(partial.array.asi8, dtype="Int64"), index=partial.index)
     return numbers.mask(partial.isna())
+
+
+def _row_picked(groups: DataFrameGroupBy, by: str, column: str, extreme: str) -> pd.Series:
+    """Per group, ``[by, column]`` of its first row whose ``by`` is the group's ``extreme``
+    (``max``/``min``), instants as numbers; null for a group whose ``by`` is null throughout."""
+    rows: pd.DataFrame = groups.obj
+    keys = list(groups.keys) if isinstance(groups.keys, list) else [groups.keys]
+    best = groups[by].transform(extreme)
+    chosen = rows[(rows[by] == best).fillna(False).to_numpy(dtype=bool)]
+    first = chosen.groupby(keys, sort=False).head(1)
+    pairs = [[_instant_as_number(to_python(b)), _instant_as_number(to_python(v))]
+             for b, v in zip(first[by], first[column])]
+    index = (pd.MultiIndex.from_frame(first[keys]) if len(keys) > 1
+             else pd.Index(first[keys[0]], name=keys[0]))
+    return pd.Series(pairs, index=index, dtype=object).reindex(groups.size().index)
 
 
 def _plain_list(values: pd.Series) -> list[Any]:

@@ -78,7 +78,7 @@ class GroupAggregate(TableOperator):
 
     def _keyed(self, scope: BatchScope, frame: pd.DataFrame) -> pd.DataFrame:
         """The rows with a group key (the others are dropped and counted in the log)."""
-        missing = [c for c in self.keys + tuple(a.column for _, a in self.aggs if a.column)
+        missing = [c for c in self.keys + tuple(c for _, a in self.aggs for c in a.reads)
                    if c not in frame.columns]
         if missing:
             raise OperatorError(f"{scope.where(self.name)}: column(s) {missing} are not in the data")
@@ -101,15 +101,14 @@ class GroupAggregate(TableOperator):
                   for key, old in zip(unique, store.get_values(unique))}
         accs = {key: dict(state["acc"]) for key, state in stored.items()}
         signs = keyed[SIGN_COLUMN].tolist() if self.retracting else [1] * len(keyed)
-        inputs = {name: keyed[agg.column].tolist() if agg.column else None
-                  for name, agg in self.aggs}
+        inputs = {name: agg.row_values(keyed) for name, agg in self.aggs}
         afters = []
         for position, key in enumerate(row_keys):
             acc = accs[key]
             for name, agg in self.aggs:
                 column = inputs[name]
                 value = None if column is None else column[position]
-                missing = column is not None and is_missing(value)
+                missing = column is not None and agg.is_null(value)
                 acc[name] = agg.combine(acc.get(name),
                                         agg.record_partial(value, missing, signs[position]))
             afters.append(self._values(dict(acc)))

@@ -125,8 +125,9 @@ class SessionAggregate(EventTimeAggregate):
         acc = acc or {}
         out = {}
         for name, agg in self.aggs:
-            value = row.get(agg.column) if agg.column else None
-            missing = agg.column is not None and (value is None or value != value)
+            value = None if agg.column is None else (
+                (row.get(agg.by), row.get(agg.column)) if agg.by else row.get(agg.column))
+            missing = agg.column is not None and agg.is_null(value)
             part = agg.record_partial(value, missing)
             out[name] = agg.combine(acc.get(name), part)
         return out

@@ -107,7 +107,7 @@ class WindowAggregate(EventTimeAggregate):
             return frame.assign(**{START: pd.Series(dtype="int64")}), 0
         advance, size, grace = to_ms(self.window.advance), to_ms(self.window.size), to_ms(self.window.grace)
         # only what the aggregation reads: copying whole rows per window was a large part of it
-        read = dict.fromkeys([*self.keys, *(a.column for _, a in self.aggs if a.column)])
+        read = dict.fromkeys([*self.keys, *(c for _, a in self.aggs for c in a.reads)])
         frame = frame[[column for column in read if column in frame.columns]]  # fold names any missing
         parts, late = [], 0
         for hop in reversed(range(size // advance)):  # earliest window first

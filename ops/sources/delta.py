@@ -53,8 +53,9 @@ class DeltaTableSource(Source):
     max_versions: int | None = None
 
     def columns(self) -> tuple[str, ...] | None:
-        """The table's columns as of its latest commit, when delta-rs serves it and it exists."""
-        return tables.columns(self.path)
+        """The table's columns as of its latest commit, when delta-rs serves it and it exists;
+        else those the schema declares, if any."""
+        return tables.columns(self.path) or super().columns()
 
     def kinds(self) -> dict[str, str]:
         """The table's column types as of its latest commit (delta-rs), the schema's over them."""

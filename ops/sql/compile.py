@@ -35,7 +35,7 @@ from ..sources.records import RecordSchema
 from .catalog import Catalog
 from .clauses import window_of
 from .engine import Expressions, known_function
-from .inputs import Input, read_from
+from .inputs import Input, read_from, written_stream
 from .names import Scope, snippet
 from .statement import Statement, parse
 
@@ -52,7 +52,9 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
                       emit_changes: str = "per_batch") -> Pipeline:
     """Compile a ``CREATE TABLE … AS SELECT …`` or ``CREATE STREAM … AS SELECT …`` statement to
     a pipeline named after what it creates. ``FROM`` names a stream in ``streams`` or, failing
-    that, in ``catalog``; a table it creates is registered in ``catalog`` for pull queries.
+    that, in ``catalog``; a table it creates is registered in ``catalog`` for pull queries, and
+    what it creates, table or stream, for later statements to read (a stream from its Delta
+    sink under ``warehouse``, with its event-time column when the SELECT keeps it).
 
     ``WINDOW TUMBLING (SIZE 1 MINUTE[, GRACE PERIOD 30 SECONDS])``, ``WINDOW HOPPING (SIZE
     2 MINUTES, ADVANCE BY 1 MINUTE[, GRACE PERIOD …])`` and ``WINDOW SESSION (5 MINUTES[, GRACE
@@ -71,7 +73,11 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
         if source.table:
             raise SqlError(f"FROM: {source.columns.source} is a table; CREATE STREAM reads a "
                            "stream (CREATE TABLE … AS SELECT aggregates a table)")
-        return _stream_query(parsed, source)
+        pipeline, kinds, names = _stream_query(parsed, source)
+        time = source.timestamp and next((n for n in names if n.lower() == source.timestamp.lower()),
+                                         None)
+        catalog.register(parsed.name, written_stream(pipeline, parsed.name, kinds, warehouse), time)
+        return pipeline
     time = timestamp or source.timestamp
     time = time and (source.columns.find(time) or time)
     if source.joined and not parsed.select.args.get("group"):
@@ -89,7 +95,9 @@ def compile_statement(statement: str, catalog: Catalog, streams: Mapping[str, St
 
 # -- CREATE STREAM -------------------------------------------------------------------------
 
-def _stream_query(parsed: Statement, source: Input) -> Pipeline:
+def _stream_query(parsed: Statement,
+                  source: Input) -> tuple[Pipeline, dict[str, str], tuple[str, ...]]:
+    """The stream query's pipeline, its outputs' declared types and its outputs' names."""
     select, stream = parsed.select, source.stream
     for arg, clause in (("group", "GROUP BY"), ("having", "HAVING")):
         if select.args.get(arg):
@@ -107,7 +115,9 @@ def _stream_query(parsed: Statement, source: Input) -> Pipeline:
             raise parsed.error(node, "SELECT", "aggregates need CREATE TABLE … GROUP BY: "
                                f"{snippet(node)}")
     projection = Expressions.of(outputs, source.kinds)
-    return stream.map(projection.evaluate, name="select").write.to_delta(parsed.name).named(parsed.name)
+    pipeline = stream.map(projection.evaluate, name="select").write.to_delta(parsed.name)
+    return (pipeline.named(parsed.name), _output_kinds(projection, source.kinds),
+            tuple(name for name, _ in outputs))
 
 
 # -- CREATE TABLE --------------------------------------------------------------------------
@@ -328,6 +338,12 @@ def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> a
         if arg is None or isinstance(arg, (exp.Star, exp.Literal)):  # COUNT(), COUNT(*), COUNT(1)
             return aggregates.count()
         return aggregates.count(_argument(arg, found))
+    if isinstance(call, (exp.ArgMax, exp.ArgMin)):  # MAX_BY(x, y), MIN_BY(x, y)
+        if call.this is None or call.expression is None:
+            raise parsed.error(call, "SELECT", f"{snippet(call)}: takes a value and the column "
+                               "that orders it")
+        pick = aggregates.max_by if isinstance(call, exp.ArgMax) else aggregates.min_by
+        return pick(_argument(call.this, found), _argument(call.expression, found))
     if type(call) in _AGGREGATES:
         if call.this is None or call.expressions:
             raise parsed.error(call, "SELECT", f"{snippet(call)}: "
@@ -351,7 +367,7 @@ def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> a
         raise parsed.error(call, "SELECT", f"{snippet(call)}: wrong number of arguments")
     name = call.sql().split("(")[0].upper()
     raise parsed.error(call, "SELECT", f"unsupported aggregate {name}; use COUNT, SUM, MIN, MAX, "
-                       "AVG, LATEST_BY_OFFSET, COLLECT_LIST or COLLECT_SET")
+                       "AVG, MAX_BY, MIN_BY, LATEST_BY_OFFSET, COLLECT_LIST or COLLECT_SET")
 
 
 def _argument(node: exp.Expression, found: _Aggregates) -> str:

@@ -111,6 +111,8 @@ def _pandas(table: pa.Table) -> pd.DataFrame:
     for name, kind in zip(out.columns, table.schema.types):
         if pa.types.is_timestamp(kind):
             out[name] = out[name].astype("datetime64[ns, UTC]")
+        elif pa.types.is_decimal(kind):  # a decimal's declared kind is double (see _declared)
+            out[name] = out[name].astype("Float64")
     return out
 
 

@@ -20,7 +20,7 @@ from ..operators.joins import KeyColumn
 from ..operators.windows import WindowAggregate
 from ..pipeline import Pipeline, Stream
 from ..readers import read as sp_read
-from ..sinks import TableSink
+from ..sinks import DeltaSink, TableSink
 from .catalog import Catalog, TableEntry
 from .clauses import within_of
 from .engine import Expressions
@@ -163,6 +163,18 @@ def _changelog(entry: TableEntry, warehouse: str | None) -> Stream:
     assert isinstance(sink, TableSink)  # the catalog registers state tables only
     return sp_read.from_delta(sink.changelog(entry.pipeline.layout(warehouse)),
                               name=entry.table, order_by=(BATCH_COLUMN, ROW_COLUMN))
+
+
+def written_stream(pipeline: Pipeline, sink: str, kinds: Mapping[str, str],
+                   warehouse: str | None) -> Stream:
+    """The rows ``pipeline`` writes to its Delta sink ``sink`` under ``warehouse``, as a stream
+    in the order they were written (columns of declared ``kinds``), for a later statement to
+    read ``FROM`` it."""
+    written = pipeline.sink(sink)
+    assert isinstance(written, DeltaSink)  # a CREATE STREAM writes one
+    location = written.location(pipeline.layout(warehouse))
+    return sp_read.from_delta(location, name=sink, order_by=(BATCH_COLUMN, ROW_COLUMN),
+                              schema=kinds)
 
 
 def _table_source(parsed: Statement, named: _Named, warehouse: str | None) -> Input:

@@ -167,6 +167,24 @@ def test_aggregate_filter_and_count_distinct_across_a_restart():
     assert values(out, "cheap", "dear_qty", "ids", "notes") == [(2, 7, 3, 2)]
 
 
+def test_max_by_and_min_by_pick_the_first_row_at_the_extreme_across_a_restart():
+    run = table("CREATE TABLE t AS SELECT title, MAX_BY(id, price) AS dearest, "
+                "MIN_BY(at, price) AS cheapest_at, MAX_BY(note, qty * 1.0) AS most FROM orders "
+                "GROUP BY title", schema={**ORDERS, "AT": "timestamp"})
+    t = [pd.Timestamp(f"2026-01-01 00:00:0{s}", tz="UTC") for s in range(4)]
+    out = run.feed({"TITLE": "A", "ID": "1", "PRICE": 5.0, "AT": t[0], "QTY": 1, "NOTE": "x"},
+                   {"TITLE": "A", "ID": "2", "PRICE": 9.0, "AT": t[1], "QTY": 1, "NOTE": "y"},
+                   {"TITLE": "A", "ID": "3", "PRICE": 9.0, "AT": t[2], "QTY": None, "NOTE": "z"},
+                   {"TITLE": "B", "ID": "4", "PRICE": None, "AT": t[3], "QTY": None, "NOTE": "w"})
+    assert values(out, "TITLE", "dearest", "cheapest_at", "most") == [("A", "2", t[0], "x"),
+                                                                       ("B", None, None, None)]
+    run.restart()
+    out = run.feed({"TITLE": "A", "ID": "5", "PRICE": 9.0, "AT": t[3], "QTY": 2, "NOTE": "v"},
+                   {"TITLE": "A", "ID": "6", "PRICE": 1.0, "AT": t[2], "QTY": 1, "NOTE": "u"})
+    assert values(out, "dearest", "cheapest_at", "most") == [("2", t[2], "v")]  # a tie keeps "2"
+    assert str(out["cheapest_at"].dtype) == "datetime64[ns, UTC]"
+
+
 def test_count_distinct_is_refused_over_a_table_which_it_cannot_take_back():
     with pytest.raises(SqlError, match=r"COUNT\(DISTINCT .* cannot aggregate a TABLE"):
         users_table("CREATE TABLE t AS SELECT region, COUNT(DISTINCT score) FROM users GROUP BY region")

@@ -217,6 +217,24 @@ def test_ksql_table_and_stream_restart_mid_stream_and_pull_query(spark, warehous
     assert list(zip(out["ID"], out["total"])) == [("1", 10.0)]
 
 
+def test_a_statement_reads_the_stream_an_earlier_create_stream_writes(spark, warehouse):
+    catalog = sp.Catalog()
+    catalog.register("sales", sales_stream(), timestamp="at")
+    dear = sp.sql("CREATE STREAM dear AS SELECT title, ticket_total_value * 2 AS doubled FROM sales "
+                  "WHERE ticket_total_value > 5", catalog=catalog, warehouse=warehouse)
+    totals = sp.sql("CREATE TABLE dear_totals AS SELECT title, MAX_BY(doubled, doubled) AS top, "
+                    "COUNT(*) AS n FROM dear GROUP BY title", catalog=catalog, warehouse=warehouse)
+    dear.publish(spark, [{"title": "A", "ticket_total_value": 9.0},
+                         {"title": "A", "ticket_total_value": 2.0},
+                         {"title": "B", "ticket_total_value": 6.0}], warehouse)
+    dear.run_once(spark, warehouse)
+    totals.run_once(spark, warehouse)
+    dear.publish(spark, [{"title": "A", "ticket_total_value": 10.0}], warehouse)
+    dear.run_once(spark, warehouse)
+    totals.run_once(spark, warehouse)
+    assert table_rows(spark, totals, warehouse, "dear_totals") == [("A", 20.0, 2), ("B", 12.0, 1)]
+
+
 def test_a_table_over_another_tables_changelog_retracts_and_resumes(spark, warehouse):
     catalog = sp.Catalog()
     catalog.register("moves", sp.read.from_callback("moves", schema={"user": "string", "region": "string"}))
