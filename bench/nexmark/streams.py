@@ -49,7 +49,18 @@ def write_stream(folder: str, config: NexmarkConfig, batches: int, size: int) ->
             write_deltalake(paths.delta(kind), rows, mode="append",
                             configuration={"delta.enableChangeDataFeed": "true"})
             pq.write_table(rows, os.path.join(paths.files(kind), f"batch-{batch:05d}.parquet"))
+    side = side_input()
+    write_deltalake(paths.delta("side_input"), pa.Table.from_pandas(side, preserve_index=False),
+                    mode="overwrite", configuration={"delta.enableChangeDataFeed": "true"})
+    os.makedirs(paths.files("side_input"), exist_ok=True)
+    side.to_csv(os.path.join(paths.files("side_input"), "side_input.csv"), index=False)
     return made
+
+
+def side_input(keys: int = 10_000) -> pd.DataFrame:
+    """q13's static table: ``key`` 0 … ``keys - 1`` and its ``value`` (the key as text), as
+    the nexmark repository's side-input file has them."""
+    return pd.DataFrame({"key": range(keys), "value": [str(key) for key in range(keys)]})
 
 
 def _in_microseconds(field: pa.Field) -> pa.Field:
