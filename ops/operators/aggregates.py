@@ -56,6 +56,12 @@ class Agg:
             return list(zip(frame[self.by].tolist(), frame[self.column].tolist()))
         return frame[self.column].tolist() if self.column else None
 
+    def value_in(self, row: Mapping[str, Any]) -> Any:
+        """One row's value, as :meth:`row_values` gives it for a frame's rows."""
+        if self.by is not None:
+            return row.get(self.by), row.get(self.column or "")
+        return row.get(self.column) if self.column else None
+
     def is_null(self, value: Any) -> bool:
         """Whether a row's value (see :meth:`row_values`) counts as null: ``max_by``'s when its
         ``by`` is."""

@@ -125,8 +125,7 @@ class SessionAggregate(EventTimeAggregate):
         acc = acc or {}
         out = {}
         for name, agg in self.aggs:
-            value = None if agg.column is None else (
-                (row.get(agg.by), row.get(agg.column)) if agg.by else row.get(agg.column))
+            value = agg.value_in(row)
             missing = agg.column is not None and agg.is_null(value)
             part = agg.record_partial(value, missing)
             out[name] = agg.combine(acc.get(name), part)

@@ -12,15 +12,15 @@ The pipeline is: WHERE (a filter), the columns GROUP BY and the aggregates' argu
 what the table shows), and the SELECT list over the aggregates (:class:`TableProjection`, only
 when it is more than the keys and the aggregates). Every expression is evaluated by DuckDB
 (:mod:`ops.sql.engine`); columns are resolved case-insensitively (:mod:`ops.sql.names`);
-:mod:`ops.sql.statement` reads the text and :mod:`ops.sql.inputs` what ``FROM`` and ``JOIN``
-name.
+:mod:`ops.sql.statement` reads the text, :mod:`ops.sql.inputs` what ``FROM`` and ``JOIN``
+name and :mod:`ops.sql.aggregate_calls` what each aggregate call computes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -32,6 +32,7 @@ from ..operators import TableProjection, aggregates
 from ..operators.event_time import END, START, EventTimeAggregate
 from ..pipeline import Pipeline, Stream
 from ..sources.records import RecordSchema
+from .aggregate_calls import Aggregates, aggregate, aggregates_in, is_aggregate
 from .catalog import Catalog
 from .clauses import window_of
 from .engine import Expressions, known_function
@@ -39,11 +40,7 @@ from .inputs import Input, read_from, written_stream
 from .names import Scope, snippet
 from .statement import Statement, parse
 
-_AGGREGATES: dict[type[exp.Expression], Callable[[str], aggregates.Agg]] = {
-    exp.Sum: aggregates.sum_, exp.Min: aggregates.min_, exp.Max: aggregates.max_,
-    exp.Avg: lambda column: aggregates.avg(column, empty=0.0)}  # ksqlDB's AVG of no values
 _KIND_OF_DTYPE = {dtype: kind for kind, dtype in aggregates.NULLABLE_DTYPES.items()}
-_NAMED_AGGREGATES = ("LATEST_BY_OFFSET", "COLLECT_LIST", "COLLECT_SET")
 _WINDOW_BOUNDS = {"WINDOWSTART": START, "WINDOWEND": END}
 
 
@@ -111,7 +108,7 @@ def _stream_query(parsed: Statement,
     stream = _where(parsed, stream, resolver, source.kinds)
     outputs = _items(parsed, resolver, star=True)
     for _, node in outputs:
-        if _aggregates_in(node):
+        if aggregates_in(node):
             raise parsed.error(node, "SELECT", "aggregates need CREATE TABLE … GROUP BY: "
                                f"{snippet(node)}")
     projection = Expressions.of(outputs, source.kinds)
@@ -121,17 +118,6 @@ def _stream_query(parsed: Statement,
 
 
 # -- CREATE TABLE --------------------------------------------------------------------------
-
-@dataclass
-class _Aggregates:
-    """The aggregates a table query computes: output name -> :class:`Agg`, the SQL text of each
-    call -> its output name, and the argument columns a map must compute first."""
-
-    aggs: dict[str, aggregates.Agg] = field(default_factory=dict)
-    names: dict[str, str] = field(default_factory=dict)
-    arguments: list[tuple[str, exp.Expression]] = field(default_factory=list)
-    calls: dict[str, exp.Expression] = field(default_factory=dict)  # output name -> its call
-
 
 def _table_query(parsed: Statement, source: Input, time: str | None,
                  per_record: bool) -> tuple[Pipeline, tuple[str, ...], dict[str, str]]:
@@ -182,10 +168,10 @@ def _table_query(parsed: Statement, source: Input, time: str | None,
 
 
 def _aggregates_of(parsed: Statement, items: list[tuple[str, exp.Expression]],
-                   resolver: _Resolver, table: bool) -> tuple[_Aggregates, exp.Expression | None]:
+                   resolver: _Resolver, table: bool) -> tuple[Aggregates, exp.Expression | None]:
     """The aggregates the SELECT list and HAVING compute, and HAVING resolved; over a TABLE
     (``table``), only those that can take a changed row back."""
-    found = _Aggregates()
+    found = Aggregates()
     for name, node in items:
         _collect(parsed, node, found, resolver, name)
     having = parsed.select.args.get("having")
@@ -234,8 +220,8 @@ def _joined_table_query(parsed: Statement,
     resolver = _Resolver(parsed, source.columns)
     items = _items(parsed, resolver)
     for _, node in items:
-        if _aggregates_in(node):
-            raise parsed.error(_aggregates_in(node)[0], "SELECT", "aggregates need GROUP BY")
+        if aggregates_in(node):
+            raise parsed.error(aggregates_in(node)[0], "SELECT", "aggregates need GROUP BY")
     keys = source.joined
     outputs = [(name, node) for name, node in items if name not in keys]
     values = tuple(c for c in source.columns.names or () if c not in keys)
@@ -253,10 +239,10 @@ def _where(parsed: Statement, stream: Stream, resolver: _Resolver,
     where = parsed.select.args.get("where")
     if where is None:
         return stream
-    if _aggregates_in(where.this):
-        raise parsed.error(_aggregates_in(where.this)[0], "WHERE",
+    if aggregates_in(where.this):
+        raise parsed.error(aggregates_in(where.this)[0], "WHERE",
                            f"aggregates belong in HAVING, not WHERE: "
-                           f"{snippet(_aggregates_in(where.this)[0])}")
+                           f"{snippet(aggregates_in(where.this)[0])}")
     condition = resolver.expression(where.this, "WHERE")
     return stream.filter(Expressions.of([("where", condition)], kinds).mask,
                          name="where")
@@ -302,94 +288,23 @@ def _key_names(items: list[tuple[str, exp.Expression]], groups: list[exp.Express
     return names
 
 
-def _collect(parsed: Statement, node: exp.Expression, found: _Aggregates, resolver: _Resolver,
+def _collect(parsed: Statement, node: exp.Expression, found: Aggregates, resolver: _Resolver,
              name: str | None) -> None:
     """Add the aggregate calls in ``node`` to ``found``; ``name`` is the output name when the
     whole SELECT item is one aggregate."""
     for over in node.find_all(exp.Window):
         raise parsed.error(over, "SELECT", f"{snippet(over)}: OVER (…) is not supported; "
                            "aggregate with GROUP BY, and WINDOW TUMBLING, HOPPING or SESSION")
-    for call in _aggregates_in(node):
+    for call in aggregates_in(node):
         text = call.sql()
         if text in found.names:
             continue
-        for inner in _aggregates_in(call)[1:]:
+        for inner in aggregates_in(call)[1:]:
             raise parsed.error(inner, "SELECT", f"an aggregate inside an aggregate: {snippet(call)}")
         output = name if call is node and name is not None else f"_agg{len(found.names)}"
-        found.aggs[output] = _aggregate(parsed, call, found)
+        found.aggs[output] = aggregate(parsed, call, found)
         found.names[text] = output
         found.calls[output] = call
-
-
-def _aggregate(parsed: Statement, call: exp.Expression, found: _Aggregates) -> aggregates.Agg:
-    """The :class:`Agg` for one aggregate call; an argument that is an expression becomes a
-    column computed before the aggregation."""
-    if isinstance(call.this, exp.Distinct):
-        distinct = call.this.expressions
-        if not isinstance(call, exp.Count) or len(distinct) != 1:
-            raise parsed.error(call, "SELECT", f"{snippet(call)}: DISTINCT inside an aggregate "
-                               "is supported in COUNT(DISTINCT column) only")
-        return aggregates.count_distinct(_argument(distinct[0], found))
-    if isinstance(call, exp.Count):
-        if call.expressions:
-            raise parsed.error(call, "SELECT", f"{snippet(call)}: COUNT takes one argument, or "
-                               "none (COUNT(), COUNT(*): rows)")
-        arg = call.this
-        if arg is None or isinstance(arg, (exp.Star, exp.Literal)):  # COUNT(), COUNT(*), COUNT(1)
-            return aggregates.count()
-        return aggregates.count(_argument(arg, found))
-    if isinstance(call, (exp.ArgMax, exp.ArgMin)):  # MAX_BY(x, y), MIN_BY(x, y)
-        if call.this is None or call.expression is None:
-            raise parsed.error(call, "SELECT", f"{snippet(call)}: takes a value and the column "
-                               "that orders it")
-        pick = aggregates.max_by if isinstance(call, exp.ArgMax) else aggregates.min_by
-        return pick(_argument(call.this, found), _argument(call.expression, found))
-    if type(call) in _AGGREGATES:
-        if call.this is None or call.expressions:
-            raise parsed.error(call, "SELECT", f"{snippet(call)}: "
-                               f"{type(call).__name__.upper()} takes one argument")
-        return _AGGREGATES[type(call)](_argument(call.this, found))
-    args = call.expressions
-    kind = call.name.upper() if isinstance(call, exp.Anonymous) else ""
-    if kind == "LATEST_BY_OFFSET" and len(args) in (1, 2):
-        ignore_nulls = True
-        if len(args) == 2:
-            if not isinstance(args[1], exp.Boolean):
-                raise parsed.error(args[1], "SELECT", "LATEST_BY_OFFSET's second argument is "
-                                   "TRUE or FALSE (ignore nulls)")
-            ignore_nulls = bool(args[1].this)
-        return aggregates.latest_by_offset(_argument(args[0], found), ignore_nulls=ignore_nulls)
-    if kind == "COLLECT_LIST" and len(args) == 1:
-        return aggregates.collect_list(_argument(args[0], found))
-    if kind == "COLLECT_SET" and len(args) == 1:
-        return aggregates.collect_set(_argument(args[0], found))
-    if kind in _NAMED_AGGREGATES:
-        raise parsed.error(call, "SELECT", f"{snippet(call)}: wrong number of arguments")
-    name = call.sql().split("(")[0].upper()
-    raise parsed.error(call, "SELECT", f"unsupported aggregate {name}; use COUNT, SUM, MIN, MAX, "
-                       "AVG, MAX_BY, MIN_BY, LATEST_BY_OFFSET, COLLECT_LIST or COLLECT_SET")
-
-
-def _argument(node: exp.Expression, found: _Aggregates) -> str:
-    """The column an aggregate reads: a plain column, or one computed before the aggregation."""
-    if isinstance(node, exp.Column):
-        return node.name
-    name = f"_arg{len(found.arguments)}"
-    found.arguments.append((name, node))
-    return name
-
-
-def _aggregates_in(node: exp.Expression) -> list[exp.Expression]:
-    """The aggregate calls in ``node``, outermost first (``node`` itself when it is one)."""
-    return [part for part in node.walk(bfs=True)
-            if isinstance(part, exp.Expression) and _is_aggregate(part)]
-
-
-def _is_aggregate(node: exp.Expr) -> bool:
-    """Whether ``node`` is an aggregate call (one this module computes, or another SQL knows,
-    refused by :func:`_aggregate` with the list of supported ones)."""
-    return isinstance(node, exp.AggFunc) or (
-        isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_AGGREGATES)
 
 
 def _empty(kinds: Mapping[str, str]) -> pd.DataFrame:
@@ -455,7 +370,7 @@ def _default_name(node: exp.Expression, position: int) -> str:
     (``count_rows`` for ``COUNT(*)``), else ksqlDB's ``KSQL_COL_<position>``."""
     if isinstance(node, exp.Column):
         return node.name
-    if _is_aggregate(node):
+    if is_aggregate(node):
         kind = node.name.lower() if isinstance(node, exp.Anonymous) else type(node).__name__.lower()
         args = node.expressions if isinstance(node, exp.Anonymous) else [node.this]
         arg = args[0] if args else None
@@ -483,7 +398,7 @@ class _Resolver:
         """``node`` with every column resolved; in HAVING, a name the SELECT list gives an
         item that is not a source column stands for that item."""
         def visit(part: exp.Expression) -> exp.Expression:
-            if isinstance(part, exp.Anonymous) and not _is_aggregate(part) \
+            if isinstance(part, exp.Anonymous) and not is_aggregate(part) \
                     and not known_function(part.name):
                 raise self.parsed.error(part, clause, f"unknown function {part.name.upper()}")
             if not isinstance(part, exp.Column):
