@@ -74,19 +74,21 @@ def location(tmp_path):
         "load_from:\n  - python_file:\n      relative_path: warm_code.py\n      working_directory: .\n")
     env = dict(os.environ, DAGSTER_HOME=str(home), MARKS=str(tmp_path / "marks"))
     env.pop("PYTEST_CURRENT_TEST", None)
-    with open(tmp_path / "daemon.log", "w") as log:
-        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-                                  cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-    try:
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            yield tmp_path, env, instance
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
+    # The instance first: its storage is created (and its schema stamped) once, before the
+    # daemon opens it; both creating it at once failed on alembic's UNIQUE version row.
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        with open(tmp_path / "daemon.log", "w") as log:
+            daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                                      cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
         try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+            yield tmp_path, env, instance
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
 
 
 def _launch(folder, env, instance, job: str) -> str:
