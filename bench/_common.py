@@ -163,6 +163,8 @@ def print_table(title: str, header: list[str], rows: list[list]) -> None:
 
 
 def _fmt(value) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
