@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,9 +45,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 BENCH = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCH))
-from flink_peer import ensure_jars  # noqa: E402
-
 QUERY_TEXT = Path(__file__).resolve().parent / "flink_sql"
 SOURCE_COLUMNS = {
     "person": "id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING, "
@@ -140,6 +138,7 @@ def run_query(name: str, inputs: dict[str, Path], work: Path, parallelism: int,
     """One query, to the end of its input; where its output is and the seconds it took."""
     fmt = "debezium-json" if name in UPDATING else "parquet"
     output = work / "output" / name / fmt
+    shutil.rmtree(output, ignore_errors=True)  # a part file left by an earlier run is a row
     env = table_environment(parallelism, work / "checkpoints" / name, jars)
     for kind in SOURCE_COLUMNS:
         env.execute_sql(source_ddl(kind, inputs[kind]))
@@ -173,6 +172,8 @@ def main() -> None:
     parser.add_argument("--warm", help="a smaller stream each query runs on first, untimed")
     parser.add_argument("--parallelism", type=int, default=2)
     args = parser.parse_args()
+    sys.path.insert(0, str(BENCH))
+    from flink_peer import ensure_jars  # PyFlink's: this venv's only
     jars = ensure_jars()
     work = Path(args.work)
     inputs = concatenated(Path(args.stream), work / "stream")

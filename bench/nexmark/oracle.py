@@ -112,6 +112,45 @@ def _q4(frames: _Frames) -> pd.DataFrame:
     return final.groupby("category")["price"].mean().rename("avg_final").reset_index()
 
 
+def _q5(frames: _Frames, every_window: bool = False) -> pd.DataFrame:
+    """Per hopping window (10 s every 2 s), the auctions with the most bids: the windows stream
+    time closed (``window_end <= `` the last bid's time), or, ``every_window``, all of them
+    (Flink's end of input closes every one)."""
+    bid = frames["bid"]
+    ms = bid["dateTime"].astype("datetime64[ms, UTC]").astype("int64").to_numpy()
+    size, advance = 10_000, 2_000
+    starts = [ms // advance * advance - k * advance for k in range(size // advance)]
+    windows = pd.DataFrame({"auction": np.tile(bid["auction"].to_numpy(), len(starts)),
+                            "window_start": np.concatenate(starts)})
+    counts = windows.groupby(["window_start", "auction"]).size().rename("num").reset_index()
+    if not every_window:
+        counts = counts[counts["window_start"] + size <= ms.max()]
+    most = counts.groupby("window_start")["num"].transform("max")
+    hot = counts[counts["num"] >= most]
+    return hot.assign(window_start=pd.to_datetime(hot["window_start"], unit="ms", utc=True))[
+        ["auction", "num", "window_start"]]
+
+
+def every_window(name: str, batches: list[Events]) -> pd.DataFrame:
+    """Windowed query ``name``'s answer (q5, q7) with every window closed, as Flink's end of
+    input closes them."""
+    frames = {kind: all_of(batches, kind) for kind in ("person", "auction", "bid")}
+    return {"q5": _q5, "q7": _q7}[name](frames, True)
+
+
+def _q7(frames: _Frames, every_window: bool = False) -> pd.DataFrame:
+    """Per tumbling 10-second window, its bids at the window's highest price: the windows
+    stream time closed, or ``every_window`` (Flink's end of input)."""
+    bid = frames["bid"]
+    size = WINDOW_SECONDS * 1000
+    ms = bid["dateTime"].astype("datetime64[ms, UTC]").astype("int64")
+    window = ms // size
+    top = bid[bid["price"] == bid.groupby(window)["price"].transform("max")]
+    if not every_window:
+        top = top[(window[top.index] + 1) * size <= ms.max()]
+    return top[["auction", "bidder", "price", "dateTime", "extra"]]
+
+
 def _q8(frames: _Frames) -> pd.DataFrame:
     size = WINDOW_SECONDS * 1000
     person, auction = frames["person"].copy(), frames["auction"].copy()
@@ -181,6 +220,13 @@ def _q17(frames: _Frames) -> pd.DataFrame:
     return out.fillna({f"{rank}_bids": 0 for rank in _RANKS}).reset_index()
 
 
+def _q19(frames: _Frames) -> pd.DataFrame:
+    bids = frames["bid"].sort_values(["price", "event_id"], ascending=[False, True])
+    top = bids.assign(rank_number=bids.groupby("auction").cumcount() + 1)
+    return top[top["rank_number"] <= 10][["auction", "bidder", "price", "channel", "url",
+                                          "dateTime", "extra", "rank_number"]]
+
+
 def _q20(frames: _Frames) -> pd.DataFrame:
     auction = frames["auction"][frames["auction"]["category"] == 10]
     joined = frames["bid"].merge(auction, left_on="auction", right_on="id",
@@ -215,7 +261,7 @@ _ANSWERS: dict[str, Callable[[_Frames], pd.DataFrame]] = {
     "q1": lambda f: _bid_columns(f["bid"], "auction", "bidder", "dateTime", "extra").assign(
         price=0.908 * f["bid"]["price"].to_numpy()),
     "q2": lambda f: _bid_columns(f["bid"][f["bid"]["auction"] % 123 == 0], "auction", "price"),
-    "q3": _q3, "q4": _q4, "q8": _q8, "q9": _q9,
+    "q3": _q3, "q4": _q4, "q5": _q5, "q7": _q7, "q8": _q8, "q9": _q9,
     "q10": lambda f: _bid_columns(f["bid"], "auction", "bidder", "price", "dateTime",
                                   "extra").assign(day=_day(f["bid"]["dateTime"]).to_numpy(),
                                                   minute=f["bid"]["dateTime"].dt.strftime(
@@ -225,5 +271,5 @@ _ANSWERS: dict[str, Callable[[_Frames], pd.DataFrame]] = {
     "q16": _q16, "q17": _q17,
     "q18": lambda f: f["bid"].drop_duplicates(["auction", "bidder"], keep="last")[
         ["auction", "bidder", "price", "channel", "url", "dateTime", "extra"]],
-    "q20": _q20, "q21": _q21, "q22": _q22,
+    "q19": _q19, "q20": _q20, "q21": _q21, "q22": _q22,
 }

@@ -1,6 +1,7 @@
 """The generated stream where each engine reads it: three Delta tables (``person``,
-``auction``, ``bid``) with one commit per batch for lakestream and Spark, and the same rows as
-one Parquet file per kind and batch for the peers.
+``auction``, ``bid``) with one commit per batch for lakestream and Spark, the same rows as
+one Parquet file per kind and batch for the peers, and, for the continuous form, as JSON
+records on a Kafka topic per kind (:func:`write_topics`).
 
 >>> paths = StreamPaths("/data/nexmark")
 >>> paths.delta("bid"), paths.files("bid")
@@ -55,6 +56,42 @@ def write_stream(folder: str, config: NexmarkConfig, batches: int, size: int) ->
     os.makedirs(paths.files("side_input"), exist_ok=True)
     side.to_csv(os.path.join(paths.files("side_input"), "side_input.csv"), index=False)
     return made
+
+
+def write_topics(bootstrap: str, batches: list[Events], prefix: str = "nexmark") -> dict[str, str]:
+    """Each kind's rows as JSON records on topic ``<prefix>-<kind>`` (one partition, so in
+    event order; instants as ISO-8601 text), a batch at a time; the topics by kind."""
+    from ops.kafka_client.topics import create_topic, send_json
+
+    topics = {kind: f"{prefix}-{kind}" for kind in KINDS}
+    for kind, topic in topics.items():
+        create_topic(bootstrap, topic, partitions=1)
+        for events in batches:
+            rows = getattr(events, kind)
+            sent = send_json(bootstrap, topic, _json_ready(rows).to_dict("records"))
+            if sent != len(rows):
+                raise RuntimeError(f"{topic}: {sent} of {len(rows)} records acknowledged")
+    return topics
+
+
+def record_schema(kind: str) -> dict[str, str]:
+    """The JSON records' fields of ``kind`` and their types, as a Kafka source declares them."""
+    rows = generate(NexmarkConfig(seed=0), 0, 50)
+    return {column: _KIND_OF.get(rows.dtype.kind, "string")
+            for column, rows in getattr(rows, kind).items()}
+
+
+_KIND_OF = {"i": "long", "u": "long", "f": "double", "b": "boolean", "M": "timestamp"}
+
+
+def _json_ready(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows.copy()
+    for column in out.columns:
+        if pd.api.types.is_datetime64_any_dtype(out[column].dtype):
+            out[column] = out[column].map(lambda t: t.isoformat())
+        elif pd.api.types.is_integer_dtype(out[column].dtype):
+            out[column] = out[column].astype(object)  # Python ints: json cannot take numpy's
+    return out
 
 
 def side_input(keys: int = 10_000) -> pd.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -44,8 +45,16 @@ class LatestByKey(TableOperator):
             if tombstone:
                 store.delete(key)
             else:
-                store.set(key, new)
+                store.set(key, {c: _storable(v) for c, v in new.items()})
             shown = dict.fromkeys(values) if tombstone else new
             rows.append({**dict(zip(self.keys, parts)), **shown, CHANGE_COLUMN: change,
                          OLD_COLUMN: None if old is None else json.dumps(old, default=str)})
         return pd.DataFrame(rows, columns=[*self.keys, *values, CHANGE_COLUMN, OLD_COLUMN])
+
+
+def _storable(value: Any) -> Any:
+    """A row's value as its key's state keeps it: an instant as ISO-8601 text (the state is
+    JSON; the row itself goes on with its timestamp), a missing one as null."""
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return None if value is pd.NaT else value

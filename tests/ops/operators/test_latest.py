@@ -1,5 +1,7 @@
 """as_table: a table from a stream of updates, with tombstones."""
 
+import pandas as pd
+
 import ops as sp
 
 
@@ -20,3 +22,18 @@ def test_a_null_value_deletes_the_key(spark, warehouse):
     pipeline.rebuild_table(spark, "latest_prices", warehouse)
     assert pipeline.read_sink(spark, "latest_prices", warehouse)[["sym", "px"]].values.tolist() == [
         ["A", 1.5]]
+
+
+def test_a_timestamp_column_is_kept_and_its_old_value_shown_as_text(spark, warehouse):
+    pipeline = (sp.read.from_callback("seen", schema={"who": "string", "at": "timestamp"})
+                .as_table("who").write.to_table("last_seen")).named("seen")
+    pipeline.publish(spark, [{"who": "a", "at": "2026-01-01T00:00:01Z"}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    pipeline.publish(spark, [{"who": "a", "at": "2026-01-01T00:00:05Z"}], warehouse)
+    pipeline.run_once(spark, warehouse)
+    table = pipeline.read_sink(spark, "last_seen", warehouse)
+    assert table["at"].tolist() == [pd.Timestamp("2026-01-01T00:00:05")]  # read back as UTC
+    log = (spark.read.format("delta").load(pipeline.layout(warehouse).table("last_seen_changelog"))
+           .orderBy("_batch_id").toPandas())
+    assert log["_change"].tolist() == ["insert", "update"]
+    assert "2026-01-01T00:00:01" in log["_old"].iloc[1]
