@@ -16,6 +16,7 @@ from bench.nexmark.streams import all_of
 ALL = [query.name for query in QUERIES]
 
 
+@pytest.mark.slow  # a Spark streaming query each: the full tier's
 @pytest.mark.parametrize("name", sorted(spark_streaming.QUERIES, key=lambda n: int(n[1:])))
 def test_spark_structured_streaming_gives_the_brute_force_answer(spark, tmp_path, nexmark, name):
     folder, batches = nexmark
