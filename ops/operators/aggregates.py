@@ -104,7 +104,7 @@ class Agg:
         if self.kind == "collect_set":
             return values.agg(lambda s: _distinct(_plain_list(s)))
         if self.kind == "count_distinct":
-            return values.agg(lambda s: _distinct(_instant_as_number(v) for v in s.dropna()))
+            return _distinct_per_group(groups, self.column or "")
         if self.by is not None:
             return _row_picked(groups, self.by, self.column or "", "max" if self.kind == "max_by"
                                else "min")
@@ -343,6 +343,28 @@ def _row_picked(groups: DataFrameGroupBy, by: str, column: str, extreme: str) ->
 def _plain_list(values: pd.Series) -> list[Any]:
     """The values as plain Python ones, a null (NaN, NA) as ``None``."""
     return [None if is_missing(value) else to_python(value) for value in values]
+
+
+def _distinct_per_group(groups: DataFrameGroupBy, column: str) -> pd.Series:
+    """Each group's distinct non-null values of ``column``, first seen first, as plain Python
+    values (instants as nanoseconds): one pass of NumPy over the batch, where a call per group
+    (a ``dropna`` each) cost a channel statistics query 80,000 calls a batch (Nexmark q16)."""
+    codes = groups.ngroup()  # the group's position in the partial's index, per row
+    values = groups.obj[column].reset_index(drop=True)  # its own dtype kept (Int64: ints)
+    kept = values.notna().to_numpy() & codes.notna().to_numpy()
+    if pd.api.types.is_datetime64_any_dtype(values.dtype):
+        values = _instants_as_numbers(values)
+    pairs = pd.DataFrame({"group": codes.to_numpy()[kept].astype(np.int64),
+                          "value": values[kept].reset_index(drop=True)}).drop_duplicates()
+    pairs = pairs.sort_values("group", kind="stable")  # within a group, still first seen first
+    ends = np.searchsorted(pairs["group"].to_numpy(), np.arange(groups.ngroups), side="right")
+    starts = np.concatenate([[0], ends[:-1]])
+    found = pairs["value"].tolist()
+    if values.dtype == object:  # a decimal, a NumPy scalar: the accumulator is JSON
+        found = [to_python(value) for value in found]
+    index = groups.size().index
+    return pd.Series([found[start:end] for start, end in zip(starts, ends)], index=index,
+                     dtype=object)
 
 
 def _distinct(values: Iterable[Any]) -> list[Any]:
