@@ -112,7 +112,7 @@ def as_oracle(name: str, rows: pd.DataFrame, stream_time: pd.Timestamp) -> pd.Da
         if out[column].map(lambda v: type(v).__name__).eq("Decimal").any():
             out[column] = out[column].astype("float64")
         elif _is_instant(out[column]):
-            out[column] = pd.to_datetime(out[column], utc=True)
+            out[column] = pd.to_datetime(out[column], utc=True, format="ISO8601")  # ms or none
     return _ADJUST.get(name, lambda frame, _: frame)(out, stream_time)
 
 
