@@ -95,9 +95,19 @@ class _Streams:
     def __init__(self, spark: SparkSession, paths: StreamPaths):
         self.spark, self.paths = spark, paths
 
-    def __getattr__(self, kind: str) -> DataFrame:
-        if kind not in ("person", "auction", "bid"):
-            raise AttributeError(kind)
+    @property
+    def person(self) -> DataFrame:
+        return self._read("person")
+
+    @property
+    def auction(self) -> DataFrame:
+        return self._read("auction")
+
+    @property
+    def bid(self) -> DataFrame:
+        return self._read("bid")
+
+    def _read(self, kind: str) -> DataFrame:
         return (self.spark.readStream.format("delta").option("maxFilesPerTrigger", 1)
                 .load(self.paths.delta(kind)))
 
